@@ -1,0 +1,37 @@
+# `make bench` and `make test` do all set-up on a fresh machine: they create .venv if it is
+# missing and install the package into it. Nothing needs to be installed beforehand but Python.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU build of torch where no NVIDIA GPU is visible, the normal build otherwise.
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+CONSTRAINTS := constraints/$(if $(HAS_GPU),gpu,cpu).txt
+
+.PHONY: bench test lint install install-dev clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(VENV)/.installed: $(PY) pyproject.toml $(CONSTRAINTS)
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+bench: install
+	$(VENV)/bin/dlscale bench
+
+test: install-dev
+	$(PY) -m pytest -q
+
+lint: install-dev
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

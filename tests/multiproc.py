@@ -1,0 +1,90 @@
+"""Run a function on several gloo ranks in spawned processes, for distributed tests on the CPU.
+
+The pattern of PyTorch's own MultiProcessTestCase: spawn start method, a FileStore in a temporary
+directory (no TCP port, so no port collisions), a short process-group timeout so a mismatched
+collective fails instead of hanging, and results returned as JSON files, never as tensors
+(a tensor sent through a queue dies with the child that made it).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+
+def _child(fn, rank, world_size, args, workdir, pg_timeout_s, env):
+    out = Path(workdir) / f"rank{rank}.json"
+    try:
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        os.environ.update(env)
+        os.environ.update(
+            RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=env.get("LOCAL_WORLD_SIZE", str(world_size)),
+        )
+        dist.init_process_group(
+            "gloo", init_method=f"file://{workdir}/store", rank=rank, world_size=world_size,
+            timeout=timedelta(seconds=pg_timeout_s),
+        )
+        try:
+            result = fn(rank, world_size, *args)
+        finally:
+            dist.destroy_process_group()
+        out.write_text(json.dumps({"ok": True, "result": result}))
+    except BaseException:  # noqa: BLE001 - the parent reports it
+        out.write_text(json.dumps({"ok": False, "error": traceback.format_exc()}))
+        raise SystemExit(1) from None
+
+
+def run_ranks(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    timeout_s: float = 120.0,
+    pg_timeout_s: float = 30.0,
+    env: dict[str, str] | None = None,
+) -> list[Any]:
+    """Run fn(rank, world_size, *args) on world_size gloo ranks; return each rank's result.
+
+    fn must be a module-level function and return JSON-serialisable data. A rank that raises,
+    exits non-zero or outlives timeout_s fails the calling test with that rank's traceback.
+    """
+    ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="dlscale-ranks-") as workdir:
+        procs = [
+            ctx.Process(target=_child, args=(fn, r, world_size, args, workdir, pg_timeout_s, env or {}))
+            for r in range(world_size)
+        ]
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + timeout_s
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        hung = [r for r, p in enumerate(procs) if p.is_alive()]
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+        results, errors = [], []
+        for rank in range(world_size):
+            path = Path(workdir) / f"rank{rank}.json"
+            record = json.loads(path.read_text()) if path.exists() else None
+            if record and record["ok"]:
+                results.append(record["result"])
+            else:
+                errors.append(f"rank {rank}: " + (record["error"] if record else "no result"))
+        if hung:
+            raise AssertionError(f"ranks {hung} still running after {timeout_s} s (hang)\n" + "\n".join(errors))
+        if errors:
+            raise AssertionError("\n".join(errors))
+        return results
