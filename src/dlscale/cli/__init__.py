@@ -16,13 +16,22 @@ COMMANDS = {
 }
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Bad flags get one line on stderr naming the problem, not the whole usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="dlscale",
         description="Distributed ResNet training and benchmarking on torch.distributed.",
     )
     parser.add_argument("--version", action="version", version=f"dlscale {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=OneLineErrorParser
+    )
     for module_name in COMMANDS.values():
         importlib.import_module(module_name).add_parser(subparsers)
     return parser

@@ -1,0 +1,298 @@
+"""Synthetic-data training benchmark with the protocol of Horovod's and BlueFog's
+`pytorch_synthetic_benchmark.py`, measured honestly.
+
+Protocol: `num_warmup_batches` untimed steps; then `num_iters` timed iterations of
+`num_batches_per_iter` steps, each ending with a device synchronisation; a rate per rank per
+iteration. The total is measured, not extrapolated: each iteration's rates are gathered from
+every rank and summed (BlueFog's way; Horovod prints rank 0's rate x world size).
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from dlscale.dist import DistEnv, init_process_group, select_device
+from dlscale.errors import ConfigError, DeviceError
+from dlscale.metrics.hardware import mfu, peak_flops
+from dlscale.metrics.run import RunDir, default_run_name, device_name, environment_info
+from dlscale.metrics.timing import device_synchronizer, mean_ci95
+from dlscale.models import build_model
+from dlscale.models.flops import count_macs, train_flops_per_image
+from dlscale.precision import build_precision
+from dlscale.speed import SpeedOptions
+from dlscale.strategies import build_strategy
+from dlscale.train.step import train_step
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig:
+    model: str = "resnet50"
+    """Model name from `dlscale models`."""
+    batch_size: int = 32
+    """Images per rank per step."""
+    num_warmup_batches: int = 10
+    """Untimed steps first: cuDNN autotuning, allocator growth, compilation."""
+    num_batches_per_iter: int = 10
+    """Steps per timed iteration."""
+    num_iters: int = 10
+    """Timed iterations; the +- is over these."""
+    num_classes: int = 1000
+    image_size: int = 224
+    """Square input size in pixels."""
+    width: int = 64
+    """Base channel count of the ResNet (64 is the standard model)."""
+    precision: str = "fp32"
+    speed: SpeedOptions = SpeedOptions()
+    dist_optimizer: str = "allreduce"
+    device: str = "auto"
+    pool_batches: int = 8
+    """Distinct random batches generated on the device and cycled through."""
+    lr: float = 0.01
+    """SGD learning rate (momentum 0.9), as the reference benchmarks use."""
+    seed: int = 0
+    pg_timeout_s: float = 600.0
+    """Seconds before a collective that a peer never joins fails."""
+
+    def validate(self) -> None:
+        positive = ("batch_size", "num_batches_per_iter", "num_iters", "num_classes", "width", "pool_batches")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.num_warmup_batches < 0:
+            raise ConfigError(f"--num-warmup-batches must be >= 0, got {self.num_warmup_batches}")
+        if self.image_size < 8:
+            raise ConfigError(f"--image-size must be at least 8 pixels, got {self.image_size}")
+        if self.pg_timeout_s <= 0:
+            raise ConfigError(f"--pg-timeout must be positive seconds, got {self.pg_timeout_s}")
+
+
+@dataclass(frozen=True)
+class IterRate:
+    total_ips: float
+    """Images per second of this rank over the iteration, data wait included."""
+    compute_ips: float
+    """The same with the time spent fetching batches excluded."""
+
+
+def measure(
+    step: Callable[[torch.Tensor, torch.Tensor], object],
+    next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    *,
+    batch_size: int,
+    num_warmup_batches: int,
+    num_batches_per_iter: int,
+    num_iters: int,
+    clock: Clock = time.perf_counter,
+    sync: Callable[[], None] = lambda: None,
+    on_warmup_done: Callable[[], None] = lambda: None,
+    on_iter: Callable[[int, IterRate], None] = lambda i, rate: None,
+) -> list[IterRate]:
+    """Run warm-up steps untimed, then timed iterations; return this rank's rate per iteration."""
+    for _ in range(num_warmup_batches):
+        step(*next_batch())
+    sync()
+    on_warmup_done()
+    rates = []
+    images = batch_size * num_batches_per_iter
+    for i in range(num_iters):
+        data_s = 0.0
+        start = clock()
+        for _ in range(num_batches_per_iter):
+            fetch = clock()
+            batch = next_batch()
+            data_s += clock() - fetch
+            step(*batch)
+        sync()
+        elapsed = clock() - start
+        rate = IterRate(images / elapsed, images / max(elapsed - data_s, 1e-12))
+        rates.append(rate)
+        on_iter(i, rate)
+    return rates
+
+
+def summarize(per_rank: Sequence[Sequence[IterRate]]) -> dict:
+    """Statistics over ranks (outer) and iterations (inner) of measured rates.
+
+    Totals are the per-iteration sums over ranks; per-rank figures pool every rank's rates.
+    """
+    num_iters = len(per_rank[0])
+    if any(len(rates) != num_iters for rates in per_rank):
+        raise ValueError("every rank must report the same number of iterations")
+    totals = [sum(rates[i].total_ips for rates in per_rank) for i in range(num_iters)]
+    compute = [sum(rates[i].compute_ips for rates in per_rank) for i in range(num_iters)]
+    pooled = [rate.total_ips for rates in per_rank for rate in rates]
+    total_mean, total_ci = mean_ci95(totals)
+    rank_mean, rank_ci = mean_ci95(pooled)
+    return {
+        "img_per_sec_total_mean": total_mean,
+        "img_per_sec_total_ci95": total_ci,
+        "img_per_sec_per_rank_mean": rank_mean,
+        "img_per_sec_per_rank_ci95": rank_ci,
+        "total_ips": total_mean,
+        "compute_ips": mean_ci95(compute)[0],
+        "iterations": totals,
+        "iterations_per_rank": [[rate.total_ips for rate in rates] for rates in per_rank],
+    }
+
+
+def gather_rates(rates: list[IterRate], device: torch.device) -> list[list[IterRate]]:
+    """Every rank's per-iteration rates, on every rank (one all_gather)."""
+    if not dist.is_initialized():
+        return [rates]
+    local = torch.tensor([[r.total_ips, r.compute_ips] for r in rates], dtype=torch.float64, device=device)
+    gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, local)
+    return [[IterRate(float(a), float(b)) for a, b in t.tolist()] for t in gathered]
+
+
+def run_bench(
+    cfg: BenchConfig,
+    env: DistEnv,
+    *,
+    out: Callable[[str], None] = print,
+    clock: Clock = time.perf_counter,
+) -> dict:
+    """Run the benchmark on this rank; every rank returns the same summary dict."""
+    cfg.validate()
+    device = select_device(env, cfg.device)
+    init_process_group(env, device, cfg.pg_timeout_s)
+    say = out if env.is_main else (lambda line: None)
+    cfg.speed.apply_globals(device)
+    precision = build_precision(cfg.precision, device)
+    model = build_model(cfg.model, num_classes=cfg.num_classes, width=cfg.width)
+    macs = count_macs(model, image_size=cfg.image_size)
+    strategy = build_strategy(cfg.dist_optimizer, env.world_size)
+    model = cfg.speed.maybe_compile(strategy.wrap(cfg.speed.place_model(model, device), device))
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9, **cfg.speed.optimizer_kwargs())
+    loss_fn = nn.CrossEntropyLoss()
+    pool = synthetic_pool(cfg, device, seed=cfg.seed + env.rank)
+    cursor = iter(range(1 << 62))
+
+    def next_batch():
+        return pool[next(cursor) % len(pool)]
+
+    def step(images, labels):
+        return train_step(model, images, labels, optimizer, precision, strategy, loss_fn)
+
+    word = "GPU" if device.type == "cuda" else "CPU"
+    for line in (f"Model: {cfg.model}", f"Batch size: {cfg.batch_size}", f"Number of {word}s: {env.world_size}",
+                 "Running warmup..."):
+        say(line)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    with _out_of_memory_hint(cfg, device):
+        rates = measure(
+            step, next_batch, batch_size=cfg.batch_size, num_warmup_batches=cfg.num_warmup_batches,
+            num_batches_per_iter=cfg.num_batches_per_iter, num_iters=cfg.num_iters, clock=clock,
+            sync=device_synchronizer(device), on_warmup_done=lambda: say("Running benchmark..."),
+            on_iter=lambda i, rate: say(f"Iter #{i}: {rate.total_ips:.1f} img/sec per {word}"),
+        )
+    summary = summarize(gather_rates(rates, device))
+    summary.update(_describe(cfg, env, device, precision.flops_dtype, macs, summary))
+    summary.update(_peak_memory(device))
+    say(f"Img/sec per {word}: {summary['img_per_sec_per_rank_mean']:.1f} +-{summary['img_per_sec_per_rank_ci95']:.1f}")
+    say(f"Total img/sec on {env.world_size} {word}(s): "
+        f"{summary['img_per_sec_total_mean']:.1f} +-{summary['img_per_sec_total_ci95']:.1f}")
+    return summary
+
+
+def synthetic_pool(cfg: BenchConfig, device: torch.device, *, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Distinct random batches generated on the device, each with its own random labels."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    shape = (cfg.batch_size, 3, cfg.image_size, cfg.image_size)
+    pool = []
+    for _ in range(cfg.pool_batches):
+        images = torch.randn(shape, generator=generator, device=device)
+        labels = torch.randint(0, cfg.num_classes, (cfg.batch_size,), generator=generator, device=device)
+        pool.append((cfg.speed.place_batch(images), labels))
+    return pool
+
+
+def _describe(cfg: BenchConfig, env: DistEnv, device: torch.device, flops_dtype: str, macs: int, summary: dict) -> dict:
+    name = device_name(device)
+    per_image = train_flops_per_image(macs)
+    per_device_ips = summary["img_per_sec_total_mean"] / env.world_size
+    peak = peak_flops(name, flops_dtype) if device.type == "cuda" else None
+    return {
+        "kind": "bench",
+        "model": cfg.model,
+        "precision": cfg.precision,
+        "batch_size": cfg.batch_size,
+        "global_batch_size": cfg.batch_size * env.world_size,
+        "image_size": cfg.image_size,
+        "num_classes": cfg.num_classes,
+        "width": cfg.width,
+        "world_size": env.world_size,
+        "num_nodes": env.num_nodes,
+        "launcher": env.launcher,
+        "device": device.type,
+        "device_name": name,
+        "dist_optimizer": cfg.dist_optimizer,
+        **asdict(cfg.speed),
+        "num_warmup_batches": cfg.num_warmup_batches,
+        "num_batches_per_iter": cfg.num_batches_per_iter,
+        "num_iters": cfg.num_iters,
+        "step_time_ms": 1000.0 * cfg.batch_size * env.world_size / summary["img_per_sec_total_mean"],
+        "gmacs_per_image": macs / 1e9,
+        "train_gflops_per_image": per_image / 1e9,
+        "peak_tflops": peak / 1e12 if peak else None,
+        "mfu": mfu(per_device_ips, per_image, name, flops_dtype) if peak else None,
+    }
+
+
+def _peak_memory(device: torch.device) -> dict:
+    """Peak device memory allocated by torch on GPUs; peak resident set size of the process on CPUs.
+
+    The maximum over ranks, so the record tells whether the largest rank fits.
+    """
+    if device.type == "cuda":
+        value, kind = torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
+    else:
+        value, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "host_max_rss"  # KiB on Linux
+    if dist.is_initialized():
+        t = torch.tensor([value], dtype=torch.int64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        value = int(t.item())
+    return {"peak_memory_bytes": int(value), "peak_memory_kind": kind}
+
+
+class _out_of_memory_hint:
+    """Turn an allocation failure into one line that says what to change."""
+
+    def __init__(self, cfg: BenchConfig, device: torch.device) -> None:
+        self.cfg, self.device = cfg, device
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        oom = exc_type is not None and (
+            issubclass(exc_type, torch.OutOfMemoryError) or "can't allocate memory" in str(exc)
+        )
+        if oom:
+            smaller = max(self.cfg.batch_size // 2, 1)
+            raise DeviceError(
+                f"batch size {self.cfg.batch_size} of {self.cfg.model} at {self.cfg.image_size} px "
+                f"({self.cfg.precision}) does not fit in the memory of {device_name(self.device)}; "
+                f"try --batch-size {smaller}"
+            ) from None
+        return False
+
+
+def write_run(cfg: BenchConfig, env: DistEnv, summary: dict, *, root: str, name: str | None) -> RunDir:
+    """Rank 0's run directory: config.json, env.json, summary.json."""
+    run = RunDir.create(root, name or default_run_name("bench", cfg.model, cfg.precision, f"w{env.world_size}"))
+    device = torch.device(summary["device"], env.local_rank if summary["device"] == "cuda" else None)
+    run.write_json("config.json", {"kind": "bench", **asdict(cfg), "world_size": env.world_size})
+    run.write_json("env.json", environment_info(env.world_size, device, env.launcher))
+    run.write_json("summary.json", summary)
+    return run

@@ -1,0 +1,126 @@
+"""`dlscale bench`: the synthetic-data benchmark, flag names as in Horovod's and BlueFog's."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from dlscale.bench import BenchConfig, run_bench, write_run
+from dlscale.dist import DistEnv, shutdown
+from dlscale.metrics.run import to_jsonable
+from dlscale.precision import PRECISIONS, default_precision
+from dlscale.speed import SpeedOptions
+from dlscale.strategies import STRATEGIES
+
+# Used when no --model is given on a machine without a GPU: finishes in well under two minutes
+# on 2 cores (docs/benchmarks.md has the measured time).
+CPU_QUICK = {"model": "resnet50", "batch_size": 16, "image_size": 128, "num_warmup_batches": 3,
+             "num_batches_per_iter": 3, "num_iters": 10}
+GPU_FULL = {"model": "resnet50", "batch_size": 256, "image_size": 224}
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bench", help="synthetic-data training throughput (img/s +- 95%%) on one or many ranks",
+        description="Synthetic-data training benchmark. Run under torchrun for several ranks: "
+        "torchrun --standalone --nproc_per_node N -m dlscale bench ...",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--model", default=None, help="model name (see `dlscale models`); "
+                   "none: a configuration that suits this machine, saying what it chose")
+    p.add_argument("--batch-size", type=int, default=None, help="images per rank per step (32 if --model is given)")
+    p.add_argument("--num-warmup-batches", type=int, default=None, help="untimed steps (10)")
+    p.add_argument("--num-batches-per-iter", type=int, default=None, help="steps per timed iteration (10)")
+    p.add_argument("--num-iters", type=int, default=None, help="timed iterations (10)")
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--image-size", type=int, default=None, help="input size in pixels (224)")
+    p.add_argument("--width", type=int, default=64, help="base channel count; small values give tiny test models")
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help="fp32 if --model is given, else the device's best AMP mode")
+    p.add_argument("--channels-last", action="store_true", help="NHWC memory format")
+    p.add_argument("--fused-optimizer", action="store_true", help="torch's fused SGD")
+    p.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN autotuning (GPU)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--dist-optimizer", choices=sorted(STRATEGIES), default="allreduce")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--pool-batches", type=int, default=8, help="distinct random batches on the device")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--pg-timeout", type=float, default=600.0, help="seconds before a stuck collective fails")
+    p.add_argument("--json", type=Path, default=None, help="also write the summary object to this file")
+    p.add_argument("--output-dir", type=Path, default=Path("runs"), help="root of run directories")
+    p.add_argument("--name", default=None, help="run directory name (default: from model, precision, time)")
+    p.set_defaults(run=run)
+
+
+def config_from_args(args: argparse.Namespace, *, has_gpu: bool) -> tuple[BenchConfig, str | None]:
+    """The BenchConfig the flags describe, and a note when the machine chose the defaults."""
+    chosen: dict = {}
+    note = None
+    if args.model is None:
+        if has_gpu:
+            chosen = dict(GPU_FULL)
+            speed = SpeedOptions(channels_last=True, cudnn_benchmark=True, fused_optimizer=True)
+            note = "No --model given: on this GPU the default is resnet50, batch 256, AMP, channels_last."
+        else:
+            chosen = dict(CPU_QUICK)
+            speed = SpeedOptions()
+            note = ("No --model given: this machine has no GPU, so a quick CPU run was chosen "
+                    "(resnet50, batch 16, 128 px, 3 warm-up steps, 10 iterations of 3 steps). "
+                    "The full-size run: dlscale bench --model resnet50 --batch-size 32 --image-size 224")
+    else:
+        speed = SpeedOptions()
+    speed = replace(
+        speed,
+        channels_last=speed.channels_last or args.channels_last,
+        cudnn_benchmark=speed.cudnn_benchmark or args.cudnn_benchmark,
+        fused_optimizer=speed.fused_optimizer or args.fused_optimizer,
+        compile=args.compile,
+    )
+    given = {
+        "model": args.model, "batch_size": args.batch_size, "image_size": args.image_size,
+        "num_warmup_batches": args.num_warmup_batches, "num_batches_per_iter": args.num_batches_per_iter,
+        "num_iters": args.num_iters,
+    }
+    fields = {**chosen, **{k: v for k, v in given.items() if v is not None}}
+    precision = args.precision
+    if precision is None:
+        precision = default_precision(torch.device("cuda")) if (args.model is None and has_gpu) else "fp32"
+    cfg = BenchConfig(
+        **fields, num_classes=args.num_classes, width=args.width, precision=precision, speed=speed,
+        dist_optimizer=args.dist_optimizer, device=args.device, pool_batches=args.pool_batches,
+        seed=args.seed, pg_timeout_s=args.pg_timeout,
+    )
+    return cfg, note
+
+
+def run(args: argparse.Namespace) -> int:
+    env = DistEnv.from_env()
+    has_gpu = args.device != "cpu" and torch.cuda.is_available()
+    cfg, note = config_from_args(args, has_gpu=has_gpu)
+    if note and env.is_main:
+        print(note, flush=True)
+    try:
+        summary = run_bench(cfg, env, out=lambda line: print(line, flush=True))
+        if env.is_main:
+            run_dir = write_run(cfg, env, summary, root=args.output_dir, name=args.name)
+            _print_extras(summary)
+            print(f"Run directory: {run_dir.path}", flush=True)
+            if args.json:
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps(to_jsonable(summary), indent=2) + "\n")
+    finally:
+        shutdown()
+    return 0
+
+
+def _print_extras(summary: dict) -> None:
+    print(f"Compute img/sec (data wait excluded): {summary['compute_ips']:.1f}", flush=True)
+    gib = summary["peak_memory_bytes"] / 2**30
+    print(f"Peak memory ({summary['peak_memory_kind']}): {gib:.2f} GiB", flush=True)
+    if summary["mfu"] is not None:
+        print(f"MFU: {100 * summary['mfu']:.1f}% of {summary['peak_tflops']:.1f} TFLOP/s "
+              f"({summary['train_gflops_per_image']:.2f} GFLOP per image trained)", flush=True)

@@ -1,0 +1,72 @@
+"""Process-group set-up on top of DistEnv: device choice, init with a timeout, teardown."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from dlscale.dist.env import DistEnv, expand_hostlist
+from dlscale.errors import DeviceError
+
+__all__ = ["DistEnv", "expand_hostlist", "select_device", "init_process_group", "shutdown"]
+
+DEFAULT_TIMEOUT_S = 600.0
+"""Process-group timeout: a collective that a peer never joins fails after this many seconds.
+torch's own default is 30 minutes (ecosystem.md section 0, finding 2)."""
+
+
+def select_device(env: DistEnv, kind: str = "auto") -> torch.device:
+    """`auto`: this rank's GPU when CUDA is visible, else the CPU."""
+    if kind not in ("auto", "cpu", "cuda"):
+        raise DeviceError(f"--device {kind!r} is not one of auto, cpu, cuda")
+    if kind == "cpu" or (kind == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise DeviceError("--device cuda was asked but no CUDA device is visible; use --device cpu")
+    count = torch.cuda.device_count()
+    if env.local_world_size > count:
+        raise DeviceError(
+            f"{env.local_world_size} processes on this node but only {count} GPU(s); "
+            f"start at most {count} per node (--nproc-per-node {count})"
+        )
+    return torch.device("cuda", env.local_rank)
+
+
+def init_process_group(env: DistEnv, device: torch.device, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    """Join the job's process group (NCCL on GPUs, gloo on CPUs); nothing for one process.
+
+    Under torchrun the workers reuse the agent's TCPStore. On the pinned torch a restarted
+    attempt then reads keys left by the failed one and fails to connect or hangs
+    (ecosystem.md section 1.2, pytorch#135712), so each attempt gets its own key prefix.
+    """
+    if not env.is_distributed or dist.is_initialized():
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    timeout = timedelta(seconds=timeout_s)
+    if env.agent_store:
+        store = dist.TCPStore(env.master_addr, env.master_port, env.world_size, is_master=False, timeout=timeout)
+        prefixed = dist.PrefixStore(f"dlscale/attempt_{env.restart_count}", store)
+        dist.init_process_group(backend, store=prefixed, rank=env.rank, world_size=env.world_size, timeout=timeout)
+        return
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://{_bracket(env.master_addr)}:{env.master_port}",
+        rank=env.rank,
+        world_size=env.world_size,
+        timeout=timeout,
+    )
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _bracket(host: str | None) -> str:
+    if host is None:
+        raise DeviceError("no rendezvous host: set MASTER_ADDR")
+    return f"[{host}]" if ":" in host else host

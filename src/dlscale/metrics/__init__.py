@@ -1,0 +1,1 @@
+"""Measurement: throughput statistics, device peaks, run records."""

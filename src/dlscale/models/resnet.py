@@ -1,0 +1,194 @@
+"""ResNet v1.5 (He et al. 2016, "Deep Residual Learning for Image Recognition").
+
+v1.5 puts the stride of a downsampling bottleneck on its 3x3 conv (conv2) instead of the
+first 1x1 conv; it is what torchvision and NVIDIA's DeepLearningExamples train. Module
+names follow torchvision's (conv1, bn1, layer1..layer4, fc; blocks conv1/bn1/...;
+downsample = Sequential(1x1 conv, BN)), so a torchvision state_dict loads with strict=True.
+"""
+
+from __future__ import annotations
+
+from numbers import Integral
+
+from torch import Tensor, nn
+
+from dlscale.errors import ConfigError
+
+STEMS = ("imagenet", "cifar")
+"""Input stems: "imagenet" is 7x7 stride 2 + 3x3 max-pool (4x downsampling), "cifar" keeps
+full resolution (7x7 stride 1, no max-pool), the SC20 tutorial's adjustment for 32 px images."""
+
+STAGE_STRIDES = (1, 2, 2, 2)
+"""Stride of the first block of layer1..layer4; each later stage halves the resolution."""
+
+
+def conv3x3(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:
+    """3x3 convolution, padding 1, no bias (the following BN has one)."""
+    return nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1, bias=False)
+
+
+def conv1x1(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:
+    """1x1 convolution without bias."""
+    return nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False)
+
+
+class BasicBlock(nn.Module):
+    """Two 3x3 convs with an identity (or 1x1 projection) shortcut; ResNet-18/34."""
+
+    expansion = 1
+    """Output channels = expansion * width of the block."""
+
+    def __init__(
+        self, in_channels: int, width: int, stride: int = 1, downsample: nn.Module | None = None
+    ) -> None:
+        super().__init__()
+        self.conv1 = conv3x3(in_channels, width, stride)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = conv3x3(width, width)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.downsample = downsample
+
+    def last_bn(self) -> nn.BatchNorm2d:
+        """The BN whose gamma `zero_init_residual` zeroes (it ends the residual branch)."""
+        return self.bn2
+
+    def forward(self, x: Tensor) -> Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + shortcut)
+
+
+class Bottleneck(nn.Module):
+    """1x1 reduce, 3x3 (carries the stride: v1.5), 1x1 expand by 4; ResNet-50/101/152."""
+
+    expansion = 4
+    """Output channels = expansion * width of the block."""
+
+    def __init__(
+        self, in_channels: int, width: int, stride: int = 1, downsample: nn.Module | None = None
+    ) -> None:
+        super().__init__()
+        self.conv1 = conv1x1(in_channels, width)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = conv3x3(width, width, stride)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = conv1x1(width, width * self.expansion)
+        self.bn3 = nn.BatchNorm2d(width * self.expansion)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def last_bn(self) -> nn.BatchNorm2d:
+        """The BN whose gamma `zero_init_residual` zeroes (it ends the residual branch)."""
+        return self.bn3
+
+    def forward(self, x: Tensor) -> Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + shortcut)
+
+
+Block = type[BasicBlock] | type[Bottleneck]
+
+DEPTHS: dict[int, tuple[Block, tuple[int, int, int, int]]] = {
+    18: (BasicBlock, (2, 2, 2, 2)),
+    34: (BasicBlock, (3, 4, 6, 3)),
+    50: (Bottleneck, (3, 4, 6, 3)),
+    101: (Bottleneck, (3, 4, 23, 3)),
+    152: (Bottleneck, (3, 8, 36, 3)),
+}
+"""Depth -> (block, blocks per stage); table 1 of He et al. 2016."""
+
+
+class ResNet(nn.Module):
+    """A ResNet of `block`s; stage i has width * 2**i channels (times the block's expansion)."""
+
+    def __init__(
+        self,
+        block: Block,
+        blocks_per_stage: tuple[int, ...],
+        *,
+        num_classes: int = 1000,
+        width: int = 64,
+        stem: str = "imagenet",
+        in_channels: int = 3,
+        zero_init_residual: bool = False,
+    ) -> None:
+        super().__init__()
+        check_options(num_classes=num_classes, width=width, stem=stem, in_channels=in_channels)
+        stem_stride = 2 if stem == "imagenet" else 1
+        self.conv1 = nn.Conv2d(in_channels, width, 7, stride=stem_stride, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU(inplace=True)
+        # Identity keeps the attribute, so both stems have the same state_dict names.
+        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1) if stem == "imagenet" else nn.Identity()
+        self._channels = width
+        stages = zip(blocks_per_stage, STAGE_STRIDES, strict=True)
+        for index, (count, stride) in enumerate(stages, start=1):
+            stage = self._make_stage(block, width * 2 ** (index - 1), count, stride)
+            self.add_module(f"layer{index}", stage)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(self._channels, num_classes)
+        initialize(self, zero_init_residual)
+
+    def _make_stage(self, block: Block, width: int, count: int, stride: int) -> nn.Sequential:
+        """`count` blocks; the first changes stride/channels through a 1x1 projection."""
+        out_channels = width * block.expansion
+        downsample = None
+        if stride != 1 or self._channels != out_channels:
+            downsample = nn.Sequential(
+                conv1x1(self._channels, out_channels, stride), nn.BatchNorm2d(out_channels)
+            )
+        blocks = [block(self._channels, width, stride, downsample)]
+        blocks += [block(out_channels, width) for _ in range(count - 1)]
+        self._channels = out_channels
+        return nn.Sequential(*blocks)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(self.avgpool(x).flatten(1))
+
+
+def initialize(model: nn.Module, zero_init_residual: bool = False) -> None:
+    """Kaiming-normal convs (fan_out, ReLU gain; He et al. 2015), BN gamma 1 and beta 0.
+
+    `zero_init_residual` zeroes the last BN gamma of every block, so each block starts as
+    the identity; Goyal et al. 2017 ("Accurate, Large Minibatch SGD", section 5.1) report
+    it helps large-batch training. nn.Linear keeps PyTorch's default init, as torchvision.
+    """
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d):
+            nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+        elif isinstance(module, nn.BatchNorm2d | nn.GroupNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+    if zero_init_residual:
+        for module in model.modules():
+            if isinstance(module, BasicBlock | Bottleneck):
+                nn.init.zeros_(module.last_bn().weight)
+
+
+def check_options(*, num_classes: int, width: int, stem: str, in_channels: int) -> None:
+    """Raise ConfigError for values a user can get wrong, naming what to change."""
+    for name, value in (
+        ("num_classes", num_classes),
+        ("width", width),
+        ("in_channels", in_channels),
+    ):
+        if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
+            raise ConfigError(f"{name}={value!r} must be a positive integer")
+    if stem not in STEMS:
+        raise ConfigError(f"stem={stem!r} is unknown; pick one of {', '.join(STEMS)}")
+
+
+def resnet(depth: int, *, num_classes: int = 1000, **options) -> ResNet:
+    """ResNet-`depth` (18, 34, 50, 101 or 152); `options` go to ResNet (width, stem, ...)."""
+    if depth not in DEPTHS:
+        known = ", ".join(str(d) for d in DEPTHS)
+        raise ConfigError(f"ResNet depth {depth} is unknown; pick one of {known}")
+    block, blocks_per_stage = DEPTHS[depth]
+    return ResNet(block, blocks_per_stage, num_classes=num_classes, **options)

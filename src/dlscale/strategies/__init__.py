@@ -1,0 +1,19 @@
+"""Strategies by name: adding one is a module and a line in STRATEGIES."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dlscale.errors import ConfigError
+from dlscale.strategies.allreduce import AllreduceStrategy
+from dlscale.strategies.base import Strategy
+
+STRATEGIES: dict[str, Callable[..., Strategy]] = {
+    "allreduce": lambda world_size, **_: AllreduceStrategy(world_size),
+}
+
+
+def build_strategy(name: str, world_size: int, **options) -> Strategy:
+    if name not in STRATEGIES:
+        raise ConfigError(f"unknown --dist-optimizer {name!r}; choose one of {', '.join(STRATEGIES)}")
+    return STRATEGIES[name](world_size=world_size, **options)

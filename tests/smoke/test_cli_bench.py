@@ -1,0 +1,82 @@
+"""`dlscale bench` as a user runs it: one process, and two ranks under the real torchrun."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+TINY = ["--model", "resnet18", "--width", "8", "--image-size", "32", "--batch-size", "4",
+        "--num-classes", "10", "--num-warmup-batches", "2", "--num-batches-per-iter", "2", "--num-iters", "3"]
+
+SUMMARY_KEYS = {
+    "kind", "model", "precision", "batch_size", "image_size", "world_size", "device",
+    "img_per_sec_total_mean", "img_per_sec_total_ci95", "img_per_sec_per_rank_mean",
+    "img_per_sec_per_rank_ci95", "compute_ips", "total_ips", "iterations",
+}
+
+
+def _run(args, tmp_path, timeout=180):
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    return subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _check_output(stdout, world, iters=3):
+    lines = stdout.splitlines()
+    header = ["Model: resnet18", "Batch size: 4", f"Number of CPUs: {world}", "Running warmup...",
+              "Running benchmark..."]
+    start = lines.index("Model: resnet18")
+    assert lines[start:start + 5] == header
+    for i in range(iters):
+        assert re.fullmatch(rf"Iter #{i}: \d+\.\d img/sec per CPU", lines[start + 5 + i])
+    assert re.fullmatch(r"Img/sec per CPU: \d+\.\d \+-\d+\.\d", lines[start + 5 + iters])
+    assert re.fullmatch(rf"Total img/sec on {world} CPU\(s\): \d+\.\d \+-\d+\.\d", lines[start + 6 + iters])
+
+
+def test_single_process(tmp_path):
+    out = _run([sys.executable, "-m", "dlscale", "bench", *TINY, "--json", "result.json",
+                "--output-dir", "runs", "--name", "one"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    _check_output(out.stdout, 1)
+    summary = json.loads((tmp_path / "result.json").read_text())
+    assert summary.keys() >= SUMMARY_KEYS
+    assert summary["kind"] == "bench" and summary["world_size"] == 1 and len(summary["iterations"]) == 3
+    run = tmp_path / "runs" / "one"
+    assert json.loads((run / "summary.json").read_text()) == summary
+    env = json.loads((run / "env.json").read_text())
+    assert env["torch"] and env["world_size"] == 1 and "git_sha" in env
+    assert json.loads((run / "config.json").read_text())["model"] == "resnet18"
+    printed = float(re.search(r"Total img/sec on 1 CPU\(s\): (\S+)", out.stdout).group(1))
+    assert printed == pytest.approx(summary["img_per_sec_total_mean"], abs=0.06)
+
+
+@pytest.mark.distributed
+def test_two_ranks_under_torchrun(tmp_path):
+    out = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                "-m", "dlscale", "bench", *TINY, "--json", "result.json", "--output-dir", "runs",
+                "--pg-timeout", "60"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    _check_output(out.stdout, 2)
+    assert out.stdout.count("Running benchmark...") == 1  # rank 0 prints, rank 1 does not
+    summary = json.loads((tmp_path / "result.json").read_text())
+    assert summary["world_size"] == 2 and summary["launcher"] == "torchrun"
+    per_rank = summary["iterations_per_rank"]
+    assert len(per_rank) == 2
+    # The total is the measured per-iteration sum over both ranks.
+    for i, total in enumerate(summary["iterations"]):
+        assert total == pytest.approx(per_rank[0][i] + per_rank[1][i])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--model", "resnet51"], "unknown model 'resnet51'"),
+    (["--model", "resnet18", "--batch-size", "0"], "--batch-size must be positive"),
+    (["--model", "resnet18", "--precision", "fp8"], "invalid choice: 'fp8'"),
+    (["--model", "resnet18", "--precision", "tf32", "--device", "cpu"], "use fp32"),
+    (["--model", "resnet18", "--image-size", "-3"], "--image-size"),
+])
+def test_bad_input_is_one_line(tmp_path, args, message):
+    out = _run([sys.executable, "-m", "dlscale", "bench", *args, "--output-dir", "runs"], tmp_path)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert message in out.stderr

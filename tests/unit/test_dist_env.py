@@ -1,0 +1,91 @@
+"""DistEnv over tables of launcher environments (ecosystem.md sections 3 and 9, R1/R2)."""
+
+import pytest
+
+from dlscale.dist.env import DistEnv, expand_hostlist
+from dlscale.errors import ConfigError
+
+TORCHRUN = {
+    "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
+    "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "node0", "MASTER_PORT": "29400",
+    "TORCHELASTIC_RUN_ID": "job", "TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_USE_AGENT_STORE": "True",
+}
+SLURM = {
+    "SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+    "SLURM_JOB_NUM_NODES": "2", "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_JOB_NODELIST": "gpu[07-08]",
+    "SLURM_JOB_ID": "123456",
+}
+OPENMPI = {
+    "OMPI_COMM_WORLD_RANK": "6", "OMPI_COMM_WORLD_SIZE": "16", "OMPI_COMM_WORLD_LOCAL_RANK": "2",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "MASTER_ADDR": "server1",
+}
+PMI = {"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}
+
+CASES = [
+    # name, environment, expected fields
+    ("single process", {}, dict(rank=0, world_size=1, launcher="single", master_addr=None)),
+    ("torchrun", TORCHRUN, dict(rank=3, world_size=4, local_rank=1, local_world_size=2, node_rank=1,
+                                num_nodes=2, master_addr="node0", master_port=29400, launcher="torchrun",
+                                restart_count=2, agent_store=True)),
+    # Workers that torchrun starts inside one srun task inherit SLURM_PROCID=0, SLURM_NTASKS=1:
+    # torchrun's variables must win or every worker is rank 0 of 1.
+    ("torchrun inside srun", {**SLURM, "SLURM_PROCID": "0", "SLURM_NTASKS": "1", **TORCHRUN},
+     dict(rank=3, world_size=4, launcher="torchrun")),
+    ("plain env vars", {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "h", "MASTER_PORT": "1234"},
+     dict(rank=1, world_size=2, local_world_size=2, node_rank=0, num_nodes=1, launcher="env", agent_store=False)),
+    ("slurm one task per gpu", SLURM,
+     dict(rank=5, world_size=8, local_rank=1, local_world_size=4, node_rank=1, num_nodes=2,
+          master_addr="gpu07", master_port=20000 + 123456 % 20000, launcher="slurm")),
+    ("slurm with MASTER_ADDR", {**SLURM, "MASTER_ADDR": "login1", "MASTER_PORT": "4000"},
+     dict(master_addr="login1", master_port=4000)),
+    ("slurm one node, no node list", {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1"},
+     dict(rank=1, world_size=2, master_addr="127.0.0.1", num_nodes=1)),
+    ("open mpi", OPENMPI, dict(rank=6, world_size=16, local_rank=2, local_world_size=4, node_rank=1,
+                               num_nodes=4, master_addr="server1", launcher="openmpi")),
+    ("pmi (mpich, intel mpi)", PMI, dict(rank=1, world_size=2, local_rank=1, master_addr="127.0.0.1", launcher="pmi")),
+    ("mvapich", {"MV2_COMM_WORLD_RANK": "0", "MV2_COMM_WORLD_SIZE": "2", "MV2_COMM_WORLD_LOCAL_RANK": "0",
+                 "MV2_COMM_WORLD_LOCAL_SIZE": "2"}, dict(rank=0, world_size=2, launcher="mvapich")),
+]
+
+
+@pytest.mark.parametrize("name,environ,expected", CASES, ids=[c[0] for c in CASES])
+def test_environments(name, environ, expected):
+    env = DistEnv.from_env(environ)
+    for field, value in expected.items():
+        assert getattr(env, field) == value, field
+
+
+def test_multi_node_without_rendezvous_host_is_an_error():
+    environ = {k: v for k, v in SLURM.items() if k != "SLURM_JOB_NODELIST"}
+    with pytest.raises(ConfigError, match="MASTER_ADDR"):
+        DistEnv.from_env(environ)
+    mpi = {k: v for k, v in OPENMPI.items() if k != "MASTER_ADDR"}
+    with pytest.raises(ConfigError, match="MASTER_ADDR"):
+        DistEnv.from_env(mpi)
+
+
+@pytest.mark.parametrize("environ,match", [
+    ({"RANK": "4", "WORLD_SIZE": "4", "LOCAL_RANK": "0"}, "rank 4 .* not in 0..3"),
+    ({"RANK": "x", "WORLD_SIZE": "4", "LOCAL_RANK": "0"}, "RANK='x' is not an integer"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_TASKS_PER_NODE": "two"}, "SLURM_TASKS_PER_NODE"),
+])
+def test_bad_values_name_the_variable(environ, match):
+    with pytest.raises(ConfigError, match=match):
+        DistEnv.from_env(environ)
+
+
+@pytest.mark.parametrize("hostlist,hosts", [
+    ("gpu[07-09],cpu1", ["gpu07", "gpu08", "gpu09", "cpu1"]),
+    ("node1", ["node1"]),
+    ("n[1,3-4]", ["n1", "n3", "n4"]),
+    ("a[01-02]-ib[0-1]", ["a01-ib0", "a01-ib1", "a02-ib0", "a02-ib1"]),
+    ("x[8-10]", ["x8", "x9", "x10"]),
+])
+def test_expand_hostlist(hostlist, hosts):
+    assert expand_hostlist(hostlist) == hosts
+
+
+def test_tasks_per_node_uneven():
+    env = DistEnv.from_env({"SLURM_PROCID": "4", "SLURM_NTASKS": "5", "SLURM_NODEID": "1", "SLURM_LOCALID": "0",
+                            "SLURM_JOB_NUM_NODES": "2", "SLURM_TASKS_PER_NODE": "4,1", "SLURM_JOB_NODELIST": "n[1-2]"})
+    assert env.local_world_size == 1 and env.node_rank == 1 and env.master_addr == "n1"

@@ -1,0 +1,220 @@
+"""ResNet family: torchvision-exact parameter counts and names, init, shapes, MACs."""
+
+import io
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from dlscale.errors import ConfigError
+from dlscale.models import MODELS, build_model, count_parameters, model_names
+from dlscale.models.flops import count_macs, forward_flops, train_flops_per_image
+from dlscale.models.resnet import BasicBlock, Bottleneck
+
+# torchvision's model pages (docs.pytorch.org/vision/stable/models), 1000 classes.
+TORCHVISION_PARAMETERS = {
+    "resnet18": 11_689_512,
+    "resnet34": 21_797_672,
+    "resnet50": 25_557_032,
+    "resnet101": 44_549_160,
+    "resnet152": 60_192_808,
+}
+# torchvision's "GFLOPS" column, which counts multiply-accumulates.
+TORCHVISION_GMACS = {"resnet18": 1.81, "resnet50": 4.09}
+
+
+def meta_model(name, num_classes=1000, **options):
+    """Shapes and counts without memory or init time."""
+    with torch.device("meta"):
+        return build_model(name, num_classes=num_classes, **options)
+
+
+def tiny_model(name, num_classes=10, **options):
+    torch.manual_seed(0)
+    return build_model(name, num_classes=num_classes, width=8, **options)
+
+
+@pytest.mark.parametrize("name", sorted(TORCHVISION_PARAMETERS))
+def test_parameter_count_equals_torchvision(name):
+    assert count_parameters(meta_model(name)) == TORCHVISION_PARAMETERS[name]
+
+
+def test_resnet50_cifar_100_classes_parameter_count():
+    assert count_parameters(meta_model("resnet50_cifar", num_classes=100)) == 23_712_932
+
+
+def test_every_depth_has_a_cifar_variant():
+    for name in TORCHVISION_PARAMETERS:
+        assert f"{name}_cifar" in MODELS
+    assert model_names() == list(MODELS)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "resnet50", "resnet18_cifar", "resnet50_cifar"])
+@pytest.mark.parametrize("image_size", [16, 32])
+def test_tiny_forward_backward_shapes(name, image_size):
+    model = tiny_model(name, num_classes=7)
+    images = torch.randn(2, 3, image_size, image_size)
+    logits = model(images)
+    assert logits.shape == (2, 7)
+    logits.sum().backward()
+    for parameter_name, parameter in model.named_parameters():
+        assert parameter.grad is not None, parameter_name
+        assert parameter.grad.shape == parameter.shape
+
+
+def test_width_scales_every_stage():
+    model = tiny_model("resnet50")
+    assert model.conv1.out_channels == 8
+    stage_outputs = [getattr(model, f"layer{i}")[-1].bn3.num_features for i in range(1, 5)]
+    assert stage_outputs == [32, 64, 128, 256]  # 4 * width * 2**i
+    assert model.fc.in_features == 256
+
+
+def test_stems():
+    imagenet, cifar = meta_model("resnet18"), meta_model("resnet18_cifar")
+    assert imagenet.conv1.stride == (2, 2) and isinstance(imagenet.maxpool, nn.MaxPool2d)
+    assert cifar.conv1.kernel_size == (7, 7) and cifar.conv1.stride == (1, 1)
+    assert cifar.conv1.padding == (3, 3) and isinstance(cifar.maxpool, nn.Identity)
+
+
+def test_in_channels_option():
+    model = tiny_model("resnet18_cifar", in_channels=1)
+    assert model(torch.randn(2, 1, 8, 8)).shape == (2, 10)
+
+
+def test_v1_5_stride_is_on_the_3x3_conv():
+    block = meta_model("resnet50").layer2[0]
+    assert block.conv1.stride == (1, 1)
+    assert block.conv2.stride == (2, 2)
+    assert block.downsample[0].stride == (2, 2)
+
+
+def test_resnet50_state_dict_has_torchvision_names_and_shapes():
+    state = meta_model("resnet50").state_dict()
+    # torchvision resnet50: 53 convs + 53 BNs (5 entries each) + fc weight and bias.
+    assert len(state) == 53 + 53 * 5 + 2
+    expected_shapes = {
+        "conv1.weight": (64, 3, 7, 7),
+        "bn1.running_mean": (64,),
+        "layer1.0.downsample.0.weight": (256, 64, 1, 1),
+        "layer1.0.downsample.1.num_batches_tracked": (),
+        "layer2.0.conv2.weight": (128, 128, 3, 3),
+        "layer3.5.conv3.weight": (1024, 256, 1, 1),
+        "layer4.2.bn3.running_var": (2048,),
+        "fc.weight": (1000, 2048),
+        "fc.bias": (1000,),
+    }
+    for key, shape in expected_shapes.items():
+        assert tuple(state[key].shape) == shape, key
+
+
+def test_state_dict_loads_strict_into_another_build():
+    source, target = tiny_model("resnet50"), tiny_model("resnet50")
+    nn.init.constant_(source.fc.bias, 0.5)
+    buffer = io.BytesIO()
+    torch.save(source.state_dict(), buffer)
+    buffer.seek(0)
+    target.load_state_dict(torch.load(buffer, weights_only=True), strict=True)
+    images = torch.randn(2, 3, 16, 16)
+    source.eval(), target.eval()
+    torch.testing.assert_close(target(images), source(images), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "resnet50"])
+def test_zero_init_residual_zeroes_exactly_the_last_bn_of_each_block(name):
+    model = tiny_model(name, zero_init_residual=True)
+    blocks = [m for m in model.modules() if isinstance(m, BasicBlock | Bottleneck)]
+    last_bns = {id(block.last_bn()) for block in blocks}
+    assert len(last_bns) == len(blocks) == (8 if name == "resnet18" else 16)
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            expected = 0.0 if id(module) in last_bns else 1.0
+            assert torch.all(module.weight == expected)
+            assert torch.all(module.bias == 0.0)
+
+
+def test_without_zero_init_residual_every_bn_gamma_is_one():
+    model = tiny_model("resnet50")
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            assert torch.all(module.weight == 1.0)
+
+
+def test_conv_init_is_kaiming_normal_fan_out():
+    torch.manual_seed(0)
+    model = build_model("resnet50")
+    # Convs where fan_in != fan_out, so fan_in mode would give a different std.
+    for conv in (model.conv1, model.layer4[0].conv3):
+        fan_out = conv.out_channels * conv.kernel_size[0] * conv.kernel_size[1]
+        expected_std = math.sqrt(2.0 / fan_out)
+        assert conv.weight.std().item() == pytest.approx(expected_std, rel=0.03)
+        assert conv.weight.mean().item() == pytest.approx(0.0, abs=expected_std * 0.05)
+
+
+@pytest.mark.parametrize("name", sorted(TORCHVISION_GMACS))
+def test_macs_match_torchvision_within_one_percent(name):
+    macs = count_macs(meta_model(name), image_size=224)
+    assert macs / 1e9 == pytest.approx(TORCHVISION_GMACS[name], rel=0.01)
+
+
+def test_macs_by_hand_for_a_small_net():
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, stride=2, padding=1),  # out 8x5x5, 3*9 MACs per output
+        nn.Conv2d(8, 8, 3, padding=1, groups=4),  # out 8x5x5, 2*9 MACs per output
+        nn.Flatten(),
+        nn.Linear(200, 10),
+    )
+    expected = 200 * 27 + 200 * 18 + 200 * 10
+    assert count_macs(net, image_size=10) == expected
+
+
+def test_macs_scale_with_image_area_and_equal_for_real_and_meta_models():
+    real = tiny_model("resnet18_cifar")
+    macs_32 = count_macs(real, image_size=32)
+    assert macs_32 == count_macs(meta_model("resnet18_cifar", num_classes=10, width=8), 32)
+    # Every layer but fc scales with the area; fc is width*8 * classes = 640 MACs.
+    assert count_macs(real, image_size=64) - 640 == 4 * (macs_32 - 640)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_count_macs_restores_training_mode(training):
+    model = tiny_model("resnet18").train(training)
+    count_macs(model, image_size=16)
+    assert model.training is training
+    assert all(m.training is training for m in model.modules())
+
+
+def test_flops_from_macs():
+    assert forward_flops(10) == 20
+    assert train_flops_per_image(10) == 60
+
+
+def test_unknown_model_names_the_known_ones():
+    with pytest.raises(ConfigError) as error:
+        build_model("resnet51")
+    message = str(error.value)
+    assert "resnet51" in message
+    for name in MODELS:
+        assert name in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"num_classes": 0}, {"num_classes": -3}, {"width": 0}, {"width": -8}, {"width": 2.5}],
+)
+def test_non_positive_sizes_raise_config_error(options):
+    num_classes = options.pop("num_classes", 10)
+    with pytest.raises(ConfigError, match="positive"):
+        build_model("resnet18", num_classes=num_classes, **options)
+
+
+def test_unknown_option_names_the_known_ones():
+    with pytest.raises(ConfigError, match="zero_init_residual"):
+        build_model("resnet18", widht=8)
+
+
+def test_bad_image_size_raises_config_error():
+    with pytest.raises(ConfigError, match="image_size"):
+        count_macs(tiny_model("resnet18"), image_size=0)

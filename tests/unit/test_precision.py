@@ -1,0 +1,79 @@
+import pytest
+import torch
+from torch import nn
+
+from dlscale.errors import DeviceError
+from dlscale.precision import PRECISIONS, build_precision
+from dlscale.speed import SpeedOptions
+from dlscale.strategies import build_strategy
+from dlscale.train.step import train_step
+
+CPU = torch.device("cpu")
+
+
+def _tiny():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), nn.Linear(4, 5))
+
+
+@pytest.mark.parametrize("name,dtype,scaled", [
+    ("fp32", torch.float32, False), ("amp_bf16", torch.bfloat16, False), ("amp_fp16", torch.float16, True),
+])
+def test_cpu_modes_train(name, dtype, scaled):
+    precision = build_precision(name, CPU)
+    assert precision.scaler.is_enabled() is scaled  # GradScaler for fp16 only
+    model = _tiny()
+    with precision.autocast():
+        assert model[0](torch.randn(2, 3, 8, 8)).dtype == dtype
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = train_step(model, torch.randn(4, 3, 8, 8), torch.tensor([0, 1, 2, 3]), opt, precision,
+                      build_strategy("allreduce", 1), nn.CrossEntropyLoss())
+    assert torch.isfinite(loss)
+    assert all(p.grad is None for p in model.parameters())  # zero_grad(set_to_none=True)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_fp16_scaler_skips_overflowing_step():
+    precision = build_precision("amp_fp16", CPU)
+    model = nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = model.weight.detach().clone()
+    precision.backward(model(torch.tensor([[float("inf"), 1.0]])).sum())
+    scale = precision.scaler.get_scale()
+    precision.step(opt)
+    assert torch.equal(model.weight, before)  # step skipped on inf gradients
+    assert precision.scaler.get_scale() < scale  # and the scale backed off
+    restored = build_precision("amp_fp16", CPU)
+    restored.load_state_dict(precision.state_dict())
+    assert restored.scaler.get_scale() == precision.scaler.get_scale()
+
+
+def test_unsupported_modes_name_the_alternative():
+    with pytest.raises(DeviceError, match="on the CPU use fp32"):
+        build_precision("tf32", CPU)
+    with pytest.raises(DeviceError, match="choose one of"):
+        build_precision("fp8", CPU)
+    assert set(PRECISIONS) == {"fp32", "tf32", "amp_fp16", "amp_bf16"}
+
+
+def test_speed_options_on_cpu():
+    speed = SpeedOptions(channels_last=True, fused_optimizer=True)
+    model = speed.place_model(_tiny(), CPU)
+    assert model[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert speed.place_batch(torch.randn(2, 3, 8, 8)).is_contiguous(memory_format=torch.channels_last)
+    assert speed.optimizer_kwargs() == {"fused": True}
+    with pytest.raises(DeviceError, match="CUDA"):
+        SpeedOptions(cudnn_benchmark=True).apply_globals(CPU)
+
+
+def test_compile_runs_a_step():
+    pytest.importorskip("torch._inductor")
+    speed = SpeedOptions(compile=True)
+    model = speed.maybe_compile(_tiny())
+    precision = build_precision("fp32", CPU)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = train_step(model, torch.randn(4, 3, 8, 8), torch.tensor([0, 1, 2, 3]), opt, precision,
+                      build_strategy("allreduce", 1), nn.CrossEntropyLoss())
+    assert torch.isfinite(loss)
