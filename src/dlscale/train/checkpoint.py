@@ -1,0 +1,274 @@
+"""Single-file checkpoints written atomically, rotated, and loaded with weights_only=True.
+
+The protocol follows /work/shared/reference/ecosystem.md 1.3 and requirements R4, R6, R7:
+* the training loop calls `save` on rank 0 only (DDP replicas are identical);
+* the file is written to `ckpt.tmp.<pid>`, flushed and fsynced, checked to load with
+  `weights_only=True`, renamed with `os.replace` to `checkpoint-<step:09d>.pt`, and the
+  directory is fsynced, so a crash leaves either the old or the new complete file;
+* the `latest` pointer is then replaced the same way, and old files are rotated away;
+* resume is decided from this directory alone, never from TORCHELASTIC_RESTART_COUNT
+  or SLURM_RESTART_COUNT (torchrun counts restarts per agent: pytorch#108158).
+
+Callers: after `load_latest` on every rank, `dist.barrier()` before training, so that
+rank 0 cannot rotate away a file another rank is still reading (pytorch#84881).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import random
+import re
+import warnings
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import torch
+
+from dlscale.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d{9,})\.pt$")
+TMP_PATTERN = re.compile(r"^(ckpt|latest)\.tmp\.\d+$")
+LATEST_POINTER = "latest"
+
+
+class CheckpointManager:
+    """Writes `checkpoint-<step>.pt` files into one directory and finds the newest good one."""
+
+    def __init__(self, directory: str | os.PathLike[str], keep_last: int | None = 3) -> None:
+        if keep_last is not None and keep_last < 1:
+            raise ConfigError(
+                f"keep_last={keep_last}: keep at least 1 checkpoint (or None for all)"
+            )
+        self.directory = Path(directory)
+        self.keep_last = keep_last
+
+    # ------------------------------------------------------------------ write
+    def save(self, state: dict[str, Any], *, epoch: int, step: int) -> Path:
+        """Atomically write `state` plus `epoch` and `step`; returns the checkpoint's path.
+
+        Raises TypeError (and writes nothing) when `state` holds something that
+        `torch.load(weights_only=True)` would refuse, e.g. a numpy array.
+        """
+        for key, value in (("epoch", epoch), ("step", step)):
+            if key in state and state[key] != value:
+                raise ValueError(f"state[{key!r}]={state[key]!r} disagrees with {key}={value}")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._remove_leftover_tmp_files()
+        payload = {**state, "epoch": int(epoch), "step": int(step)}
+        path = self.directory / f"checkpoint-{int(step):09d}.pt"
+        self._write_atomically(path, "ckpt", lambda f: torch.save(payload, f), verify=True)
+        pointer = (path.name + "\n").encode()
+        self._write_atomically(
+            self.directory / LATEST_POINTER, "latest", lambda f: f.write(pointer)
+        )
+        self._rotate(current_step=int(step))
+        return path
+
+    def _write_atomically(
+        self,
+        path: Path,
+        tmp_prefix: str,
+        write: Callable[[BinaryIO], object],
+        *,
+        verify: bool = False,
+    ) -> None:
+        """`<prefix>.tmp.<pid>` in the same directory -> flush -> fsync -> os.replace -> fsync dir."""
+        tmp = self.directory / f"{tmp_prefix}.tmp.{os.getpid()}"
+        try:
+            with open(tmp, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            if verify:
+                _check_weights_only_loadable(tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_directory(self.directory)
+
+    def _remove_leftover_tmp_files(self) -> None:
+        """A tmp file is a write that crashed before its rename: never read, removed here."""
+        for path in self.directory.iterdir():
+            if TMP_PATTERN.match(path.name):
+                log.info("removing an unfinished checkpoint write: %s", path)
+                path.unlink(missing_ok=True)
+
+    def _rotate(self, *, current_step: int) -> None:
+        """Delete all but the `keep_last` newest checkpoints with step <= `current_step`.
+
+        Files with a larger step are left alone: after a fall-back past unreadable files
+        they are the unreadable ones, and deleting data is not this class's call. They
+        are overwritten or rotated away once training passes their step.
+        """
+        files = self._checkpoints_newest_first()
+        newer = [path.name for step, path in files if step > current_step]
+        if newer:
+            log.warning("checkpoints newer than step %d remain: %s", current_step, newer)
+        if self.keep_last is None:
+            return
+        older = [path for step, path in files if step <= current_step]
+        for path in older[self.keep_last :]:
+            path.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------- read
+    def checkpoints(self) -> list[Path]:
+        """Complete-looking checkpoint files, oldest first (tmp files are never listed)."""
+        return [path for _, path in reversed(self._checkpoints_newest_first())]
+
+    def _checkpoints_newest_first(self) -> list[tuple[int, Path]]:
+        if not self.directory.is_dir():
+            return []
+        found = []
+        for path in self.directory.iterdir():
+            match = CHECKPOINT_PATTERN.match(path.name)
+            if match and path.is_file():
+                found.append((int(match.group(1)), path))
+        return sorted(found, reverse=True)
+
+    def latest_path(self) -> Path | None:
+        """The file the `latest` pointer names, else the highest-step file, else None.
+
+        `load_latest` does not trust the pointer alone: a crash between a checkpoint's
+        rename and the pointer update leaves a newer complete file that it still uses.
+        """
+        pointer = self.directory / LATEST_POINTER
+        if pointer.is_file():
+            name = pointer.read_text().strip()
+            if CHECKPOINT_PATTERN.match(name) and (self.directory / name).is_file():
+                return self.directory / name
+        files = self._checkpoints_newest_first()
+        return files[0][1] if files else None
+
+    def load_latest(self, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
+        """The newest checkpoint that loads, or None when there is none (a fresh run).
+
+        An unreadable file (truncated, garbage) gives a warning and the next older one is
+        tried. ConfigError when every file is unreadable (never silently start afresh
+        next to them), or when a complete file holds objects that `weights_only=True`
+        refuses: it was not written by dlscale and is not loaded.
+        """
+        files = self._checkpoints_newest_first()
+        for _, path in files:
+            state = _load_or_none(path, map_location)
+            if state is not None:
+                return state
+        if files:
+            raise ConfigError(
+                f"none of the {len(files)} checkpoints in {self.directory} can be read (see the "
+                "warnings); move them away to start afresh"
+            )
+        return None
+
+
+def _load_or_none(path: Path, map_location: str | torch.device) -> dict[str, Any] | None:
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        if zipfile.is_zipfile(path):  # complete archive, forbidden content
+            raise ConfigError(
+                f"{path} holds objects that torch.load(weights_only=True) refuses; it was not "
+                f"written by dlscale: move it out of {path.parent} or use another directory"
+            ) from error
+        _warn_unreadable(path, error)
+        return None
+    except PermissionError:
+        raise
+    except Exception as error:  # a damaged file fails in many ways (IndexError included)
+        _warn_unreadable(path, error)
+        return None
+    if not isinstance(state, dict) or "step" not in state:
+        _warn_unreadable(path, ValueError("not a dlscale checkpoint (no 'step' key)"))
+        return None
+    return state
+
+
+def _warn_unreadable(path: Path, error: BaseException) -> None:
+    message = (
+        f"checkpoint {path} is unreadable ({type(error).__name__}: {error}); trying an older one"
+    )
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    log.warning(message)
+
+
+def _check_weights_only_loadable(path: Path) -> None:
+    """Fail at save time, not at resume time, if weights_only loading would refuse the file.
+
+    mmap=True reads the pickled structure without reading the tensor data.
+    """
+    try:
+        torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as error:
+        raise TypeError(
+            "the checkpoint state holds objects that torch.load(weights_only=True) refuses; "
+            f"store plain tensors, dicts, lists, numbers and strings ({error})"
+        ) from None
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename itself durable (POSIX: the directory entry lives in the directory)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------- RNG state
+def capture_rng_state() -> dict[str, Any]:
+    """Python, numpy, torch CPU (and CUDA) generator states as weights_only-safe data."""
+    version, internal, gauss_next = random.getstate()
+    bit_generator, keys, pos, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
+    state: dict[str, Any] = {
+        "python": {"version": version, "state": list(internal), "gauss_next": gauss_next},
+        "numpy": {
+            "bit_generator": str(bit_generator),
+            "keys": keys.tolist(),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of `capture_rng_state`; CUDA states are skipped (with a warning) without CUDA."""
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["state"]), py["gauss_next"]))
+    npy = state["numpy"]
+    np.random.set_state(
+        (
+            npy["bit_generator"],
+            np.asarray(npy["keys"], dtype=np.uint32),
+            npy["pos"],
+            npy["has_gauss"],
+            npy["cached_gaussian"],
+        )
+    )
+    torch.set_rng_state(state["torch"].cpu())
+    cuda = state.get("cuda")
+    if cuda is None:
+        return
+    if not torch.cuda.is_available():
+        warnings.warn(
+            "the checkpoint has CUDA RNG states but CUDA is unavailable; skipped", stacklevel=2
+        )
+        return
+    if len(cuda) != torch.cuda.device_count():
+        warnings.warn(
+            f"the checkpoint has {len(cuda)} CUDA RNG states for "
+            f"{torch.cuda.device_count()} visible devices; restoring the common ones",
+            stacklevel=2,
+        )
+    for index, device_state in enumerate(cuda[: torch.cuda.device_count()]):
+        torch.cuda.set_rng_state(device_state.cpu(), index)

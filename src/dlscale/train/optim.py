@@ -1,0 +1,202 @@
+"""SGD with momentum, learning-rate scaling rules and the weight-decay split.
+
+Sources (see /work/shared/reference/references.md):
+* linear scaling `lr = base * B / 256`: Goyal et al. 2017, "Accurate, Large Minibatch SGD";
+  HAL (richardkxu/distributed-pytorch) uses it with base 0.1: 208 x 64 ranks -> 5.2.
+* square-root scaling `0.1 * sqrt(B / 128)`: the NERSC SC20 tutorial presets
+  (128 -> 0.1, 256 -> 0.14, 512 -> 0.2, 1024 -> 0.28, 2048 -> 0.4).
+* no weight decay on normalisation parameters and biases, label smoothing:
+  NVIDIA DeepLearningExamples ConvNets (`--bn-weight-decay`, `--label-smoothing`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _NormBase
+
+from dlscale.errors import ConfigError
+
+LrScaling = Literal["none", "linear", "sqrt"]
+LR_SCALING_RULES = ("none", "linear", "sqrt")
+
+# Modules whose parameters (affine scale and shift) never get weight decay when the
+# exclusion is on. `_NormBase` covers every BatchNorm (incl. SyncBatchNorm, lazy ones)
+# and InstanceNorm; SyncBatchNorm is listed anyway so the intent reads here.
+NORM_MODULE_TYPES: tuple[type[nn.Module], ...] = (
+    _NormBase,
+    nn.SyncBatchNorm,
+    nn.GroupNorm,
+    nn.LayerNorm,
+) + ((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ())
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimConfig:
+    """SGD settings. The learning rate is given for `reference_batch` images per step."""
+
+    lr: float = 0.1
+    """Learning rate for a global batch of `reference_batch` images; scaled by `lr_scaling`."""
+    momentum: float = 0.9
+    """SGD momentum (HAL, SC20 and NVIDIA ConvNets all use 0.9; NVIDIA's ResNet presets 0.875)."""
+    nesterov: bool = False
+    """Use Nesterov momentum (needs momentum > 0)."""
+    weight_decay: float = 1e-4
+    """L2 penalty added to the gradient (1e-4 for ImageNet ResNet-50, SC20 uses 5e-4 on CIFAR)."""
+    exclude_bn_and_bias_from_weight_decay: bool = False
+    """Give normalisation-layer parameters and all biases zero weight decay (NVIDIA's default)."""
+    lr_scaling: LrScaling = "none"
+    """How `lr` grows with the global batch: "none", "linear" (Goyal et al. 2017) or "sqrt"."""
+    reference_batch: int = 256
+    """Global batch (images per optimizer step) that `lr` was tuned for."""
+    label_smoothing: float = 0.0
+    """Cross-entropy label smoothing in [0, 1) (NVIDIA's ResNet-50 presets use 0.1)."""
+    accumulation_steps: int = 1
+    """Micro-batches whose gradients are summed before one optimizer step (>= 1)."""
+
+    def __post_init__(self) -> None:
+        _check(self.lr > 0, f"optim.lr={self.lr} must be > 0")
+        _check(0 <= self.momentum < 1, f"optim.momentum={self.momentum} must be in [0, 1)")
+        _check(
+            not self.nesterov or self.momentum > 0,
+            "optim.nesterov=true needs optim.momentum > 0; set a momentum or turn nesterov off",
+        )
+        _check(self.weight_decay >= 0, f"optim.weight_decay={self.weight_decay} must be >= 0")
+        _check(
+            self.lr_scaling in LR_SCALING_RULES,
+            f"optim.lr_scaling={self.lr_scaling!r} is unknown; use one of {LR_SCALING_RULES}",
+        )
+        _check(self.reference_batch >= 1, "optim.reference_batch must be a positive integer")
+        _check(
+            0 <= self.label_smoothing < 1,
+            f"optim.label_smoothing={self.label_smoothing} must be in [0, 1)",
+        )
+        _check(self.accumulation_steps >= 1, "optim.accumulation_steps must be >= 1")
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def images_per_step(per_rank_batch: int, world_size: int, accumulation_steps: int = 1) -> int:
+    """Global batch seen by one optimizer step: the `global_batch` the LR rules expect."""
+    return per_rank_batch * world_size * accumulation_steps
+
+
+def scaled_lr(base_lr: float, global_batch: int, reference_batch: int, rule: str) -> float:
+    """Learning rate for `global_batch` images per step, given `base_lr` for `reference_batch`.
+
+    linear: `base * B / B_ref` (Goyal et al. 2017); HAL: 0.1 * 208 * 64 / 256 = 5.2.
+    sqrt:   `base * sqrt(B / B_ref)`; with base 0.1 and B_ref 128 these are SC20's presets.
+    """
+    if global_batch < 1 or reference_batch < 1:
+        raise ConfigError(
+            f"global batch {global_batch} and reference batch {reference_batch} must be >= 1"
+        )
+    if rule == "none":
+        return base_lr
+    if rule == "linear":
+        return base_lr * global_batch / reference_batch
+    if rule == "sqrt":
+        return base_lr * math.sqrt(global_batch / reference_batch)
+    raise ConfigError(f"optim.lr_scaling={rule!r} is unknown; use one of {LR_SCALING_RULES}")
+
+
+def param_groups(
+    model: nn.Module, weight_decay: float, exclude_bn_and_bias: bool
+) -> list[dict[str, object]]:
+    """Split the trainable parameters into a decay group and a no-decay group.
+
+    A parameter goes to no-decay when its owning module is a normalisation layer
+    (`NORM_MODULE_TYPES`) or it is that module's `bias` attribute. The decision uses
+    module types, never parameter names, so a Linear weight named "bn_weight" still
+    decays. Each parameter lands in exactly one group (shared ones once, at their first
+    owner); frozen parameters are left out; empty groups are dropped.
+    """
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
+    seen: set[int] = set()
+    for module in model.modules():
+        is_norm = isinstance(module, NORM_MODULE_TYPES)
+        for name, param in module.named_parameters(recurse=False):
+            if not param.requires_grad or id(param) in seen:
+                continue
+            seen.add(id(param))
+            skip_decay = exclude_bn_and_bias and (is_norm or name == "bias")
+            (no_decay if skip_decay else decay).append(param)
+    groups = [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return [group for group in groups if group["params"]]
+
+
+def _sgd_implementation(model: nn.Module, fused: bool | None) -> dict[str, bool | None]:
+    """Keyword arguments that pick torch's SGD kernel.
+
+    None: torch's own choice (foreach on CUDA, a per-parameter loop on CPU).
+    True: the fused kernel; torch 2.13 has it for cpu, cuda, mps, xpu, hpu and mtia
+          with floating-point parameters. Elsewhere a ConfigError names foreach.
+    False: the foreach (multi-tensor) kernel.
+    """
+    if fused is None:
+        return {}
+    if not fused:
+        return {"foreach": True}
+    supported = _fused_sgd_devices()
+    for param in model.parameters():
+        if param.device.type not in supported or not torch.is_floating_point(param):
+            raise ConfigError(
+                f"fused SGD is not available for {param.dtype} parameters on "
+                f"{param.device.type} with torch {torch.__version__} (supported: "
+                f"{sorted(supported)}); use fused=False (foreach) instead"
+            )
+    return {"fused": True}
+
+
+def _fused_sgd_devices() -> set[str]:
+    """Device types with a fused SGD kernel in this torch build."""
+    try:  # private helper: the very list `torch.optim.SGD(fused=True)` checks against
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+    except ImportError:  # older torch: fused SGD existed for CUDA only
+        return {"cuda"}
+    return set(_get_fused_kernels_supported_devices())
+
+
+def build_optimizer(
+    model: nn.Module, cfg: OptimConfig, *, global_batch: int, fused: bool | None = None
+) -> torch.optim.SGD:
+    """SGD for `model` with the LR scaled to `global_batch` images per optimizer step.
+
+    Build it after the model is on its device: the fused check looks at where the
+    parameters are. Every group also records `initial_lr` (the scaled peak LR), the key
+    torch's LR schedulers use for the same purpose.
+    """
+    lr = scaled_lr(cfg.lr, global_batch, cfg.reference_batch, cfg.lr_scaling)
+    groups = param_groups(model, cfg.weight_decay, cfg.exclude_bn_and_bias_from_weight_decay)
+    if not groups:
+        raise ConfigError("the model has no trainable parameters; unfreeze some layers")
+    for group in groups:
+        group["initial_lr"] = lr
+    return torch.optim.SGD(
+        groups,
+        lr=lr,
+        momentum=cfg.momentum,
+        nesterov=cfg.nesterov,
+        weight_decay=cfg.weight_decay,
+        **_sgd_implementation(model, fused),
+    )
+
+
+def loss_fn(cfg: OptimConfig) -> nn.CrossEntropyLoss:
+    """Cross-entropy with `cfg.label_smoothing`.
+
+    torch's smoothing spreads `s` uniformly over all classes: `(1-s) * NLL + s * mean(-log p)`,
+    the same loss as NVIDIA ConvNets' `LabelSmoothing(s)`.
+    """
+    return nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)

@@ -1,0 +1,266 @@
+"""Learning-rate schedules driven by the global optimizer step.
+
+`LRSchedule.lr_at(step)` is a pure function of the config, the peak LR, `steps_per_epoch`
+and (for "plateau") the reductions recorded so far, so the config printer can show a
+schedule without training. `apply(step)` writes that value into the optimizer.
+
+Formulas (see /work/shared/reference/references.md), with E = epochs, W = warm-up epochs,
+e = step / steps_per_epoch (fractional epoch), base = the peak LR:
+* warm-up per iteration (HAL): `base * (1 + step) / (W * steps_per_epoch)`;
+* warm-up per epoch (SC20, NVIDIA ConvNets): `base * (epoch + 1) / W` for epoch < W;
+* step (HAL, Goyal et al.): `base * gamma ** (milestones passed)`, x0.1 at 30/60/80;
+* cosine (NVIDIA): `end + 0.5 * (1 + cos(pi * (e - W) / (E - W))) * (base - end)`;
+* linear (NVIDIA): `end + (1 - (e - W) / (E - W)) * (base - end)`;
+* plateau (SC20): torch's ReduceLROnPlateau(factor=0.2, patience=10, mode="min"),
+  fed the validation loss once per epoch after warm-up.
+Cosine and linear are evaluated at fractional epochs, so they move every iteration
+and equal NVIDIA's per-epoch values at each epoch's first step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from dlscale.errors import ConfigError
+
+ScheduleName = Literal["constant", "step", "cosine", "linear", "plateau"]
+SCHEDULE_NAMES = ("constant", "step", "cosine", "linear", "plateau")
+WARMUP_UNITS = ("iteration", "epoch")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleConfig:
+    """Shape of the learning rate over training; the peak comes from `OptimConfig`."""
+
+    name: ScheduleName = "step"
+    """One of "constant", "step", "cosine", "linear", "plateau"."""
+    epochs: int = 90
+    """Length of training in epochs; cosine and linear reach `end_lr` here."""
+    warmup_epochs: float = 0.0
+    """Linear warm-up length (HAL 5, NVIDIA 8, SC20 8 or 16); 0 turns warm-up off."""
+    warmup_per: Literal["iteration", "epoch"] = "iteration"
+    """Warm-up granularity: "iteration" (HAL) or "epoch" (SC20, NVIDIA; needs whole epochs)."""
+    milestones: tuple[int, ...] = (30, 60, 80)
+    """Epochs at which "step" multiplies the LR by `gamma` (HAL, NVIDIA: 30, 60, 80)."""
+    gamma: float = 0.1
+    """Factor applied at each milestone of "step"."""
+    end_lr: float = 0.0
+    """Final LR of "cosine" and "linear" (NVIDIA `--end-lr`, default 0)."""
+    plateau_factor: float = 0.2
+    """Plateau: LR multiplier on each reduction (SC20: 0.2)."""
+    plateau_patience: int = 10
+    """Plateau: bad epochs tolerated; the LR drops after `patience + 1` (SC20: 10)."""
+    plateau_mode: Literal["min", "max"] = "min"
+    """Plateau: "min" for a loss, "max" for an accuracy."""
+    plateau_threshold: float = 1e-4
+    """Plateau: relative improvement that counts as better (torch's default 1e-4)."""
+
+    def __post_init__(self) -> None:
+        _check(
+            self.name in SCHEDULE_NAMES, f"schedule.name={self.name!r}: use one of {SCHEDULE_NAMES}"
+        )
+        _check(self.epochs >= 1, f"schedule.epochs={self.epochs} must be >= 1")
+        _check(self.warmup_epochs >= 0, "schedule.warmup_epochs must be >= 0")
+        _check(
+            self.warmup_per in WARMUP_UNITS,
+            f"schedule.warmup_per={self.warmup_per!r}: use one of {WARMUP_UNITS}",
+        )
+        _check(
+            self.warmup_per != "epoch" or float(self.warmup_epochs).is_integer(),
+            f"schedule.warmup_epochs={self.warmup_epochs} is fractional; per-epoch warm-up "
+            "needs whole epochs (or set schedule.warmup_per=iteration)",
+        )
+        if self.name in ("cosine", "linear"):
+            _check(
+                self.epochs > self.warmup_epochs,
+                f"schedule.epochs={self.epochs} must exceed warmup_epochs={self.warmup_epochs}",
+            )
+            _check(self.end_lr >= 0, "schedule.end_lr must be >= 0")
+        if self.name == "step":
+            self._check_milestones()
+        if self.name == "plateau":
+            self._check_plateau()
+
+    def _check_milestones(self) -> None:
+        ms = self.milestones
+        _check(
+            all(b > a for a, b in zip(ms, ms[1:], strict=False)),
+            f"schedule.milestones={ms} must be strictly increasing",
+        )
+        _check(
+            not ms or ms[0] >= self.warmup_epochs,
+            f"schedule.milestones={ms} start inside the warm-up; move them past epoch "
+            f"{self.warmup_epochs}",
+        )
+        _check(0 < self.gamma <= 1, f"schedule.gamma={self.gamma} must be in (0, 1]")
+
+    def _check_plateau(self) -> None:
+        _check(0 < self.plateau_factor < 1, "schedule.plateau_factor must be in (0, 1)")
+        _check(self.plateau_patience >= 0, "schedule.plateau_patience must be >= 0")
+        _check(self.plateau_mode in ("min", "max"), "schedule.plateau_mode must be min or max")
+        _check(self.plateau_threshold >= 0, "schedule.plateau_threshold must be >= 0")
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+class LRSchedule:
+    """Sets the optimizer's LR from the global step (0 = the first optimizer step).
+
+    `steps_per_epoch` counts optimizer steps (micro-batches / accumulation_steps).
+    Call `apply(step)` before each optimizer step; for "plateau" call `observe(loss,
+    epoch=e)` after validating epoch e, which changes the LR from epoch e + 1 on.
+    """
+
+    def __init__(
+        self,
+        cfg: ScheduleConfig,
+        *,
+        peak_lr: float,
+        steps_per_epoch: int,
+        optimizer: torch.optim.Optimizer | None = None,
+    ) -> None:
+        if steps_per_epoch < 1:
+            raise ConfigError(
+                f"steps_per_epoch={steps_per_epoch}: the data set gives no full batch; "
+                "lower the batch size or use more data"
+            )
+        self.cfg = cfg
+        self.peak_lr = float(peak_lr)
+        self.steps_per_epoch = int(steps_per_epoch)
+        self.optimizer = optimizer
+        # "plateau" state, as in torch.optim.lr_scheduler.ReduceLROnPlateau.
+        self.best = math.inf if cfg.plateau_mode == "min" else -math.inf
+        self.num_bad_epochs = 0
+        self.reduction_epochs: list[int] = []
+        """First epoch run at each reduced LR (one entry per reduction)."""
+        self.last_observed_epoch = -1
+
+    # ---------------------------------------------------------------- values
+    def lr_at(self, step: int) -> float:
+        """The LR for global optimizer step `step` (no side effects)."""
+        if step < 0:
+            raise ValueError(f"step={step} must be >= 0")
+        warmup = self._warmup_fraction(step)
+        if warmup is not None:
+            if self.cfg.name == "step":  # HAL multiplies the warm-up into the step factor
+                return self._step_decay(step) * warmup
+            return self.peak_lr * warmup
+        return self._decayed(step)
+
+    def _warmup_fraction(self, step: int) -> float | None:
+        """Fraction of the peak during warm-up, None once warm-up is over."""
+        warmup_epochs = self.cfg.warmup_epochs
+        if warmup_epochs <= 0:
+            return None
+        if self.cfg.warmup_per == "iteration":
+            warmup_steps = warmup_epochs * self.steps_per_epoch
+            return (1 + step) / warmup_steps if step < warmup_steps else None
+        epoch = step // self.steps_per_epoch
+        return (epoch + 1) / warmup_epochs if epoch < warmup_epochs else None
+
+    def _decayed(self, step: int) -> float:
+        name = self.cfg.name
+        if name == "constant":
+            return self.peak_lr
+        if name == "step":
+            return self._step_decay(step)
+        if name == "plateau":
+            epoch = step // self.steps_per_epoch
+            reductions = sum(1 for first in self.reduction_epochs if first <= epoch)
+            return self.peak_lr * self.cfg.plateau_factor**reductions
+        return self._annealed(step)
+
+    def _step_decay(self, step: int) -> float:
+        epoch = step // self.steps_per_epoch
+        passed = sum(1 for milestone in self.cfg.milestones if epoch >= milestone)
+        return self.peak_lr * self.cfg.gamma**passed
+
+    def _annealed(self, step: int) -> float:
+        """Cosine or linear from the peak (end of warm-up) to end_lr (epoch E), then flat."""
+        cfg = self.cfg
+        epoch = min(step / self.steps_per_epoch, float(cfg.epochs))
+        elapsed = epoch - cfg.warmup_epochs
+        span = cfg.epochs - cfg.warmup_epochs
+        # Same operation order as NVIDIA's lr_cosine_policy / lr_linear_policy, so the
+        # values at epoch boundaries are bit-identical to theirs.
+        if cfg.name == "cosine":
+            remaining = 0.5 * (1 + math.cos(math.pi * elapsed / span))
+        else:
+            remaining = 1 - elapsed / span
+        return cfg.end_lr + remaining * (self.peak_lr - cfg.end_lr)
+
+    # ---------------------------------------------------------------- updates
+    def apply(self, step: int) -> float:
+        """Write `lr_at(step)` into every parameter group; returns it."""
+        if self.optimizer is None:
+            raise RuntimeError("LRSchedule.apply needs the optimizer passed at construction")
+        lr = self.lr_at(step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def observe(self, metric: float, *, epoch: int) -> bool:
+        """Feed epoch `epoch`'s validation metric to "plateau"; True if the LR was reduced.
+
+        The same rule as torch's ReduceLROnPlateau (relative threshold, no cooldown).
+        Other schedules and warm-up epochs ignore the value.
+        """
+        if self.cfg.name != "plateau" or epoch + 1 <= self.cfg.warmup_epochs:
+            return False
+        if epoch <= self.last_observed_epoch:
+            raise ValueError(
+                f"epoch {epoch} was already observed (last {self.last_observed_epoch})"
+            )
+        self.last_observed_epoch = epoch
+        if self._is_better(float(metric)):
+            self.best = float(metric)
+            self.num_bad_epochs = 0
+        else:
+            self.num_bad_epochs += 1
+        if self.num_bad_epochs > self.cfg.plateau_patience:
+            self.reduction_epochs.append(epoch + 1)
+            self.num_bad_epochs = 0
+            return True
+        return False
+
+    def _is_better(self, metric: float) -> bool:
+        if self.cfg.plateau_mode == "min":
+            return metric < self.best * (1 - self.cfg.plateau_threshold)
+        return metric > self.best * (1 + self.cfg.plateau_threshold)
+
+    # ---------------------------------------------------------------- resume
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data (floats, ints, lists): loads with torch.load(weights_only=True)."""
+        return {
+            "name": self.cfg.name,
+            "peak_lr": self.peak_lr,
+            "steps_per_epoch": self.steps_per_epoch,
+            "best": self.best,
+            "num_bad_epochs": self.num_bad_epochs,
+            "reduction_epochs": list(self.reduction_epochs),
+            "last_observed_epoch": self.last_observed_epoch,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the plateau counters; refuses a checkpoint from a different schedule."""
+        for key, ours in (
+            ("name", self.cfg.name),
+            ("peak_lr", self.peak_lr),
+            ("steps_per_epoch", self.steps_per_epoch),
+        ):
+            if state[key] != ours:
+                raise ConfigError(
+                    f"the checkpoint's schedule has {key}={state[key]!r} but this run has "
+                    f"{ours!r}; resume with the same schedule, batch size and world size"
+                )
+        self.best = float(state["best"])
+        self.num_bad_epochs = int(state["num_bad_epochs"])
+        self.reduction_epochs = [int(e) for e in state["reduction_epochs"]]
+        self.last_observed_epoch = int(state["last_observed_epoch"])
