@@ -13,6 +13,8 @@ from dlscale.errors import DlscaleError
 COMMANDS = {
     "bench": "dlscale.cli.bench",
     "models": "dlscale.cli.models",
+    "train": "dlscale.cli.train",
+    "config": "dlscale.cli.config",
 }
 
 

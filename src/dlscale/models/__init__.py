@@ -18,6 +18,7 @@ OPTIONS = {
     "width": "base channel count (64); every stage scales with it, 8 gives a tiny test model",
     "zero_init_residual": "zero the last BN gamma of every block (Goyal et al. 2017)",
     "in_channels": "image channels (3); 1 for grayscale data",
+    "norm": "normalisation layer: batch (standard) or group (per-sample; independent of the split over ranks)",
 }
 """Options build_model() accepts, with what each does."""
 

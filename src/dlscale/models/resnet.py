@@ -8,6 +8,7 @@ downsample = Sequential(1x1 conv, BN)), so a torchvision state_dict loads with s
 
 from __future__ import annotations
 
+import math
 from numbers import Integral
 
 from torch import Tensor, nn
@@ -17,6 +18,11 @@ from dlscale.errors import ConfigError
 STEMS = ("imagenet", "cifar")
 """Input stems: "imagenet" is 7x7 stride 2 + 3x3 max-pool (4x downsampling), "cifar" keeps
 full resolution (7x7 stride 1, no max-pool), the SC20 tutorial's adjustment for 32 px images."""
+
+NORMS = ("batch", "group")
+"""Normalisation layers: BatchNorm (the standard model) or GroupNorm (Wu and He 2018), which
+normalises each sample on its own, so a data-parallel step is independent of how the batch is
+split over ranks (a 2-rank run equals a 1-rank run with the doubled batch)."""
 
 STAGE_STRIDES = (1, 2, 2, 2)
 """Stride of the first block of layer1..layer4; each later stage halves the resolution."""
@@ -32,6 +38,13 @@ def conv1x1(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:
     return nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False)
 
 
+def norm_layer(kind: str, channels: int) -> nn.Module:
+    """BatchNorm2d, or GroupNorm with 32 groups (Wu and He 2018; fewer when channels are few)."""
+    if kind == "group":
+        return nn.GroupNorm(math.gcd(32, channels), channels)
+    return nn.BatchNorm2d(channels)
+
+
 class BasicBlock(nn.Module):
     """Two 3x3 convs with an identity (or 1x1 projection) shortcut; ResNet-18/34."""
 
@@ -39,17 +52,18 @@ class BasicBlock(nn.Module):
     """Output channels = expansion * width of the block."""
 
     def __init__(
-        self, in_channels: int, width: int, stride: int = 1, downsample: nn.Module | None = None
+        self, in_channels: int, width: int, stride: int = 1, downsample: nn.Module | None = None,
+        norm: str = "batch",
     ) -> None:
         super().__init__()
         self.conv1 = conv3x3(in_channels, width, stride)
-        self.bn1 = nn.BatchNorm2d(width)
+        self.bn1 = norm_layer(norm, width)
         self.relu = nn.ReLU(inplace=True)
         self.conv2 = conv3x3(width, width)
-        self.bn2 = nn.BatchNorm2d(width)
+        self.bn2 = norm_layer(norm, width)
         self.downsample = downsample
 
-    def last_bn(self) -> nn.BatchNorm2d:
+    def last_bn(self) -> nn.Module:
         """The BN whose gamma `zero_init_residual` zeroes (it ends the residual branch)."""
         return self.bn2
 
@@ -67,19 +81,20 @@ class Bottleneck(nn.Module):
     """Output channels = expansion * width of the block."""
 
     def __init__(
-        self, in_channels: int, width: int, stride: int = 1, downsample: nn.Module | None = None
+        self, in_channels: int, width: int, stride: int = 1, downsample: nn.Module | None = None,
+        norm: str = "batch",
     ) -> None:
         super().__init__()
         self.conv1 = conv1x1(in_channels, width)
-        self.bn1 = nn.BatchNorm2d(width)
+        self.bn1 = norm_layer(norm, width)
         self.conv2 = conv3x3(width, width, stride)
-        self.bn2 = nn.BatchNorm2d(width)
+        self.bn2 = norm_layer(norm, width)
         self.conv3 = conv1x1(width, width * self.expansion)
-        self.bn3 = nn.BatchNorm2d(width * self.expansion)
+        self.bn3 = norm_layer(norm, width * self.expansion)
         self.relu = nn.ReLU(inplace=True)
         self.downsample = downsample
 
-    def last_bn(self) -> nn.BatchNorm2d:
+    def last_bn(self) -> nn.Module:
         """The BN whose gamma `zero_init_residual` zeroes (it ends the residual branch)."""
         return self.bn3
 
@@ -116,12 +131,16 @@ class ResNet(nn.Module):
         stem: str = "imagenet",
         in_channels: int = 3,
         zero_init_residual: bool = False,
+        norm: str = "batch",
     ) -> None:
         super().__init__()
         check_options(num_classes=num_classes, width=width, stem=stem, in_channels=in_channels)
+        if norm not in NORMS:
+            raise ConfigError(f"norm={norm!r} is unknown; pick one of {', '.join(NORMS)}")
+        self.norm = norm
         stem_stride = 2 if stem == "imagenet" else 1
         self.conv1 = nn.Conv2d(in_channels, width, 7, stride=stem_stride, padding=3, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
+        self.bn1 = norm_layer(norm, width)
         self.relu = nn.ReLU(inplace=True)
         # Identity keeps the attribute, so both stems have the same state_dict names.
         self.maxpool = nn.MaxPool2d(3, stride=2, padding=1) if stem == "imagenet" else nn.Identity()
@@ -140,10 +159,10 @@ class ResNet(nn.Module):
         downsample = None
         if stride != 1 or self._channels != out_channels:
             downsample = nn.Sequential(
-                conv1x1(self._channels, out_channels, stride), nn.BatchNorm2d(out_channels)
+                conv1x1(self._channels, out_channels, stride), norm_layer(self.norm, out_channels)
             )
-        blocks = [block(self._channels, width, stride, downsample)]
-        blocks += [block(out_channels, width) for _ in range(count - 1)]
+        blocks = [block(self._channels, width, stride, downsample, self.norm)]
+        blocks += [block(out_channels, width, norm=self.norm) for _ in range(count - 1)]
         self._channels = out_channels
         return nn.Sequential(*blocks)
 

@@ -1,0 +1,28 @@
+"""Flags shared by the commands that take a training configuration."""
+
+from __future__ import annotations
+
+import argparse
+
+from dlscale.config import TrainConfig, load_config
+
+
+def add_config_arguments(p: argparse.ArgumentParser, *, positional: bool = False) -> None:
+    names = ["config"] if positional else ["--config"]
+    p.add_argument(*names, **({} if positional else {"required": True}), metavar="FILE_OR_NAME:PRESET",
+                   help="a shipped preset file (cifar100, imagenet, cpu) or a YAML path, and a preset, "
+                        "e.g. cifar100:bs256-amp or cpu:digits")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
+                   help="override one setting, e.g. --set optim.lr=0.2 (repeatable)")
+    p.add_argument("--data", default=None, metavar="PATH", help="data set folder (sets data.path)")
+    p.add_argument("--on-bad-sample", choices=("skip", "error"), default=None,
+                   help="an image that fails to decode: skip it (counted) or stop at once")
+
+
+def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, str]:
+    overrides = list(args.overrides)
+    if args.data is not None:
+        overrides.append(f"data.path={args.data}")
+    if args.on_bad_sample is not None:
+        overrides.append(f"data.on_bad_sample={args.on_bad_sample}")
+    return load_config(args.config, overrides)

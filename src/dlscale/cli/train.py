@@ -1,0 +1,63 @@
+"""`dlscale train --config FILE_OR_NAME:PRESET [--set key=value ...] [--data PATH]`."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from dlscale.cli.common import add_config_arguments, resolve_config
+from dlscale.dist import DistEnv, shutdown
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "train", help="train a preset on real or synthetic data (resumable, time to accuracy)",
+        description="Train a configuration. Several ranks: torchrun --standalone --nproc_per_node N "
+        "-m dlscale train --config cpu:digits",
+    )
+    add_config_arguments(p)
+    p.add_argument("--resume", default="auto",
+                   help="auto: continue from the run directory's latest checkpoint if there is one; "
+                        "none: start fresh (refused if checkpoints exist); or a checkpoint file")
+    p.add_argument("--target-accuracy", type=float, default=None,
+                   help="stop when validation top-1 reaches this fraction (0.76) and record the time")
+    p.add_argument("--output-dir", default="runs", help="root of run directories")
+    p.add_argument("--name", default=None, help="run directory name (default: <file>-<preset>)")
+    p.add_argument("--raport-file", default=None,
+                   help="also write NVIDIA DeepLearningExamples' JSON-lines log (DLLL records) here")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dlscale.train.loop import fit
+
+    env = DistEnv.from_env()
+    cfg, preset = resolve_config(args)
+    if args.target_accuracy is not None:
+        cfg = replace(cfg, target_accuracy=args.target_accuracy)
+    if args.name:
+        cfg = replace(cfg, name=args.name)
+    try:
+        summary = fit(cfg, env, run_name=preset, output_dir=args.output_dir, resume=args.resume,
+                      raport_file=args.raport_file)
+    finally:
+        shutdown()
+    if env.is_main:
+        _print_summary(summary)
+    return 0
+
+
+def _print_summary(s: dict) -> None:
+    if s["preempted"]:
+        print(f"stopped by {s['signal']} at epoch {s['epochs_completed']} step {s['steps']}; "
+              "run the same command to resume", flush=True)
+        return
+    if s["best_top1_pct"] is not None:
+        print(f"best top-1 {s['best_top1_pct']:.2f}% (epoch {s['best_epoch']}), top-5 {s['best_top5_pct']:.2f}%; "
+              f"{s['epochs_completed']} epochs in {s['train_time_s']:.1f} s", flush=True)
+    if s["target_top1_pct"] is not None:
+        if s["time_to_target_s"] is not None:
+            print(f"### Time to {s['target_top1_pct']:.2f}% top-1: {s['time_to_target']} | "
+                  f"{s['time_to_target_s']:.2f} secs", flush=True)
+        else:
+            print(f"target top-1 {s['target_top1_pct']:.2f}% not reached", flush=True)

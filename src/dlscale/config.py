@@ -1,0 +1,245 @@
+"""Training configuration: a frozen dataclass tree, YAML presets with inheritance, --set overrides.
+
+    dlscale train --config cifar100:bs256-amp --set optim.lr=0.2 --set schedule.epochs=10
+
+`cifar100:bs256-amp` names preset `bs256-amp` of the shipped file presets/cifar100.yaml; a path
+to a YAML file of the same form works too (`my.yaml:fast`). Every preset inherits from the
+file's `default` entry, or from the preset named by its `base` key; nested sections merge key by
+key. Values are checked against the dataclass field types, so a typo is an error that lists the
+keys that exist, not a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from dlscale.data.config import DataConfig
+from dlscale.errors import ConfigError
+from dlscale.speed import SpeedOptions
+from dlscale.train.optim import OptimConfig
+from dlscale.train.schedule import ScheduleConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    name: str = "resnet50"
+    """Model name from `dlscale models`."""
+    width: int = 64
+    """Base channel count; 64 is the standard ResNet."""
+    zero_init_residual: bool = False
+    """Zero the last BN gamma of every residual block (Goyal et al. 2017)."""
+    norm: Literal["batch", "group"] = "batch"
+    """BatchNorm, or GroupNorm (per sample: results do not depend on the split over ranks)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyConfig:
+    dist_optimizer: str = "allreduce"
+    """allreduce (DDP), gradient_allreduce, neighbor_allreduce or hierarchical_neighbor_allreduce."""
+    topology: str = "exp2"
+    """Graph of the decentralized strategies: exp2, ring, mesh, star or full."""
+    atc_style: bool = False
+    """Adapt-then-combine (step, then mix with neighbours); default adapt-with-combine (DGD)."""
+    dynamic_topology: bool = True
+    """One peer per step, rotating through the graph's out-neighbours (BlueFog's default)."""
+    num_steps_per_communication: int = 1
+    """Local steps between two neighbour exchanges."""
+    global_average_every: int = 0
+    """Average parameters over all ranks every N steps (0: never); a BlueFog accuracy trick."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointConfig:
+    enabled: bool = True
+    """Write checkpoints at all."""
+    every_epochs: int = 1
+    """Checkpoint at the end of every N-th epoch."""
+    every_steps: int = 0
+    """Also checkpoint every N optimizer steps inside an epoch (0: only at epoch ends)."""
+    keep_last: int = 3
+    """Checkpoints kept on disk; older ones are deleted."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    speed: SpeedOptions = field(default_factory=SpeedOptions)
+    precision: Literal["fp32", "tf32", "amp_fp16", "amp_bf16"] = "fp32"
+    """Numeric precision (see `dlscale bench --help`)."""
+    batch_size: int | None = None
+    """Images per rank per micro-step. Give this or global_batch_size."""
+    global_batch_size: int | None = None
+    """Images per optimizer step over all ranks (SC20's presets); split evenly over ranks."""
+    val_batch_size: int | None = None
+    """Images per rank per validation step (default: the training batch per rank)."""
+    target_accuracy: float | None = None
+    """Stop when validation top-1 (a fraction, 0.76) reaches this; records time to solution."""
+    max_steps_per_epoch: int | None = None
+    """Cut every epoch after this many steps (NVIDIA's --prof); for quick runs and tests."""
+    log_every: int = 20
+    """Optimizer steps between two metric records (the only steps that reduce across ranks)."""
+    sync_batchnorm: bool = False
+    """Convert BatchNorm to SyncBatchNorm (statistics over the global batch)."""
+    seed: int = 0
+    """Seed of weights, data order and augmentation."""
+    deterministic: bool = False
+    """torch.use_deterministic_algorithms: bit-for-bit repeatable runs, slower."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    pg_timeout_s: float = 600.0
+    """Seconds before a collective that a peer never joins fails."""
+    name: str | None = None
+    """Run directory name under the output directory (default: the preset's name)."""
+
+
+# ----------------------------------------------------------------------------- presets
+
+
+def preset_files() -> dict[str, Path]:
+    """Shipped preset files by name (`cifar100` -> .../presets/cifar100.yaml)."""
+    folder = resources.files("dlscale") / "presets"
+    return {Path(p.name).stem: Path(str(p)) for p in folder.iterdir() if p.name.endswith(".yaml")}
+
+
+def load_presets(source: str) -> tuple[Path, dict[str, dict]]:
+    shipped = preset_files()
+    path = shipped.get(source) or Path(source)
+    if not path.is_file():
+        raise ConfigError(f"no preset file {source!r}; shipped: {', '.join(sorted(shipped))}, or a path to a YAML file")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path} is not valid YAML: {str(error).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise ConfigError(f"{path} must map preset names to sections")
+    return path, data
+
+
+def resolve_preset(presets: dict[str, dict], name: str, source: str = "", _seen: tuple = ()) -> dict:
+    """The preset's settings merged over its base (`default` unless it names another)."""
+    if name not in presets:
+        raise ConfigError(f"unknown preset {name!r} in {source}; known: {', '.join(presets)}")
+    if name in _seen:
+        raise ConfigError(f"preset {name!r} inherits from itself ({' -> '.join((*_seen, name))})")
+    entry = dict(presets[name])
+    base = entry.pop("base", None if name == "default" else "default")
+    if base is None or (base == "default" and "default" not in presets):
+        return entry
+    return deep_merge(resolve_preset(presets, base, source, (*_seen, name)), entry)
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """'optim.lr=0.2' -> (['optim', 'lr'], 0.2); the value is read as YAML (numbers, bools, lists)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r} must look like section.key=value, e.g. optim.lr=0.2")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def apply_overrides(settings: dict, overrides: list[str]) -> dict:
+    settings = dict(settings)
+    for text in overrides:
+        path, value = parse_override(text)
+        nested: dict = {path[-1]: value}
+        for part in reversed(path[:-1]):
+            nested = {part: nested}
+        settings = deep_merge(settings, nested)
+    return settings
+
+
+def load_config(spec: str, overrides: list[str] = ()) -> tuple[TrainConfig, str]:
+    """Resolve `FILE_OR_NAME:PRESET` plus overrides into a checked TrainConfig and its preset name."""
+    source, sep, preset = spec.rpartition(":")
+    if not sep:
+        source, preset = spec, "default"
+    path, presets = load_presets(source)
+    settings = apply_overrides(resolve_preset(presets, preset, str(path)), list(overrides))
+    cfg = build(TrainConfig, settings, "")
+    return cfg, f"{Path(source).stem}-{preset}"
+
+
+# ------------------------------------------------------------- dict -> dataclass, type-checked
+
+
+def build(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'the configuration'} must be a section (key: value pairs), got {data!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"unknown key {where}{unknown[0]!s}; {where.rstrip('.') or 'top level'} has: {', '.join(sorted(known))}")
+    values = {name: _coerce(hints[name], value, f"{where}{name}") for name, value in data.items()}
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"{where.rstrip('.') or 'configuration'}: {error}") from None
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value, f"{where}.")
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(arg, value, where)
+            except ConfigError as error:
+                errors.append(str(error))
+        raise ConfigError(errors[0] if errors else f"{where} must not be null")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{where}={value!r} is not one of {', '.join(map(str, args))}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where} must be a list, got {value!r}")
+        item = args[0] if args else Any
+        return tuple(_coerce(item, v, where) for v in value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, got {value!r}")
+        return value
+    return value

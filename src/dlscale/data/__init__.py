@@ -1,0 +1,47 @@
+"""Data sets, transforms, samplers and loaders; images stay uint8 until the device.
+
+    train_loader, val_loader, info = build_loaders(cfg, rank=r, world_size=w, batch_size=b, seed=s)
+    normalizer = DeviceNormalizer(info.mean, info.std, device, channels_last=True)
+    for epoch in range(epochs):
+        train_loader.sampler.set_epoch(epoch)
+        for images, labels, skipped in DevicePrefetcher(train_loader, device, normalizer):
+            ...  # len(skipped): samples replaced because their file could not be decoded
+"""
+
+from dlscale.data.config import DataConfig
+from dlscale.data.dataset import (
+    BadSampleError,
+    Batch,
+    ImageDataset,
+    Sample,
+    collate_samples,
+    seeded_generator,
+)
+from dlscale.data.device import DeviceNormalizer, DevicePrefetcher, normalize
+from dlscale.data.loader import DatasetInfo, build_loaders, seed_worker
+from dlscale.data.sampler import (
+    EvalTotals,
+    ExactShardSampler,
+    ShardedTrainSampler,
+    all_reduce_eval_sums,
+)
+
+__all__ = [
+    "BadSampleError",
+    "Batch",
+    "DataConfig",
+    "DatasetInfo",
+    "DeviceNormalizer",
+    "DevicePrefetcher",
+    "EvalTotals",
+    "ExactShardSampler",
+    "ImageDataset",
+    "Sample",
+    "ShardedTrainSampler",
+    "all_reduce_eval_sums",
+    "build_loaders",
+    "collate_samples",
+    "normalize",
+    "seed_worker",
+    "seeded_generator",
+]

@@ -1,0 +1,147 @@
+"""The one map-style data set behind every loader: a source of images, a transform, bad-sample rules.
+
+A source (synthetic, digits, cifar, imagefolder) answers `len(source)` and
+`source.load(index) -> (image, label)`, where image is a PIL image or a uint8 CHW tensor. A source
+whose files can be unreadable raises BadSample from load(); ImageDataset then substitutes the
+next index (timm's rule: deterministic, the same on every rank, the batch keeps its size) and
+the sample carries the skipped path to the main process inside the batch.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+
+from dlscale.data.transforms import Compose, to_uint8_chw
+from dlscale.errors import DataError
+
+
+class BadSample(Exception):
+    """Raised by a source's load() for a file that cannot be decoded."""
+
+    def __init__(self, path: str, reason: str):
+        reason = " ".join(reason.split())  # one line, whatever the decoder said
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class BadSampleError(DataError):
+    """Unreadable images: on_bad_sample="error", or too many in a row.
+
+    A DataLoader worker's exception reaches the main process as
+    `type(err)("Caught ... Original Traceback ...")`; keep only the last line, our message,
+    so the CLI can still print one line.
+    """
+
+    def __init__(self, message: str):
+        if message.startswith("Caught "):
+            message = message.rstrip().splitlines()[-1].split(": ", 1)[-1]
+        super().__init__(message)
+
+
+class Source(Protocol):
+    def __len__(self) -> int: ...
+
+    def load(self, index: int) -> tuple[Image.Image | torch.Tensor, int]: ...
+
+
+class Sample(NamedTuple):
+    image: torch.Tensor
+    """uint8, (3, H, W)."""
+    label: int
+    skipped: str | None
+    """Path of the unreadable file this sample replaced, or None."""
+
+
+class Batch(NamedTuple):
+    """What a loader yields: `images, labels, skipped = batch`."""
+
+    images: torch.Tensor
+    """uint8, (N, 3, H, W); normalise on the device (DeviceNormalizer)."""
+    labels: torch.Tensor
+    """int64, (N,)."""
+    skipped: tuple[str, ...]
+    """Paths of unreadable files replaced by their successors in this batch (usually empty).
+    len(skipped) is the number of skipped samples."""
+
+    def pin_memory(self) -> Batch:
+        return Batch(self.images.pin_memory(), self.labels.pin_memory(), self.skipped)
+
+
+def collate_samples(samples: list[Sample]) -> Batch:
+    """Stack samples into a uint8 NCHW batch and gather the paths they skipped."""
+    images = torch.stack([sample.image for sample in samples])
+    labels = torch.tensor([sample.label for sample in samples], dtype=torch.int64)
+    skipped = tuple(sample.skipped for sample in samples if sample.skipped is not None)
+    return Batch(images, labels, skipped)
+
+
+def seeded_generator(*words: int) -> torch.Generator:
+    """A torch.Generator seeded from a tuple of ints, mixed by numpy's SeedSequence so that
+    neighbouring tuples give unrelated streams. ImageDataset uses (seed, epoch, index): a
+    sample's augmentation is then the same whatever the number of workers, and after a resume."""
+    entropy = [word & 0xFFFF_FFFF_FFFF_FFFF for word in words]
+    high, low = np.random.SeedSequence(entropy).generate_state(2)
+    generator = torch.Generator()
+    generator.manual_seed((int(high) << 32) | int(low))
+    return generator
+
+
+class ImageDataset(Dataset):
+    """Samples of a source, transformed, with unreadable files skipped or reported.
+
+    Keys are an index, or (epoch, index) as the training sampler yields them so that the
+    augmentation changes with the epoch.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        transform: Compose | None = None,
+        *,
+        seed: int = 0,
+        on_bad_sample: str = "skip",
+        max_consecutive_bad: int = 50,
+    ):
+        self.source = source
+        self.transform = transform
+        self.seed = seed
+        self.on_bad_sample = on_bad_sample
+        self.max_consecutive_bad = max_consecutive_bad
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, key: int | tuple[int, int]) -> Sample:
+        epoch, index = key if isinstance(key, tuple) else (0, key)
+        image, label, skipped = self._load(index)
+        if self.transform is not None:
+            image = self.transform(image, seeded_generator(self.seed, epoch, index))
+        elif isinstance(image, Image.Image):
+            image = to_uint8_chw(image)
+        return Sample(image, label, skipped)
+
+    def _load(self, index: int):
+        """Load index, or on a bad file the next readable index after it (wrapping around)."""
+        size = len(self.source)
+        first_bad: str | None = None
+        for attempt in range(min(self.max_consecutive_bad, size)):
+            try:
+                image, label = self.source.load((index + attempt) % size)
+                return image, label, first_bad
+            except BadSample as bad:
+                if self.on_bad_sample == "error":
+                    raise BadSampleError(
+                        f"{bad.path}: cannot decode ({bad.reason}); replace or remove the file, "
+                        "or set data.on_bad_sample=skip"
+                    ) from None
+                first_bad = first_bad or bad.path
+        raise BadSampleError(
+            f"{min(self.max_consecutive_bad, size)} unreadable images in a row from {first_bad}; "
+            "check the data set (truncated copy? unmounted disk?) or raise data.max_consecutive_bad"
+        )

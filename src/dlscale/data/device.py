@@ -1,0 +1,93 @@
+"""The device side of the input pipeline: copy uint8 batches over, normalise them there.
+
+Batches cross the host-device link as uint8 (a quarter of the bytes of float32) and become float
+on the device, as in the HAL/apex `fast_collate` + `data_prefetcher` pattern.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+import torch
+
+from dlscale.data.dataset import Batch
+
+
+class DeviceNormalizer:
+    """uint8 NCHW images on the device -> float (x - 255 mean) / (255 std), optionally channels_last.
+
+    mean and std are per channel in 0..1 units (DatasetInfo.mean / .std); they are scaled by 255
+    here because the images are still bytes.
+    """
+
+    def __init__(
+        self,
+        mean: Sequence[float],
+        std: Sequence[float],
+        device: torch.device | str = "cpu",
+        *,
+        channels_last: bool = False,
+        dtype: torch.dtype = torch.float32,
+    ):
+        self.mean = torch.tensor(mean, dtype=dtype, device=device).mul(255).view(1, -1, 1, 1)
+        self.inv_std = torch.tensor(std, dtype=dtype, device=device).mul(255).reciprocal().view(1, -1, 1, 1)
+        self.channels_last = channels_last
+        self.dtype = dtype
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        if self.channels_last:
+            # Reorder the bytes, not the floats; elementwise ops keep the memory format.
+            images = images.contiguous(memory_format=torch.channels_last)
+        return (images.to(self.dtype) - self.mean) * self.inv_std
+
+
+def normalize(images: torch.Tensor, mean: Sequence[float], std: Sequence[float], *,
+              channels_last: bool = False) -> torch.Tensor:
+    """One-off form of DeviceNormalizer (builds the constants each call)."""
+    return DeviceNormalizer(mean, std, images.device, channels_last=channels_last)(images)
+
+
+class DevicePrefetcher:
+    """Iterate a loader of Batch, yielding Batch with tensors on `device` (images normalised if a
+    normalizer is given). On CUDA the next batch is copied (non_blocking, from pinned memory) and
+    normalised on a side stream while the current one is used; elsewhere it is a plain copy."""
+
+    def __init__(self, loader: Iterable[Batch], device: torch.device | str,
+                 normalizer: DeviceNormalizer | None = None):
+        self.loader = loader
+        self.device = torch.device(device)
+        self.normalizer = normalizer
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def _to_device(self, batch: Batch) -> Batch:
+        images = batch.images.to(self.device, non_blocking=True)
+        labels = batch.labels.to(self.device, non_blocking=True)
+        if self.normalizer is not None:
+            images = self.normalizer(images)
+        return Batch(images, labels, batch.skipped)
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.device.type != "cuda":
+            for batch in self.loader:
+                yield self._to_device(batch)
+            return
+        stream = torch.cuda.Stream(self.device)
+        batches = iter(self.loader)
+        upcoming = self._load_on(stream, batches)
+        while upcoming is not None:
+            current_stream = torch.cuda.current_stream(self.device)
+            current_stream.wait_stream(stream)
+            # The tensors were made on the side stream: tell the allocator they are used here.
+            upcoming.images.record_stream(current_stream)
+            upcoming.labels.record_stream(current_stream)
+            batch, upcoming = upcoming, self._load_on(stream, batches)
+            yield batch
+
+    def _load_on(self, stream: torch.cuda.Stream, batches: Iterator[Batch]) -> Batch | None:
+        batch = next(batches, None)
+        if batch is None:
+            return None
+        with torch.cuda.stream(stream):
+            return self._to_device(batch)

@@ -1,0 +1,405 @@
+"""fit(): train and evaluate a configuration on this rank, resumable at any step boundary.
+
+Set-up happens in one order: device and process group, seed, data, model, precision,
+strategy, optimizer and schedule, checkpoint, records. Each step runs without host
+synchronisation; metrics are reduced across ranks only on log steps.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from dlscale.config import TrainConfig
+from dlscale.data import DeviceNormalizer, DevicePrefetcher, all_reduce_eval_sums, build_loaders
+from dlscale.dist import DistEnv, init_process_group, select_device
+from dlscale.errors import ConfigError
+from dlscale.metrics.run import RunDir, environment_info, to_jsonable
+from dlscale.metrics.timing import format_duration
+from dlscale.models import build_model
+from dlscale.precision import Precision, build_precision
+from dlscale.strategies import build_strategy
+from dlscale.strategies.base import Strategy
+from dlscale.train.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
+from dlscale.train.optim import build_optimizer, loss_fn
+from dlscale.train.plan import Plan, make_plan
+from dlscale.train.records import Records
+from dlscale.train.schedule import LRSchedule
+from dlscale.train.signals import PreemptionHandler
+from dlscale.train.step import accumulation_step, train_step
+
+
+@dataclass
+class Progress:
+    """What a checkpoint must carry besides model, optimizer and schedule to continue exactly."""
+
+    epoch: int = 0
+    epoch_step: int = 0
+    """Optimizer steps done in `epoch`."""
+    step: int = 0
+    """Optimizer steps done in total."""
+    elapsed_s: float = 0.0
+    """Wall time spent training and evaluating, summed over attempts."""
+    best_top1_pct: float = -1.0
+    best_top5_pct: float = -1.0
+    best_epoch: int = -1
+    time_to_target_s: float | None = None
+    history: list = field(default_factory=list)
+    """Per-epoch records (validation metrics, throughput)."""
+    skipped_samples: int = 0
+
+
+@dataclass
+class Run:
+    """Everything fit() builds once and passes down."""
+
+    cfg: TrainConfig
+    env: DistEnv
+    device: torch.device
+    plan: Plan
+    model: nn.Module
+    """The unwrapped model: evaluated and checkpointed."""
+    wrapped: nn.Module
+    """What the step runs: DDP-wrapped and/or compiled."""
+    optimizer: torch.optim.Optimizer
+    schedule: LRSchedule
+    precision: Precision
+    strategy: Strategy
+    loss: nn.Module
+    normalizer: DeviceNormalizer
+    train_loader: object
+    val_loader: object
+    checkpoints: CheckpointManager
+    records: Records = field(default_factory=lambda: Records(None, enabled=False))
+    preemption: PreemptionHandler | None = None
+    clock_origin: tuple[float, float] = (0.0, 0.0)
+    """(perf_counter, elapsed_s) when this attempt started; elapsed = e0 + now - t0."""
+
+    def elapsed_s(self) -> float:
+        t0, e0 = self.clock_origin
+        return e0 + time.perf_counter() - t0
+
+
+def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path = "runs",
+        resume: str = "auto", raport_file: str | None = None) -> dict:
+    """Train to the end (or the target accuracy, or a preemption signal); return the summary."""
+    device = select_device(env, cfg.device)
+    init_process_group(env, device, cfg.pg_timeout_s)
+    run_dir = RunDir(Path(output_dir) / (cfg.name or run_name))
+    run = _build(cfg, env, device, run_dir)
+    progress = _resume(run, run_dir, resume)
+    if env.is_main:
+        run_dir.path.mkdir(parents=True, exist_ok=True)
+        run_dir.write_json("config.json", {"kind": "train", "preset": run_name, **to_jsonable(cfg),
+                                           "plan": asdict(run.plan)})
+        run_dir.write_json("env.json", environment_info(env.world_size, device, env.launcher))
+    run.records = Records(run_dir, enabled=env.is_main, resume_step=progress.step, raport_file=raport_file)
+    run.records.parameters({"preset": run_name, **asdict(run.plan), "precision": cfg.precision,
+                            "model": cfg.model.name, "world_size": env.world_size})
+    run.clock_origin = (time.perf_counter(), progress.elapsed_s)
+    try:
+        with PreemptionHandler() as preemption:
+            run.preemption = preemption
+            preempted = _epochs(run, progress)
+        summary = _summary(run, progress, preempted=preempted, signal=preemption.signal_name)
+        run.records.summary(summary)
+        return summary
+    finally:
+        run.records.close()
+
+
+def _build(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir) -> Run:
+    _seed(cfg.seed, cfg.deterministic)
+    cfg.speed.apply_globals(device)
+    precision = build_precision(cfg.precision, device)
+    # The data first: the class count comes from it, and the plan from its size.
+    per_rank = cfg.batch_size or max(cfg.global_batch_size // (env.world_size * cfg.optim.accumulation_steps), 1)
+    train_loader, val_loader, info = build_loaders(
+        cfg.data, rank=env.rank, world_size=env.world_size, batch_size=per_rank,
+        val_batch_size=cfg.val_batch_size, seed=cfg.seed,
+    )
+    plan = make_plan(cfg, env.world_size, info.train_size)
+    model = build_model(cfg.model.name, num_classes=info.num_classes, width=cfg.model.width,
+                        zero_init_residual=cfg.model.zero_init_residual, norm=cfg.model.norm)
+    if cfg.sync_batchnorm and device.type != "cuda":
+        raise ConfigError("sync_batchnorm needs GPUs (torch's SyncBatchNorm has no CPU kernel); "
+                          "drop it, or use --set model.norm=group for per-sample normalisation")
+    if cfg.sync_batchnorm and env.is_distributed:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = cfg.speed.place_model(model, device)
+    strategy = build_strategy(cfg.strategy.dist_optimizer, env.world_size, **_strategy_options(cfg, env))
+    wrapped = cfg.speed.maybe_compile(strategy.wrap(model, device))
+    optimizer = build_optimizer(model, cfg.optim, global_batch=plan.global_batch,
+                                fused=True if cfg.speed.fused_optimizer else None)
+    schedule = LRSchedule(cfg.schedule, peak_lr=plan.peak_lr, steps_per_epoch=plan.steps_per_epoch,
+                          optimizer=optimizer)
+    return Run(
+        cfg=cfg, env=env, device=device, plan=plan, model=model, wrapped=wrapped, optimizer=optimizer,
+        schedule=schedule, precision=precision, strategy=strategy, loss=loss_fn(cfg.optim),
+        normalizer=DeviceNormalizer(info.mean, info.std, device, channels_last=cfg.speed.channels_last),
+        train_loader=train_loader, val_loader=val_loader,
+        checkpoints=CheckpointManager(run_dir.path / "checkpoints", keep_last=cfg.checkpoint.keep_last),
+    )
+
+
+def _strategy_options(cfg: TrainConfig, env: DistEnv) -> dict:
+    options = {k: v for k, v in asdict(cfg.strategy).items() if k != "dist_optimizer"}
+    return {**options, "local_world_size": env.local_world_size}
+
+
+def _seed(seed: int, deterministic: bool) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # the same initial weights on every rank
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+
+
+# ------------------------------------------------------------------------------ the epochs
+
+
+def _epochs(run: Run, progress: Progress) -> bool:
+    """Train from progress to the end; True when a preemption signal stopped the run."""
+    cfg, plan = run.cfg, run.plan
+    while progress.epoch < plan.epochs:
+        stopped, images, train_s = _train_epoch(run, progress)
+        if stopped:
+            _save(run, progress, reason="preemption")
+            return True
+        evaluation = evaluate(run)
+        progress.elapsed_s = run.elapsed_s()
+        _end_epoch(run, progress, evaluation, images / max(train_s, 1e-9))
+        reached = cfg.target_accuracy is not None and evaluation["val_top1_pct"] >= 100 * cfg.target_accuracy
+        if reached and progress.time_to_target_s is None:
+            progress.time_to_target_s = progress.elapsed_s
+        progress.epoch += 1
+        progress.epoch_step = 0
+        last = progress.epoch == plan.epochs or reached
+        if cfg.checkpoint.enabled and (last or progress.epoch % cfg.checkpoint.every_epochs == 0):
+            _save(run, progress, reason="epoch")
+        if reached:
+            run.records.message(f"reached top-1 {100 * cfg.target_accuracy:.2f}% after "
+                                f"{format_duration(progress.time_to_target_s)}")
+            break
+    return False
+
+
+def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
+    """One epoch from progress.epoch_step on: (stopped by a signal?, images trained, seconds)."""
+    cfg, plan = run.cfg, run.plan
+    started, first_step = time.perf_counter(), progress.epoch_step
+    consumed = progress.epoch_step * plan.accumulation_steps * plan.per_rank_batch
+    run.train_loader.sampler.set_epoch(progress.epoch, start_index=consumed * run.env.world_size)
+    run.wrapped.train()
+    batches = iter(DevicePrefetcher(run.train_loader, run.device, run.normalizer))
+    window = _Window(time.perf_counter())
+    skipped: list[str] = []
+    stopped = False
+    while progress.epoch_step < plan.steps_per_epoch and not stopped:
+        run.schedule.apply(progress.step)
+        micro = []
+        for _ in range(plan.accumulation_steps):
+            fetch = time.perf_counter()
+            batch = next(batches)
+            window.data_s += time.perf_counter() - fetch
+            skipped.extend(batch.skipped)
+            micro.append((batch.images, batch.labels))
+        if plan.accumulation_steps == 1:
+            loss = train_step(run.wrapped, *micro[0], run.optimizer, run.precision, run.strategy, run.loss)
+        else:
+            loss = accumulation_step(run.wrapped, micro, run.optimizer, run.precision, run.strategy, run.loss)
+        window.add(loss, plan.global_batch // run.env.world_size)
+        progress.step += 1
+        progress.epoch_step += 1
+        if progress.step % cfg.log_every == 0 or progress.epoch_step == plan.steps_per_epoch:
+            stopped = _log(run, progress, window)
+            window = _Window(time.perf_counter())
+        else:
+            stopped = _preempted_locally(run)
+        every = cfg.checkpoint.every_steps
+        if not stopped and cfg.checkpoint.enabled and every and progress.step % every == 0:
+            _save(run, progress, reason="step")
+    train_s = time.perf_counter() - started
+    progress.skipped_samples += _count_skipped(run, skipped)
+    return stopped, (progress.epoch_step - first_step) * plan.global_batch, train_s
+
+
+def _preempted_locally(run: Run) -> bool:
+    """A single process may stop at any step; several ranks agree on log steps (one reduction)."""
+    return not run.env.is_distributed and run.preemption.requested
+
+
+@dataclass
+class _Window:
+    """Loss and timing since the last log step; losses stay on the device until then."""
+
+    start: float
+    data_s: float = 0.0
+    images: int = 0
+    steps: int = 0
+    losses: list = field(default_factory=list)
+
+    def add(self, loss: torch.Tensor, images: int) -> None:
+        self.losses.append(loss)
+        self.images += images
+        self.steps += 1
+
+
+def _log(run: Run, progress: Progress, window: _Window) -> bool:
+    """Reduce the window's metrics across ranks (one collective); return the agreed stop flag."""
+    mean_loss = torch.stack(window.losses).float().mean()
+    elapsed = time.perf_counter() - window.start
+    local = torch.stack([
+        mean_loss,
+        torch.tensor(window.images / elapsed, device=run.device),
+        torch.tensor(window.images / max(elapsed - window.data_s, 1e-9), device=run.device),
+        torch.tensor(float(run.preemption.requested), device=run.device),
+    ])
+    if dist.is_initialized():
+        dist.all_reduce(local)  # sums: the ranks' rates add up to the job's throughput
+    loss_sum, rate, compute_rate, stop = local.tolist()  # the one host sync of the window
+    record = {
+        "epoch": progress.epoch, "step": progress.step, "iteration": progress.epoch_step,
+        "train_loss": loss_sum / run.env.world_size, "lr": run.optimizer.param_groups[0]["lr"],
+        "throughput_img_per_s": rate, "compute_img_per_s": compute_rate,
+        "data_time_ms": 1000 * window.data_s / window.steps, "step_time_ms": 1000 * elapsed / window.steps,
+    }
+    run.records.train(record)
+    return stop > 0
+
+
+def _count_skipped(run: Run, skipped: list[str]) -> int:
+    count = torch.tensor([len(skipped)], device=run.device)
+    if dist.is_initialized():
+        dist.all_reduce(count)
+    total = int(count.item())
+    if total:
+        shown = ", ".join(skipped[:5]) + (" ..." if len(skipped) > 5 else "")
+        run.records.message(f"skipped {total} unreadable sample(s) this epoch (rank 0: {shown or 'none'})")
+    return total
+
+
+@torch.no_grad()
+def evaluate(run: Run) -> dict:
+    """Top-1, top-5 and loss over the validation set, every sample counted once over all ranks.
+
+    Runs the unwrapped model: DDP's forward would broadcast buffers, a collective that ranks
+    with different numbers of validation batches would not all join.
+    """
+    run.model.eval()
+    zero = torch.zeros((), dtype=torch.float64, device=run.device)
+    correct1, correct5, loss_sum, count = zero.clone(), zero.clone(), zero.clone(), zero.clone()
+    for images, labels, _ in DevicePrefetcher(run.val_loader, run.device, run.normalizer):
+        with run.precision.autocast():
+            logits = run.model(images)
+        loss_sum += nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
+        top = logits.topk(min(5, logits.shape[1]), dim=1).indices
+        hits = top.eq(labels[:, None])
+        correct1 += hits[:, 0].sum()
+        correct5 += hits.any(dim=1).sum()
+        count += labels.numel()
+    totals = all_reduce_eval_sums(correct1, correct5, loss_sum, count, device=run.device)
+    run.model.train()
+    return {"val_top1_pct": totals.top1, "val_top5_pct": totals.top5, "val_loss": totals.loss,
+            "val_count": int(totals.count)}
+
+
+def _end_epoch(run: Run, progress: Progress, evaluation: dict, throughput: float) -> None:
+    if run.cfg.schedule.name == "plateau":
+        run.schedule.observe(evaluation["val_loss"], epoch=progress.epoch)
+    record = {"epoch": progress.epoch, "step": progress.step, **evaluation, "elapsed_s": progress.elapsed_s,
+              "throughput_img_per_s": throughput, "lr": run.optimizer.param_groups[0]["lr"],
+              "global_batch": run.plan.global_batch}
+    if evaluation["val_top1_pct"] > progress.best_top1_pct:
+        progress.best_top1_pct, progress.best_top5_pct = evaluation["val_top1_pct"], evaluation["val_top5_pct"]
+        progress.best_epoch = progress.epoch
+    progress.history.append(record)
+    run.records.epoch(record)
+
+
+# -------------------------------------------------------------------------- checkpoints
+
+
+def _save(run: Run, progress: Progress, *, reason: str) -> None:
+    """Rank 0 writes; every rank waits so that nobody reads or deletes a half-written state."""
+    progress.elapsed_s = run.elapsed_s()
+    if run.env.is_main:
+        consumed = progress.epoch_step * run.plan.accumulation_steps * run.plan.per_rank_batch
+        state = {
+            "model": run.model.state_dict(),
+            "optimizer": run.optimizer.state_dict(),
+            "schedule": run.schedule.state_dict(),
+            "scaler": run.precision.state_dict(),
+            "sampler": run.train_loader.sampler.state_dict(consumed),
+            "progress": to_jsonable(asdict(progress)),
+            "rng": capture_rng_state(),
+            "reason": reason,
+            "torch": str(torch.__version__),
+        }
+        path = run.checkpoints.save(state, epoch=progress.epoch, step=progress.step)
+        run.records.message(f"checkpoint ({reason}): {path}")
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _resume(run: Run, run_dir: RunDir, resume: str) -> Progress:
+    """Continue from the checkpoint directory alone (never from restart counters)."""
+    if resume == "none":
+        if run.checkpoints.checkpoints():
+            raise ConfigError(f"{run_dir.path} already holds checkpoints; resume with --resume auto, "
+                              "or choose another --name")
+        return Progress()
+    if resume == "auto":
+        state = run.checkpoints.load_latest(map_location=run.device)
+    elif Path(resume).is_file():
+        state = torch.load(resume, map_location=run.device, weights_only=True)
+    else:
+        raise ConfigError(f"--resume {resume}: no such checkpoint file (or use auto / none)")
+    if state is None:
+        return Progress()
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.schedule.load_state_dict(state["schedule"])
+    run.precision.load_state_dict(state["scaler"])
+    run.train_loader.sampler.load_state_dict(state["sampler"])
+    restore_rng_state(state["rng"])
+    progress = Progress(**state["progress"])
+    if dist.is_initialized():
+        dist.barrier()  # every rank has read it before rank 0 may rotate files
+    if run.env.is_main:
+        print(f"resumed at epoch {progress.epoch} step {progress.step} from {run_dir.path / 'checkpoints'}",
+              flush=True)
+    return progress
+
+
+def _summary(run: Run, progress: Progress, *, preempted: bool, signal: str | None) -> dict:
+    cfg, plan = run.cfg, run.plan
+    last = progress.history[-1] if progress.history else {}
+    rates = [h["throughput_img_per_s"] for h in progress.history]
+    tts = progress.time_to_target_s
+    found = progress.best_epoch >= 0
+    return {
+        "kind": "train", "model": cfg.model.name, "data": cfg.data.name, "precision": cfg.precision,
+        "world_size": run.env.world_size, "num_nodes": run.env.num_nodes, "device": run.device.type,
+        "batch_size": plan.per_rank_batch, "global_batch_size": plan.global_batch,
+        "dist_optimizer": cfg.strategy.dist_optimizer, "peak_lr": plan.peak_lr,
+        "epochs_planned": plan.epochs, "epochs_completed": progress.epoch, "steps": progress.step,
+        "best_top1_pct": progress.best_top1_pct if found else None,
+        "best_top5_pct": progress.best_top5_pct if found else None,
+        "best_epoch": progress.best_epoch if found else None,
+        "final_top1_pct": last.get("val_top1_pct"), "final_top5_pct": last.get("val_top5_pct"),
+        "final_val_loss": last.get("val_loss"),
+        "target_top1_pct": 100 * cfg.target_accuracy if cfg.target_accuracy is not None else None,
+        "time_to_target_s": tts, "time_to_target": format_duration(tts) if tts is not None else None,
+        "train_time_s": progress.elapsed_s, "total_ips": sum(rates) / len(rates) if rates else None,
+        "skipped_samples": progress.skipped_samples,
+        "preempted": preempted, "signal": signal, "history": progress.history,
+    }

@@ -1,0 +1,83 @@
+"""A run stopped by a preemption signal mid-epoch and resumed ends where the uninterrupted run ends."""
+
+import os
+import signal
+
+import pytest
+import torch
+
+import dlscale.train.loop as loop
+from dlscale.config import load_config
+from dlscale.dist import DistEnv
+from dlscale.train.checkpoint import CheckpointManager
+
+OVERRIDES = ["schedule.epochs=2", "max_steps_per_epoch=6", "log_every=2", "model.width=8"]
+
+
+def _final_weights(run_dir):
+    state = CheckpointManager(run_dir / "checkpoints").load_latest()
+    return state["model"], state["progress"]
+
+
+def _tensorboard_steps(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tb"), size_guidance={SCALARS: 0})
+    events.Reload()
+    return {tag: [e.step for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+@pytest.fixture
+def signal_at_step(monkeypatch):
+    """Send SIGUSR1 to this process right after optimizer step `n` (counted from 1)."""
+    def arm(n):
+        calls = {"count": 0}
+        original = loop.train_step
+
+        def step_then_signal(*args, **kwargs):
+            loss = original(*args, **kwargs)
+            calls["count"] += 1
+            if calls["count"] == n:
+                os.kill(os.getpid(), signal.SIGUSR1)
+            return loss
+
+        monkeypatch.setattr(loop, "train_step", step_then_signal)
+        return lambda: monkeypatch.setattr(loop, "train_step", original)
+    return arm
+
+
+def test_preempted_and_resumed_equals_uninterrupted(tmp_path, signal_at_step):
+    cfg, _ = load_config("cpu:digits", OVERRIDES)
+    full = loop.fit(cfg, DistEnv(), run_name="full", output_dir=tmp_path)
+    assert not full["preempted"] and full["steps"] == 12
+
+    disarm = signal_at_step(8)  # in the middle of epoch 1 (6 steps per epoch)
+    cut = loop.fit(cfg, DistEnv(), run_name="cut", output_dir=tmp_path)
+    disarm()
+    assert cut["preempted"] and cut["signal"] == "SIGUSR1" and cut["steps"] == 8
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # handlers restored after the run
+    resumed = loop.fit(cfg, DistEnv(), run_name="cut", output_dir=tmp_path)
+    assert not resumed["preempted"] and resumed["steps"] == 12 and resumed["epochs_completed"] == 2
+
+    expected, progress = _final_weights(tmp_path / "full")
+    actual, resumed_progress = _final_weights(tmp_path / "cut")
+    for key, tensor in expected.items():
+        assert torch.equal(tensor, actual[key]), key
+    assert [h["val_top1_pct"] for h in progress["history"]] == \
+        [h["val_top1_pct"] for h in resumed_progress["history"]]
+
+    for tag, steps in _tensorboard_steps(tmp_path / "cut").items():
+        assert steps == sorted(set(steps)), tag  # one strictly increasing sequence per tag
+    assert {"loss/train", "loss/val", "top1/val", "top5/val", "lr", "throughput/train"} <= \
+        set(_tensorboard_steps(tmp_path / "cut"))
+
+
+def test_finished_run_is_not_trained_again_and_resume_none_refuses(tmp_path):
+    cfg, _ = load_config("cpu:synthetic", ["schedule.epochs=1", "schedule.warmup_epochs=0", "max_steps_per_epoch=2", "model.width=8"])
+    first = loop.fit(cfg, DistEnv(), run_name="s", output_dir=tmp_path)
+    again = loop.fit(cfg, DistEnv(), run_name="s", output_dir=tmp_path)
+    assert again["steps"] == first["steps"] == 2
+    from dlscale.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="already holds checkpoints"):
+        loop.fit(cfg, DistEnv(), run_name="s", output_dir=tmp_path, resume="none")
