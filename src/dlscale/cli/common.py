@@ -17,6 +17,9 @@ def add_config_arguments(p: argparse.ArgumentParser, *, positional: bool = False
     p.add_argument("--data", default=None, metavar="PATH", help="data set folder (sets data.path)")
     p.add_argument("--on-bad-sample", choices=("skip", "error"), default=None,
                    help="an image that fails to decode: skip it (counted) or stop at once")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="sets device")
+    p.add_argument("--pg-timeout", type=float, default=None, metavar="SECONDS",
+                   help="seconds before a collective that a peer never joins fails (sets pg_timeout_s)")
 
 
 def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, str]:
@@ -25,4 +28,8 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, str]:
         overrides.append(f"data.path={args.data}")
     if args.on_bad_sample is not None:
         overrides.append(f"data.on_bad_sample={args.on_bad_sample}")
+    if args.device is not None:
+        overrides.append(f"device={args.device}")
+    if args.pg_timeout is not None:
+        overrides.append(f"pg_timeout_s={args.pg_timeout}")
     return load_config(args.config, overrides)

@@ -48,9 +48,8 @@ def init_process_group(env: DistEnv, device: torch.device, timeout_s: float = DE
         torch.cuda.set_device(device)
     timeout = timedelta(seconds=timeout_s)
     if env.agent_store:
-        store = dist.TCPStore(env.master_addr, env.master_port, env.world_size, is_master=False, timeout=timeout)
-        prefixed = dist.PrefixStore(f"dlscale/attempt_{env.restart_count}", store)
-        dist.init_process_group(backend, store=prefixed, rank=env.rank, world_size=env.world_size, timeout=timeout)
+        store = attempt_store(env, timeout)
+        dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size, timeout=timeout)
         return
     dist.init_process_group(
         backend,
@@ -59,6 +58,18 @@ def init_process_group(env: DistEnv, device: torch.device, timeout_s: float = DE
         world_size=env.world_size,
         timeout=timeout,
     )
+
+
+def attempt_store(env: DistEnv, timeout: timedelta) -> dist.Store:
+    """A client of torchrun's agent store whose keys are private to this restart attempt.
+
+    The agent's TCPStore outlives failed attempts; without a prefix, a restarted worker can read
+    a peer's address key written by the previous attempt before the peer overwrites it, and
+    connect to a dead process (seen here: 1 hang in 4 plain restarts; the canary test checks
+    that torch still shares the keys).
+    """
+    store = dist.TCPStore(env.master_addr, env.master_port, env.world_size, is_master=False, timeout=timeout)
+    return dist.PrefixStore(f"dlscale/attempt_{env.restart_count}", store)
 
 
 def shutdown() -> None:

@@ -1,0 +1,165 @@
+"""Training on several gloo ranks: the README's digits run, equivalences, torchrun restarts."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from multiproc import run_ranks
+
+pytestmark = pytest.mark.distributed
+HERE = Path(__file__).parent
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+
+
+def _env():
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _weights(run_dir):
+    from dlscale.train.checkpoint import CheckpointManager
+
+    return CheckpointManager(Path(run_dir) / "checkpoints").load_latest()["model"]
+
+
+def test_digits_on_two_ranks_reaches_95_percent_within_two_minutes(tmp_path):
+    started = time.perf_counter()
+    out = subprocess.run([*TORCHRUN, "-m", "dlscale", "train", "--config", "cpu:digits", "--target-accuracy",
+                          "0.95", "--output-dir", str(tmp_path), "--raport-file", str(tmp_path / "raport.json")],
+                         capture_output=True, text=True, timeout=240, env=_env())
+    wall_s = time.perf_counter() - started
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((tmp_path / "cpu-digits" / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["best_top1_pct"] >= 95.0
+    assert summary["time_to_target_s"] is not None and wall_s < 120
+    assert "### Time to 95.00% top-1:" in out.stdout
+    # 359 validation images on 2 ranks with 32 per batch: each counted exactly once.
+    assert {h["val_count"] for h in summary["history"]} == {359}
+    records = [json.loads(line[5:]) for line in (tmp_path / "raport.json").read_text().splitlines()]
+    assert all(line.startswith("DLLL ") for line in (tmp_path / "raport.json").read_text().splitlines())
+    final = records[-1]
+    assert final["step"] == [] and final["data"]["val.top1"] == pytest.approx(summary["best_top1_pct"])
+    assert any(r["type"] == "LOG" and "train.total_ips" in r.get("data", {}) for r in records[:-1])
+
+
+def _fit_rank(rank, world_size, output_dir, overrides):
+    from dlscale.config import load_config
+    from dlscale.dist import DistEnv
+    from dlscale.train.loop import fit
+
+    cfg, _ = load_config("cpu:digits", overrides)
+    return fit(cfg, DistEnv.from_env(), run_name=f"w{world_size}", output_dir=output_dir)["steps"]
+
+
+# lr 0.01: at lr 0.1 this tiny model is chaotic and any split of the batch (two ranks, two
+# micro-batches, or float summation order alone) drifts by 1e-3 within four steps (measured here).
+# At 0.01 the three agree within 1e-5, while a wrong split or a wrong average differs by about
+# lr x gradient, 1e-3 or more, from the first step.
+EQUIVALENCE = ["model.norm=group", "model.width=8", "data.image_size=32", "global_batch_size=32",
+               "schedule.epochs=1", "schedule.warmup_epochs=0", "max_steps_per_epoch=4", "optim.weight_decay=0",
+               "optim.lr=0.01"]
+
+
+def test_two_ranks_equal_one_rank_with_the_doubled_batch(tmp_path):
+    """GroupNorm normalises per sample, so splitting a global batch of 32 over two ranks (16 each,
+    gradients averaged by DDP) must give the weights of one rank taking all 32."""
+    assert run_ranks(_fit_rank, 2, str(tmp_path), EQUIVALENCE) == [4, 4]
+    assert run_ranks(_fit_rank, 1, str(tmp_path), EQUIVALENCE) == [4]
+    two, one = _weights(tmp_path / "w2"), _weights(tmp_path / "w1")
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=5e-5, msg=key)
+
+
+def test_gradient_accumulation_equals_one_big_batch(tmp_path):
+    assert run_ranks(_fit_rank, 1, str(tmp_path / "big"), EQUIVALENCE) == [4]
+    assert run_ranks(_fit_rank, 1, str(tmp_path / "acc"), [*EQUIVALENCE, "optim.accumulation_steps=2"]) == [4]
+    big, accumulated = _weights(tmp_path / "big" / "w1"), _weights(tmp_path / "acc" / "w1")
+    for key in big:
+        torch.testing.assert_close(accumulated[key], big[key], rtol=1e-4, atol=5e-5, msg=key)
+
+
+RESTART_ARGS = ["train", "--config", "cpu:digits", "--set", "schedule.epochs=2", "--set", "max_steps_per_epoch=6",
+                "--set", "checkpoint.every_steps=4", "--set", "log_every=3", "--set", "model.width=8",
+                "--pg-timeout", "20"]
+
+
+def _torchrun_restart(tmp_path, *, timeout: float):
+    env = {**_env(), "CRASH_AT_STEP": "10"}
+    args = [*TORCHRUN, "--max-restarts", "1", str(HERE / "crash_train.py"), *RESTART_ARGS,
+            "--output-dir", str(tmp_path)]
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def test_torchrun_restart_after_a_killed_worker_resumes_from_the_checkpoint(tmp_path):
+    out = _torchrun_restart(tmp_path / "cut", timeout=180)
+    assert out is not None, "hung"
+    assert out.returncode == 0, out.stderr[-3000:]
+    # Checkpoints at steps 4, 6 (end of epoch 0) and 8; rank 1 dies after step 10.
+    assert "resumed at epoch 1 step 8" in out.stdout
+    summary = json.loads((tmp_path / "cut" / "cpu-digits" / "summary.json").read_text())
+    assert summary["steps"] == 12 and summary["epochs_completed"] == 2
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "cut" / "cpu-digits" / "tb"), size_guidance={SCALARS: 0})
+    events.Reload()
+    loss_steps = [e.step for e in events.Scalars("loss/train")]
+    assert loss_steps == [3, 6, 9, 12]  # step 9 was logged twice (before the crash and after); one kept
+    # The same job without the crash ends with the same weights.
+    clean = subprocess.run([*TORCHRUN, "-m", "dlscale", *RESTART_ARGS, "--output-dir", str(tmp_path / "clean")],
+                           capture_output=True, text=True, timeout=180, env=_env())
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    expected, actual = _weights(tmp_path / "clean" / "cpu-digits"), _weights(tmp_path / "cut" / "cpu-digits")
+    for key in expected:
+        assert torch.equal(expected[key], actual[key]), key
+
+
+def _stale_key_visible(port: int, store_for_attempt) -> bool:
+    """Attempt 0 left a key in the agent's store; can attempt 1's process-group store see it?"""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    agent = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    agent.set("default_pg/0//cpu//0", "address of a process of attempt 0")
+    store = store_for_attempt(timedelta(seconds=10))
+    return dist.PrefixStore("default_pg", store).check(["0//cpu//0"])
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_dlscale_store_hides_keys_of_the_previous_attempt():
+    from dlscale.dist import attempt_store
+    from dlscale.dist.env import DistEnv
+
+    port = _free_port()
+    env = DistEnv.from_env({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                            "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": "x", "TORCHELASTIC_RESTART_COUNT": "1",
+                            "TORCHELASTIC_USE_AGENT_STORE": "True"})
+    assert not _stale_key_visible(port, lambda timeout: attempt_store(env, timeout))
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="canary: torch 2.13's env:// rendezvous hands a restarted attempt the "
+                   "agent's store with the failed attempt's keys (pytorch#135712; here 1 hang in 4 plain "
+                   "restarts). If this passes, upstream namespaces attempts and dlscale.dist.attempt_store can go")
+def test_canary_torch_env_rendezvous_hides_keys_of_the_previous_attempt(monkeypatch):
+    import torch.distributed as dist
+
+    port = _free_port()
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+                       "TORCHELASTIC_RESTART_COUNT": "1", "TORCHELASTIC_USE_AGENT_STORE": "True"}.items():
+        monkeypatch.setenv(key, value)
+    visible = _stale_key_visible(port, lambda timeout: next(dist.rendezvous("env://", timeout=timeout))[0])
+    assert not visible
