@@ -1,0 +1,81 @@
+"""`dlscale train` and `dlscale config` as a user runs them."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+
+def _run(args, cwd, timeout=240):
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "dlscale", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _jpeg(path, seed):
+    pixels = np.random.default_rng(seed).integers(0, 256, (40, 48, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(path, quality=90)
+
+
+@pytest.fixture
+def imagefolder(tmp_path):
+    """2 classes x 6 training images (one truncated, one garbage), 2 x 2 validation images."""
+    root = tmp_path / "data"
+    for split, count in (("train", 6), ("val", 2)):
+        for label in ("cat", "dog"):
+            folder = root / split / label
+            folder.mkdir(parents=True)
+            for i in range(count):
+                _jpeg(folder / f"{i}.JPEG", hash((split, label, i)) % 2**32)
+    truncated = root / "train" / "cat" / "2.JPEG"
+    truncated.write_bytes(truncated.read_bytes()[: truncated.stat().st_size // 2])
+    (root / "train" / "dog" / "4.JPEG").write_bytes(b"this is not a jpeg" * 10)
+    return root
+
+
+SMALL = ["--set", "model.name=resnet18", "--set", "model.width=8", "--set", "data.image_size=32",
+         "--set", "batch_size=4", "--set", "schedule.epochs=1", "--set", "schedule.warmup_epochs=0",
+         "--set", "precision=fp32", "--set", "data.num_workers=2"]
+
+
+def test_imagefolder_with_bad_files_counts_the_skips(tmp_path, imagefolder):
+    out = _run(["train", "--config", "imagenet:hal-rn50", "--data", str(imagefolder), *SMALL,
+                "--output-dir", "runs"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((tmp_path / "runs" / "imagenet-hal-rn50" / "summary.json").read_text())
+    assert summary["steps"] == 3  # 12 training images, batch 4, one rank
+    assert summary["skipped_samples"] == 2  # every file visited once: both bad ones replaced
+    assert "skipped 2 unreadable sample(s)" in out.stdout
+    assert summary["history"][0]["val_count"] == 4
+
+
+def test_bad_sample_error_fails_at_once_with_one_line(tmp_path, imagefolder):
+    out = _run(["train", "--config", "imagenet:hal-rn50", "--data", str(imagefolder), *SMALL,
+                "--on-bad-sample", "error", "--output-dir", "runs"], tmp_path)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "JPEG" in out.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--config", "imagenet:hal-rn50", "--data", "/nonexistent/imagenet"], "train/<class>"),
+    (["--config", "cifar100:bs128"], "cifar-100-python"),
+    (["--config", "cpu:nope"], "known: default, digits, synthetic"),
+    (["--config", "cpu:digits", "--set", "optim.lrr=1"], "unknown key optim.lrr"),
+])
+def test_bad_input_is_one_line(tmp_path, args, message):
+    out = _run(["train", *args, "--output-dir", "runs"], tmp_path)
+    assert out.returncode == 2, out.stdout[-2000:]
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert message in out.stderr
+
+
+def test_config_prints_derived_values(tmp_path):
+    out = _run(["config", "imagenet:hal-rn50", "--world-size", "64"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "global batch: 13312 images per optimizer step" in out.stdout
+    assert "peak LR: 5.2 " in out.stdout
+    assert "warm-up: 480 steps (5.0 epochs, per iteration)" in out.stdout
