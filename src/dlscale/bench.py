@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from dlscale.config import StrategyConfig
 from dlscale.dist import DistEnv, init_process_group, select_device
 from dlscale.errors import ConfigError, DeviceError
 from dlscale.metrics.hardware import mfu, peak_flops
@@ -52,7 +53,8 @@ class BenchConfig:
     """Base channel count of the ResNet (64 is the standard model)."""
     precision: str = "fp32"
     speed: SpeedOptions = SpeedOptions()
-    dist_optimizer: str = "allreduce"
+    strategy: StrategyConfig = StrategyConfig()
+    """How replicas synchronise: --dist-optimizer and its options."""
     device: str = "auto"
     pool_batches: int = 8
     """Distinct random batches generated on the device and cycled through."""
@@ -170,7 +172,9 @@ def run_bench(
     precision = build_precision(cfg.precision, device)
     model = build_model(cfg.model, num_classes=cfg.num_classes, width=cfg.width)
     macs = count_macs(model, image_size=cfg.image_size)
-    strategy = build_strategy(cfg.dist_optimizer, env.world_size)
+    options = {k: v for k, v in asdict(cfg.strategy).items() if k != "dist_optimizer"}
+    strategy = build_strategy(cfg.strategy.dist_optimizer, env.world_size, local_world_size=env.local_world_size,
+                              **options)
     model = cfg.speed.maybe_compile(strategy.wrap(cfg.speed.place_model(model, device), device))
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9, **cfg.speed.optimizer_kwargs())
     loss_fn = nn.CrossEntropyLoss()
@@ -193,12 +197,14 @@ def run_bench(
         rates = measure(
             step, next_batch, batch_size=cfg.batch_size, num_warmup_batches=cfg.num_warmup_batches,
             num_batches_per_iter=cfg.num_batches_per_iter, num_iters=cfg.num_iters, clock=clock,
-            sync=device_synchronizer(device), on_warmup_done=lambda: say("Running benchmark..."),
+            sync=device_synchronizer(device),
+            on_warmup_done=lambda: (strategy.reset_stats(), say("Running benchmark...")),
             on_iter=lambda i, rate: say(f"Iter #{i}: {rate.total_ips:.1f} img/sec per {word}"),
         )
     summary = summarize(gather_rates(rates, device))
     summary.update(_describe(cfg, env, device, precision.flops_dtype, macs, summary))
     summary.update(_peak_memory(device))
+    summary.update(_comm_stats(strategy, device))
     say(f"Img/sec per {word}: {summary['img_per_sec_per_rank_mean']:.1f} +-{summary['img_per_sec_per_rank_ci95']:.1f}")
     say(f"Total img/sec on {env.world_size} {word}(s): "
         f"{summary['img_per_sec_total_mean']:.1f} +-{summary['img_per_sec_total_ci95']:.1f}")
@@ -236,7 +242,8 @@ def _describe(cfg: BenchConfig, env: DistEnv, device: torch.device, flops_dtype:
         "launcher": env.launcher,
         "device": device.type,
         "device_name": name,
-        "dist_optimizer": cfg.dist_optimizer,
+        "dist_optimizer": cfg.strategy.dist_optimizer,
+        "topology": cfg.strategy.topology if cfg.strategy.dist_optimizer.endswith("neighbor_allreduce") else None,
         **asdict(cfg.speed),
         "num_warmup_batches": cfg.num_warmup_batches,
         "num_batches_per_iter": cfg.num_batches_per_iter,
@@ -247,6 +254,21 @@ def _describe(cfg: BenchConfig, env: DistEnv, device: torch.device, flops_dtype:
         "peak_tflops": peak / 1e12 if peak else None,
         "mfu": mfu(per_device_ips, per_image, name, flops_dtype) if peak else None,
     }
+
+
+def _comm_stats(strategy, device: torch.device) -> dict:
+    """The strategy's communication per step: the slowest rank's time, the mean rank's bytes."""
+    stats = strategy.comm_stats()
+    time_ms, sent = stats["comm_time_ms_per_step"], stats["comm_bytes_per_step"]
+    if dist.is_initialized():
+        t = torch.tensor([time_ms if time_ms is not None else -1.0], dtype=torch.float64, device=device)
+        b = torch.tensor([sent], dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        dist.all_reduce(b)
+        time_ms = None if t.item() < 0 else t.item()
+        sent = b.item() / dist.get_world_size()
+    return {"comm_time_ms_per_step": time_ms, "comm_bytes_per_step": sent,
+            "comm_bytes_basis": stats["comm_bytes_basis"]}
 
 
 def _peak_memory(device: torch.device) -> dict:

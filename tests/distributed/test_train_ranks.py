@@ -163,3 +163,17 @@ def test_canary_torch_env_rendezvous_hides_keys_of_the_previous_attempt(monkeypa
         monkeypatch.setenv(key, value)
     visible = _stale_key_visible(port, lambda timeout: next(dist.rendezvous("env://", timeout=timeout))[0])
     assert not visible
+
+
+def test_neighbor_allreduce_trains_digits_within_a_few_points_of_allreduce(tmp_path):
+    top1 = {}
+    for optimizer in ("allreduce", "neighbor_allreduce"):
+        out = subprocess.run([*TORCHRUN[:-1], "4", "-m", "dlscale", "train", "--config", "cpu:digits",
+                              "--dist-optimizer", optimizer, "--output-dir", str(tmp_path), "--name", optimizer],
+                             capture_output=True, text=True, timeout=240, env=_env())
+        assert out.returncode == 0, out.stderr[-3000:]
+        top1[optimizer] = json.loads((tmp_path / optimizer / "summary.json").read_text())["final_top1_pct"]
+    assert top1["allreduce"] >= 90 and abs(top1["neighbor_allreduce"] - top1["allreduce"]) <= 3, top1
+    records = [json.loads(line) for line in (tmp_path / "neighbor_allreduce" / "metrics.jsonl").read_text().splitlines()]
+    distances = [r["consensus_distance"] for r in records if r["record"] == "train"]
+    assert distances and all(d > 0 for d in distances)  # replicas differ, and the spread is logged

@@ -80,3 +80,16 @@ def test_bad_input_is_one_line(tmp_path, args, message):
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert message in out.stderr
+
+
+@pytest.mark.distributed
+def test_neighbor_allreduce_reports_communication(tmp_path):
+    out = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                "-m", "dlscale", "bench", *TINY, "--dist-optimizer", "neighbor_allreduce", "--json", "result.json",
+                "--output-dir", "runs", "--pg-timeout", "60"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"Communication \(neighbor_allreduce\): \d+\.\d\d ms per step \(slowest rank\), "
+                     r"\d+\.\d\d MB sent per rank per step", out.stdout)
+    summary = json.loads((tmp_path / "result.json").read_text())
+    assert summary["dist_optimizer"] == "neighbor_allreduce" and summary["topology"] == "exp2"
+    assert summary["comm_bytes_per_step"] > 0 and summary["comm_time_ms_per_step"] > 0

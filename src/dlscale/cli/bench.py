@@ -10,11 +10,12 @@ from pathlib import Path
 import torch
 
 from dlscale.bench import BenchConfig, run_bench, write_run
+from dlscale.config import StrategyConfig
 from dlscale.dist import DistEnv, shutdown
 from dlscale.metrics.run import to_jsonable
 from dlscale.precision import PRECISIONS, default_precision
 from dlscale.speed import SpeedOptions
-from dlscale.strategies import STRATEGIES
+from dlscale.strategies.flags import add_strategy_arguments, strategy_from_args
 
 # Used when no --model is given on a machine without a GPU: finishes in well under two minutes
 # on 2 cores (docs/benchmarks.md has the measured time).
@@ -45,7 +46,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--fused-optimizer", action="store_true", help="torch's fused SGD")
     p.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN autotuning (GPU)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
-    p.add_argument("--dist-optimizer", choices=sorted(STRATEGIES), default="allreduce")
+    add_strategy_arguments(p)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--pool-batches", type=int, default=8, help="distinct random batches on the device")
     p.add_argument("--seed", type=int, default=0)
@@ -91,7 +92,7 @@ def config_from_args(args: argparse.Namespace, *, has_gpu: bool) -> tuple[BenchC
         precision = default_precision(torch.device("cuda")) if (args.model is None and has_gpu) else "fp32"
     cfg = BenchConfig(
         **fields, num_classes=args.num_classes, width=args.width, precision=precision, speed=speed,
-        dist_optimizer=args.dist_optimizer, device=args.device, pool_batches=args.pool_batches,
+        strategy=strategy_from_args(args, StrategyConfig()), device=args.device, pool_batches=args.pool_batches,
         seed=args.seed, pg_timeout_s=args.pg_timeout,
     )
     return cfg, note
@@ -119,6 +120,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_extras(summary: dict) -> None:
     print(f"Compute img/sec (data wait excluded): {summary['compute_ips']:.1f}", flush=True)
+    if summary["world_size"] > 1:
+        time_ms = summary["comm_time_ms_per_step"]
+        timing = f"{time_ms:.2f} ms per step (slowest rank)" if time_ms is not None else "time overlapped with backward"
+        print(f"Communication ({summary['dist_optimizer']}): {timing}, "
+              f"{summary['comm_bytes_per_step'] / 1e6:.2f} MB sent per rank per step ({summary['comm_bytes_basis']})",
+              flush=True)
     gib = summary["peak_memory_bytes"] / 2**30
     print(f"Peak memory ({summary['peak_memory_kind']}): {gib:.2f} GiB", flush=True)
     if summary["mfu"] is not None:

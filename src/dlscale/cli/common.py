@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from dlscale.config import TrainConfig, load_config
+from dlscale.strategies.flags import add_strategy_arguments, strategy_from_args
 
 
 def add_config_arguments(p: argparse.ArgumentParser, *, positional: bool = False) -> None:
@@ -20,6 +22,7 @@ def add_config_arguments(p: argparse.ArgumentParser, *, positional: bool = False
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="sets device")
     p.add_argument("--pg-timeout", type=float, default=None, metavar="SECONDS",
                    help="seconds before a collective that a peer never joins fails (sets pg_timeout_s)")
+    add_strategy_arguments(p)
 
 
 def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, str]:
@@ -32,4 +35,5 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, str]:
         overrides.append(f"device={args.device}")
     if args.pg_timeout is not None:
         overrides.append(f"pg_timeout_s={args.pg_timeout}")
-    return load_config(args.config, overrides)
+    cfg, name = load_config(args.config, overrides)
+    return replace(cfg, strategy=strategy_from_args(args, cfg.strategy)), name

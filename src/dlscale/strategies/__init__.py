@@ -7,9 +7,14 @@ from collections.abc import Callable
 from dlscale.errors import ConfigError
 from dlscale.strategies.allreduce import AllreduceStrategy
 from dlscale.strategies.base import Strategy
+from dlscale.strategies.decentralized import GradientAllreduceStrategy, NeighborAllreduceStrategy
 
 STRATEGIES: dict[str, Callable[..., Strategy]] = {
-    "allreduce": lambda world_size, **_: AllreduceStrategy(world_size),
+    "allreduce": AllreduceStrategy,
+    "gradient_allreduce": GradientAllreduceStrategy,
+    "neighbor_allreduce": NeighborAllreduceStrategy,
+    "hierarchical_neighbor_allreduce": lambda world_size, **options: NeighborAllreduceStrategy(
+        world_size, hierarchical=True, **options),
 }
 
 

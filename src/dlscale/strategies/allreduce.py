@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
+
+from dlscale.strategies.decentralized import ring_allreduce_wire_bytes
 
 
 class AllreduceStrategy:
@@ -12,25 +15,43 @@ class AllreduceStrategy:
 
     Parameters start identical because DDP broadcasts rank 0's state at construction.
     With one process there is nothing to synchronise and the model is not wrapped, so a
-    single-process run measures the model and not the wrapper.
+    single-process run measures the model and not the wrapper. A comm hook counts the bytes
+    handed to allreduce; the time is not separable, since it overlaps backward.
     """
 
     name = "allreduce"
 
-    def __init__(self, world_size: int) -> None:
+    def __init__(self, world_size: int, **_) -> None:
         self.world_size = world_size
+        self.payload_bytes = 0
+        self.steps = 0
 
     def wrap(self, model: nn.Module, device: torch.device) -> nn.Module:
         if self.world_size == 1:
             return model
         device_ids = [device.index] if device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
+        ddp = DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
+        ddp.register_comm_hook(state=self, hook=_counting_allreduce)
+        return ddp
 
     def after_backward(self, model: nn.Module) -> None:
         pass
 
     def after_step(self, model: nn.Module) -> None:
-        pass
+        self.steps += 1
 
     def comm_stats(self) -> dict:
-        return {}
+        steps = max(self.steps, 1)
+        wire = ring_allreduce_wire_bytes(self.payload_bytes, self.world_size)
+        return {"comm_time_ms_per_step": None, "comm_bytes_per_step": wire / steps,
+                "comm_bytes_basis": "ring model", "comm_steps": self.steps}
+
+    def reset_stats(self) -> None:
+        self.payload_bytes = 0
+        self.steps = 0
+
+
+def _counting_allreduce(strategy: AllreduceStrategy, bucket):
+    buffer = bucket.buffer()
+    strategy.payload_bytes += buffer.numel() * buffer.element_size()
+    return default_hooks.allreduce_hook(None, bucket)  # DDP's own averaging allreduce

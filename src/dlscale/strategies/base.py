@@ -26,5 +26,9 @@ class Strategy(Protocol):
     def after_step(self, model: nn.Module) -> None: ...
 
     def comm_stats(self) -> dict:
-        """Communication per step so far: seconds and bytes this rank sent, where measurable."""
+        """Communication per step since the last reset: comm_time_ms_per_step (None where it
+        overlaps backward and cannot be separated), comm_bytes_per_step this rank sent, and
+        comm_bytes_basis (measured, or the ring-allreduce model 2(p-1)/p x payload)."""
         ...
+
+    def reset_stats(self) -> None: ...

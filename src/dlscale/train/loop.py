@@ -27,6 +27,7 @@ from dlscale.models import build_model
 from dlscale.precision import Precision, build_precision
 from dlscale.strategies import build_strategy
 from dlscale.strategies.base import Strategy
+from dlscale.strategies.decentralized import consensus_distance
 from dlscale.train.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
 from dlscale.train.optim import build_optimizer, loss_fn
 from dlscale.train.plan import Plan, make_plan
@@ -271,9 +272,22 @@ def _log(run: Run, progress: Progress, window: _Window) -> bool:
         "train_loss": loss_sum / run.env.world_size, "lr": run.optimizer.param_groups[0]["lr"],
         "throughput_img_per_s": rate, "compute_img_per_s": compute_rate,
         "data_time_ms": 1000 * window.data_s / window.steps, "step_time_ms": 1000 * elapsed / window.steps,
+        **_strategy_metrics(run),
     }
     run.records.train(record)
     return stop > 0
+
+
+def _strategy_metrics(run: Run) -> dict:
+    """Communication per step since the last log step, and, for strategies whose replicas drift
+    apart, the consensus distance (one allreduce of the model: only on log steps)."""
+    stats = run.strategy.comm_stats()
+    run.strategy.reset_stats()
+    metrics = {"comm_time_ms_per_step": stats["comm_time_ms_per_step"],
+               "comm_bytes_per_step": stats["comm_bytes_per_step"]}
+    if run.strategy.name.endswith("neighbor_allreduce"):
+        metrics["consensus_distance"] = consensus_distance(run.model)
+    return metrics
 
 
 def _count_skipped(run: Run, skipped: list[str]) -> int:

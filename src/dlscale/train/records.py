@@ -15,7 +15,8 @@ from dlscale.metrics.run import RunDir, to_jsonable
 
 # TensorBoard tags (ecosystem.md section 6; HAL and SC20 log the same quantities). Log steps
 # and epoch ends write disjoint tags, so every tag is one increasing sequence of steps.
-TB_TRAIN_TAGS = {"train_loss": "loss/train", "lr": "lr", "throughput_img_per_s": "throughput/train"}
+TB_TRAIN_TAGS = {"train_loss": "loss/train", "lr": "lr", "throughput_img_per_s": "throughput/train",
+                 "consensus_distance": "consensus/distance", "comm_time_ms_per_step": "comm/time_ms_per_step"}
 TB_EPOCH_TAGS = {"val_loss": "loss/val", "val_top1_pct": "top1/val", "val_top5_pct": "top5/val",
                  "throughput_img_per_s": "throughput/epoch"}
 
