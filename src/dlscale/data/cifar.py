@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
+from dlscale.data.dataset import ArraySource
 from dlscale.errors import DataError
 
 try:  # numpy >= 2 (numpy.core is a deprecated alias there)
@@ -132,20 +132,6 @@ def _read_batch(path: Path, layout: CifarLayout) -> tuple[np.ndarray, np.ndarray
     return images, labels.astype(np.int64)
 
 
-class CifarSource:
-    """One split of CIFAR as RGB PIL images of 32 x 32."""
-
-    def __init__(self, images: np.ndarray, labels: np.ndarray):
-        self.images = images
-        self.labels = labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def load(self, index: int) -> tuple[Image.Image, int]:
-        return Image.fromarray(self.images[index]), int(self.labels[index])
-
-
 def _find_folder(root: Path, layout: CifarLayout) -> Path:
     expected = (f"{root}/{layout.folder}/{{{','.join(layout.train_files + layout.val_files)},"
                 f"{layout.meta_file}}}")
@@ -155,7 +141,7 @@ def _find_folder(root: Path, layout: CifarLayout) -> Path:
     raise DataError(f"CIFAR files not found: expected {expected} (the python version of the data set)")
 
 
-def cifar_sources(root: str | Path, layout: CifarLayout) -> tuple[CifarSource, CifarSource, tuple[str, ...]]:
+def cifar_sources(root: str | Path, layout: CifarLayout) -> tuple[ArraySource, ArraySource, tuple[str, ...]]:
     """(train, val, class_names) of the CIFAR copy under root (or in root itself)."""
     folder = _find_folder(Path(root), layout)
     train = [_read_batch(folder / name, layout) for name in layout.train_files]
@@ -169,6 +155,6 @@ def cifar_sources(root: str | Path, layout: CifarLayout) -> tuple[CifarSource, C
     class_names = tuple(n.decode() if isinstance(n, bytes) else str(n) for n in names)
 
     def joined(batches):
-        return CifarSource(np.concatenate([b[0] for b in batches]), np.concatenate([b[1] for b in batches]))
+        return ArraySource(np.concatenate([b[0] for b in batches]), np.concatenate([b[1] for b in batches]))
 
     return joined(train), joined(val), class_names

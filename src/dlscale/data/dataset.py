@@ -50,6 +50,22 @@ class Source(Protocol):
     def load(self, index: int) -> tuple[Image.Image | torch.Tensor, int]: ...
 
 
+class ArraySource:
+    """A split held in memory as uint8 arrays, (N, H, W, 3) or grayscale (N, H, W), served as RGB
+    PIL images (CIFAR, digits)."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray):
+        self.images = images
+        self.labels = labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def load(self, index: int) -> tuple[Image.Image, int]:
+        image = Image.fromarray(self.images[index])
+        return (image if image.mode == "RGB" else image.convert("RGB")), int(self.labels[index])
+
+
 class Sample(NamedTuple):
     image: torch.Tensor
     """uint8, (3, H, W)."""

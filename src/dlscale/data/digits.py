@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from PIL import Image
 
+from dlscale.data.dataset import ArraySource
 from dlscale.errors import DataError
 
 DIGITS_SIZE = 1797
@@ -44,21 +44,7 @@ def _load_upsampled(image_size: int) -> tuple[np.ndarray, np.ndarray]:
     return images, digits.target.astype(np.int64)
 
 
-class DigitsSource:
-    """One split of the digits as RGB PIL images of image_size x image_size."""
-
-    def __init__(self, images: np.ndarray, labels: np.ndarray):
-        self.images = images
-        self.labels = labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def load(self, index: int) -> tuple[Image.Image, int]:
-        return Image.fromarray(self.images[index]).convert("RGB"), int(self.labels[index])
-
-
-def digits_sources(image_size: int = 32) -> tuple[DigitsSource, DigitsSource, tuple[float, float, float],
+def digits_sources(image_size: int = 32) -> tuple[ArraySource, ArraySource, tuple[float, float, float],
                                                   tuple[float, float, float]]:
     """(train, val, mean, std); mean and std (0..1 units, equal on the three channels) are
     measured on the training split at this image size."""
@@ -66,6 +52,6 @@ def digits_sources(image_size: int = 32) -> tuple[DigitsSource, DigitsSource, tu
     train_indices, val_indices = digits_split()
     train_pixels = images[train_indices].astype(np.float64) / 255.0
     mean, std = float(train_pixels.mean()), float(train_pixels.std())
-    train = DigitsSource(images[train_indices], labels[train_indices])
-    val = DigitsSource(images[val_indices], labels[val_indices])
+    train = ArraySource(images[train_indices], labels[train_indices])
+    val = ArraySource(images[val_indices], labels[val_indices])
     return train, val, (mean,) * 3, (std,) * 3
