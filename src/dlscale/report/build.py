@@ -1,0 +1,201 @@
+"""`dlscale report`: run and sweep directories in; report.md, CSV files and PNG plots out."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dlscale.report import plots
+from dlscale.report import tables as t
+from dlscale.report.compare import dist_optimizer_rows, progression_rows
+from dlscale.report.load import Collection, load
+from dlscale.report.references import Reference, load_reference, resolve_names
+from dlscale.report.scaling import accuracy_rows, build_series, time_rows
+
+DEFAULT_TOLERANCE_PTS = 1.0
+"""Final top-1 may fall this many percentage points below the smallest batch before a run is
+flagged. Run-to-run spread of ResNet-50 top-1 is far smaller (NVIDIA's 90-epoch AMP result:
+77.12 +- 0.11, references/ngc.json); with 1.0 HAL's 64-GPU runs are flagged (Feb -1.14, May -4.66)
+and all its others pass."""
+
+PLOTS = {
+    "throughput_vs_devices.png": "Throughput vs devices, with the ideal linear line",
+    "efficiency_vs_devices.png": "Scaling efficiency vs devices",
+    "time_to_solution_vs_devices.png": "Time to solution vs devices",
+    "top1_vs_epoch.png": "Validation top-1 vs epoch for several global batch sizes",
+    "top1_vs_time.png": "Validation top-1 vs wall-clock time",
+    "accuracy_vs_batch.png": "Final top-1 vs global batch (the accuracy flag)",
+    "progression.png": "Throughput over precision and speed settings",
+    "dist_optimizers.png": "allreduce vs neighbor-allreduce (and other strategies)",
+}
+
+
+@dataclass
+class Report:
+    out_dir: Path
+    files: list[Path] = field(default_factory=list)
+    not_drawn: dict[str, str] = field(default_factory=dict)
+    """Plot file name -> why it was not drawn."""
+    flagged: list[str] = field(default_factory=list)
+    """One line per run whose top-1 fell below the tolerance."""
+
+
+@dataclass
+class Figures:
+    """Everything the report computes from the runs, before any of it is written."""
+
+    collection: Collection
+    series: list
+    accuracy: list
+    flags: dict
+    """Run path -> short note, for runs whose top-1 fell below the tolerance."""
+    times: list
+    progression: list
+    strategies: list
+
+
+def compute(collection: Collection, tolerance_pts: float) -> Figures:
+    series = build_series(collection)
+    accuracy = accuracy_rows(collection.runs, tolerance_pts)
+    flags = {a.run.path: f"top-1 {a.delta_pts:+.2f} pts vs batch {a.baseline.global_batch}"
+             for a in accuracy if a.flagged}
+    efficiencies = {r.run.path: r.efficiency for s in series for r in s.ok_rows}
+    return Figures(collection, series, accuracy, flags, time_rows(series),
+                   progression_rows(collection.runs, efficiencies), dist_optimizer_rows(collection.runs, efficiencies))
+
+
+def build_report(paths: list, out_dir: Path, references: list[str] = (),
+                 tolerance_pts: float = DEFAULT_TOLERANCE_PTS, command: str = "") -> Report:
+    refs = [load_reference(name) for name in resolve_names(list(references))]
+    figures = compute(load(paths), tolerance_pts)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = Report(out_dir)
+    report.flagged = [f"{a.run.name}: final top-1 {a.run.final_top1:.2f}% is {-a.delta_pts:.2f} points below "
+                      f"{a.baseline.name} (global batch {a.baseline.global_batch}, {a.baseline.final_top1:.2f}%)"
+                      for a in figures.accuracy if a.flagged]
+    tables = {
+        "runs": t.runs_table(figures.collection.runs),
+        "scaling": t.scaling_table(figures.series, figures.flags),
+        "speedup": t.time_table(figures.times),
+        "accuracy": t.accuracy_table(figures.accuracy, tolerance_pts),
+        "progression": t.compare_table(figures.progression),
+        "dist_optimizers": t.compare_table(figures.strategies),
+        "references": t.reference_table(refs),
+    }
+    for name, (_, raw) in tables.items():
+        report.files.append(t.write_csv(out_dir / f"{name}.csv", t.CSV_HEADERS[name], raw))
+    report.files.append(t.write_csv(out_dir / "epochs.csv", t.EPOCH_CSV, t.epochs_rows(figures.collection.runs)))
+    _draw(figures, refs, tolerance_pts, report)
+    text = _markdown(figures.collection, refs, tables, report, tolerance_pts, command)
+    (out_dir / "report.md").write_text(text)
+    report.files.insert(0, out_dir / "report.md")
+    return report
+
+
+def _draw(f: Figures, refs: list[Reference], tolerance_pts: float, report: Report) -> None:
+    flagged = set(f.flags)
+    runs = f.collection.runs
+    drawers = {
+        "throughput_vs_devices.png": lambda p: plots.throughput(p, f.series, refs, flagged),
+        "efficiency_vs_devices.png": lambda p: plots.efficiency(p, f.series, refs),
+        "time_to_solution_vs_devices.png": lambda p: plots.time_to_solution(p, f.series, refs),
+        "top1_vs_epoch.png": lambda p: plots.top1_curves(p, runs, flagged, "epoch"),
+        "top1_vs_time.png": lambda p: plots.top1_curves(p, runs, flagged, "elapsed_s"),
+        "accuracy_vs_batch.png": lambda p: plots.accuracy_vs_batch(p, f.accuracy, tolerance_pts, refs),
+        "progression.png": lambda p: plots.progression(p, f.progression, refs),
+        "dist_optimizers.png": lambda p: plots.dist_optimizers(p, f.strategies, refs),
+    }
+    for name, draw in drawers.items():
+        path = report.out_dir / name
+        path.unlink(missing_ok=True)  # a plot left by an earlier report must not pass for this one
+        reason = draw(path)
+        if reason:
+            report.not_drawn[name] = reason
+        else:
+            report.files.append(path)
+
+
+def _markdown(collection: Collection, refs: list[Reference], tables: dict, report: Report,
+              tolerance: float, command: str) -> str:
+    def table(name: str, headers: list[str]) -> str:
+        shown = tables[name][0]
+        return t.markdown(headers, shown) if shown else "_No runs for this table._"
+
+    sweeps = ", ".join(f"`{Path(s['path']).name}` ({s.get('mode', '?')} scaling, {s.get('command', '?')})"
+                       for s in collection.sweeps) or "none"
+    out = [
+        "# dlscale report",
+        "",
+        f"Made by `{command or 'dlscale report'}` on {time.strftime('%Y-%m-%d %H:%M:%S')}.",
+        f"{len(collection.runs)} runs; sweeps: {sweeps}; {len(collection.failed)} failed sweep points.",
+        "",
+        "## Runs",
+        "",
+        table("runs", t.RUNS_HEADERS),
+        "",
+        "## Scaling",
+        "",
+        "T is the total measured images/s over all ranks (benchmark: mean ± 1.96 x std over timed "
+        "iterations; train: the whole run). speedup = T_N / T_base; efficiency = (T_N / N) / "
+        "(T_base / N_base), with N_base the smallest world size of each series.",
+        "",
+        table("scaling", t.SCALING_HEADERS),
+        "",
+        "## Speedup in Marconi100's form: T_base / T_N",
+        "",
+        "T is the time of the whole training run (train), or the time for 1000 images at the measured "
+        "rate (benchmark), so T_base / T_N is the speedup and N / N_base the ideal.",
+        "",
+        table("speedup", t.TIME_HEADERS),
+        "",
+        "## Accuracy",
+        "",
+        f"A run is flagged when its final top-1 is more than {tolerance:g} percentage "
+        f"point{'' if tolerance == 1 else 's'} below the "
+        "run with the smallest global batch of the same model and data (HAL: global batch 16,384 "
+        "ended 4.66 points below 896), so a faster configuration that trains worse is not a win.",
+        "",
+        *(f"- **FLAG** {line}" for line in report.flagged),
+        *([""] if report.flagged else []),
+        table("accuracy", t.ACCURACY_HEADERS),
+        "",
+        "## Precision and speed settings",
+        "",
+        table("progression", t.COMPARE_HEADERS),
+        "",
+        "## Gradient synchronisation: allreduce vs neighbor-allreduce",
+        "",
+        table("dist_optimizers", t.COMPARE_HEADERS),
+        "",
+    ]
+    out += _reference_section(refs, tables)
+    out += ["## Plots", ""]
+    for name, caption in PLOTS.items():
+        if name in report.not_drawn:
+            out.append(f"- {caption}: not drawn ({report.not_drawn[name]}).")
+        else:
+            out += [f"### {caption}", "", f"![{caption}]({name})", ""]
+    out += ["", "## Files", "", "CSV files beside this report: " + ", ".join(
+        sorted(p.name for p in report.files if p.suffix == ".csv")) + ".", ""]
+    if collection.skipped:
+        out += ["Skipped: " + "; ".join(collection.skipped), ""]
+    return "\n".join(out)
+
+
+def _reference_section(refs: list[Reference], tables: dict) -> list[str]:
+    if not refs:
+        return ["## References", "", "None selected (`--reference hal,ngc,sc20,bluefog,horovod,dlperf,"
+                "marconi100` or `all`).", ""]
+    out = ["## References", ""]
+    for ref in refs:
+        out += [f"### {ref.name}: {ref.title}", "", f"Hardware: {_hardware(ref.hardware)}. {ref.workload}.", "",
+                "Sources:", ""]
+        out += [f"- {s['where']}: {s['what']}" for s in ref.sources]
+        out += ["", *(f"- {note}" for note in ref.notes), ""]
+    out += [t.markdown(t.REFERENCE_HEADERS, tables["references"][0]), ""]
+    return out
+
+
+def _hardware(hardware: dict) -> str:
+    return ", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in hardware.items())

@@ -1,0 +1,171 @@
+"""Published reference figures shipped as data files (`dlscale/references/*.json`).
+
+Each file holds one reference system: its hardware, its sources (repository@commit or URL),
+notes on how each figure was obtained, and series of points. Figures are stored in the units the
+source published them in (`train_time_h: 14` for NVIDIA's "~14 h"); the few conversions the
+report needs (hours to seconds, the middle of a published range) happen here, in one place.
+Figures read off a plot carry `"read_off_plot": true` on their series.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from dlscale.errors import ConfigError
+
+SERIES_KINDS = ("scaling", "efficiency", "progression", "time_to_solution", "sample", "workers")
+
+
+@dataclass(frozen=True)
+class RefSeries:
+    reference: str
+    id: str
+    label: str
+    kind: str
+    """One of SERIES_KINDS: what the points describe."""
+    points: tuple[dict, ...]
+    meta: dict = field(default_factory=dict)
+    """Everything else the file says about the series: device, precision, batch, sources."""
+
+    @property
+    def read_off_plot(self) -> bool:
+        return bool(self.meta.get("read_off_plot"))
+
+    def value(self, point: dict, key: str) -> float | None:
+        """A point's figure in the report's units, or None where the source gives none.
+
+        img_per_s: the published rate, or the middle of a published range.
+        train_time_s: seconds from train_time_s / train_time_min / train_time_h.
+        time_s: the time to solution, else the epoch time (both fall with more devices alike).
+        """
+        if key == "img_per_s" and "img_per_s" not in point and "img_per_s_range" in point:
+            low, high = point["img_per_s_range"]
+            return (low + high) / 2
+        if key == "train_time_s" and "train_time_s" not in point:
+            if "train_time_min" in point:
+                return point["train_time_min"] * 60.0
+            if "train_time_h" in point:
+                return point["train_time_h"] * 3600.0
+            return None
+        if key == "time_s":
+            time = self.value(point, "train_time_s")
+            return time if time is not None else self.value(point, "epoch_time_s")
+        value = point.get(key)
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    def curve(self, key: str) -> list[tuple[int, float]]:
+        """(devices, value) for every point that has both, by device count."""
+        pairs = [(p["devices"], self.value(p, key)) for p in self.points if "devices" in p]
+        return sorted((d, v) for d, v in pairs if v is not None)
+
+    def point(self, **match) -> dict:
+        for p in self.points:
+            if all(p.get(k) == v for k, v in match.items()):
+                return p
+        raise KeyError(f"{self.reference}/{self.id} has no point with {match}")
+
+    def efficiency_curve(self) -> list[tuple[int, float]]:
+        """Per-device efficiency against the series' smallest device count.
+
+        Published efficiencies are used as given; elsewhere it is derived from img/s, or from
+        the time to solution when no rate is published: (T_N / N) / (T_base / N_base).
+        """
+        published = dict(self.curve("efficiency"))
+        derived: dict[int, float] = {}
+        rates = self.curve("img_per_s")
+        times = self.curve("time_s")
+        if self.kind == "scaling" and len(rates) >= 2:
+            (n0, t0) = rates[0]
+            derived = {n: (t / n) / (t0 / n0) for n, t in rates}
+        elif self.kind == "scaling" and len(times) >= 2:
+            (n0, s0) = times[0]
+            derived = {n: (s0 / s) / (n / n0) for n, s in times}
+        return sorted({**derived, **published}.items())
+
+
+@dataclass(frozen=True)
+class Reference:
+    name: str
+    title: str
+    hardware: dict
+    workload: str
+    sources: tuple[dict, ...]
+    notes: tuple[str, ...]
+    series: tuple[RefSeries, ...]
+
+    def get(self, series_id: str) -> RefSeries:
+        for s in self.series:
+            if s.id == series_id:
+                return s
+        raise KeyError(f"reference {self.name!r} has no series {series_id!r}")
+
+    def of_kind(self, *kinds: str) -> list[RefSeries]:
+        return [s for s in self.series if s.kind in kinds]
+
+    def source_text(self, series: RefSeries) -> str:
+        ids = series.meta.get("source", [])
+        where = {s["id"]: s["where"] for s in self.sources}
+        return "; ".join(where[i] for i in ids if i in where)
+
+
+def reference_dir():
+    return resources.files("dlscale") / "references"
+
+
+def reference_names() -> list[str]:
+    """The references shipped with dlscale, by file name."""
+    return sorted(p.name.removesuffix(".json") for p in reference_dir().iterdir() if p.name.endswith(".json"))
+
+
+def load_reference(name_or_path: str) -> Reference:
+    """A shipped reference by name (`hal`), or a reference file of the same format by path."""
+    if name_or_path.endswith(".json"):
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise ConfigError(f"--reference {name_or_path}: no such file")
+        text = path.read_text()
+    else:
+        names = reference_names()
+        if name_or_path not in names:
+            raise ConfigError(f"unknown --reference {name_or_path!r}; choose from {', '.join(names)}, all, "
+                              "or give a .json file in the same format")
+        text = (reference_dir() / f"{name_or_path}.json").read_text()
+    try:
+        return _parse(json.loads(text), name_or_path)
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+        raise ConfigError(f"reference {name_or_path}: malformed ({error}); see dlscale/references/hal.json "
+                          "for the format") from None
+
+
+def resolve_names(values: list[str]) -> list[str]:
+    """`--reference hal,ngc --reference sc20` or `all` -> names in the order given, no repeats."""
+    names: list[str] = []
+    for value in values:
+        for part in (p.strip() for p in value.split(",")):
+            chosen = reference_names() if part == "all" else [part] if part else []
+            names.extend(n for n in chosen if n not in names)
+    return names
+
+
+def _parse(data: dict, where: str) -> Reference:
+    source_ids = {s["id"] for s in data["sources"]}
+    series = []
+    for raw in data["series"]:
+        meta = {k: v for k, v in raw.items() if k not in ("id", "label", "kind", "points")}
+        if raw["kind"] not in SERIES_KINDS:
+            raise ValueError(f"series {raw['id']}: kind {raw['kind']!r} is not one of {SERIES_KINDS}")
+        missing = [s for s in meta.get("source", []) if s not in source_ids]
+        if not meta.get("source") or missing:
+            raise ValueError(f"series {raw['id']} must name its sources (unknown: {missing})")
+        if not raw["points"]:
+            raise ValueError(f"series {raw['id']} has no points")
+        series.append(RefSeries(data["name"], raw["id"], raw["label"], raw["kind"],
+                                tuple(raw["points"]), meta))
+    return Reference(
+        name=data["name"], title=data["title"], hardware=data.get("hardware", {}),
+        workload=data.get("workload", ""), sources=tuple(data["sources"]),
+        notes=tuple(data.get("notes", ())), series=tuple(series),
+    )

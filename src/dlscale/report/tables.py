@@ -1,0 +1,189 @@
+"""Tables as (headers, rows): formatted for report.md and the terminal, raw for CSV files.
+
+Each `*_table` function returns two row lists over the same headers: `shown` (strings with
+units and rounding as printed) and `raw` (full-precision numbers for the CSV).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from dlscale.report.compare import CompareRow
+from dlscale.report.references import Reference
+from dlscale.report.scaling import AccuracyRow, Series, TimeRow
+
+NONE = "—"
+
+
+def fmt(value, spec: str = ".1f", suffix: str = "") -> str:
+    return NONE if value is None else f"{value:{spec}}{suffix}"
+
+
+def with_ci(value, ci) -> str:
+    if value is None:
+        return NONE
+    return f"{value:.1f}" if ci is None else f"{value:.1f} ± {ci:.1f}"
+
+
+def markdown(headers: list[str], rows: list[list[str]]) -> str:
+    def cell(text) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_csv(path: Path, headers: list[str], rows: list[list]) -> Path:
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(headers)
+        writer.writerows([["" if v is None else v for v in row] for row in rows])
+    return path
+
+
+# ----------------------------------------------------------------------------------- the tables
+
+
+SCALING_HEADERS = ["series", "world size", "nodes", "total img/s ± 95%", "per-rank img/s ± 95%",
+                   "speedup", "efficiency", "final top-1 %", "status", "run"]
+SCALING_CSV = ["series", "world_size", "nnodes", "total_img_per_s", "total_img_per_s_ci95",
+               "per_rank_img_per_s", "per_rank_img_per_s_ci95", "speedup", "efficiency",
+               "final_top1_pct", "accuracy_flag", "status", "error", "run_dir"]
+
+
+def scaling_table(series: list[Series], flags: dict | None = None) -> tuple[list, list]:
+    """flags maps a run path to a short note (the accuracy flag)."""
+    flags = flags or {}
+    shown, raw = [], []
+    for s in series:
+        for row in s.rows:
+            run = row.run
+            if run is None:
+                status = f"{row.status}: {row.error}".strip(": ")
+                shown.append([s.label, row.world_size, row.nnodes, NONE, NONE, NONE, NONE, NONE, status, NONE])
+                raw.append([s.label, row.world_size, row.nnodes, *[None] * 8, row.status, row.error, None])
+                continue
+            flag = flags.get(run.path, "")
+            status = "ok" + (f"; {flag}" if flag else "")
+            shown.append([
+                s.label, row.world_size, row.nnodes, with_ci(run.total_ips, run.total_ci95),
+                with_ci(run.per_rank_ips, run.per_rank_ci95), fmt(row.speedup, ".2f", "x"),
+                fmt(None if row.efficiency is None else 100 * row.efficiency, ".1f", "%"),
+                fmt(run.final_top1, ".2f"), status, run.name,
+            ])
+            raw.append([s.label, row.world_size, row.nnodes, run.total_ips, run.total_ci95, run.per_rank_ips,
+                        run.per_rank_ci95, row.speedup, row.efficiency, run.final_top1, flag or None, "ok",
+                        None, str(run.path)])
+    return shown, raw
+
+
+RUNS_HEADERS = ["run", "kind", "model", "precision + options", "dist optimizer", "world size", "global batch",
+                "total img/s", "final top-1 %", "train time s", "path"]
+
+
+def runs_table(runs) -> tuple[list, list]:
+    shown, raw = [], []
+    for r in sorted(runs, key=lambda r: (r.kind, r.world_size, r.name)):
+        s = r.summary
+        values = [r.name, r.kind, s.get("model"), r.setting, s.get("dist_optimizer"), r.world_size,
+                  r.global_batch, r.total_ips, r.final_top1, r.train_time_s, str(r.path)]
+        raw.append(values)
+        shown.append([*values[:7], fmt(r.total_ips), fmt(r.final_top1, ".2f"), fmt(r.train_time_s, ".2f"),
+                      values[10]])
+    return shown, raw
+
+
+TIME_HEADERS = ["series", "world size", "time", "T_base / T_N", "ideal N / N_base", "efficiency", "run"]
+
+
+def time_table(rows: list[TimeRow]) -> tuple[list, list]:
+    shown, raw = [], []
+    for r in rows:
+        unit = "s" if r.run.kind == "train" else "s per 1000 img"
+        shown.append([r.series, r.world_size, f"{r.time_s:.2f} {unit}", f"{r.speedup:.2f}",
+                      f"{r.ideal:.2f}", f"{100 * r.efficiency:.1f}%", r.run.name])
+        raw.append([r.series, r.world_size, r.time_s, r.speedup, r.ideal, r.efficiency, str(r.run.path)])
+    return shown, raw
+
+
+ACCURACY_HEADERS = ["run", "model / data", "world size", "global batch", "final top-1 %", "best top-1 %",
+                    "vs smallest batch (pts)", "flag"]
+
+
+def accuracy_table(rows: list[AccuracyRow], tolerance_pts: float) -> tuple[list, list]:
+    shown, raw = [], []
+    for a in rows:
+        r = a.run
+        what = f"{r.summary.get('model')} / {r.data}"
+        best = r.summary.get("best_top1_pct")
+        flag = f"more than {tolerance_pts:g} pts below batch {a.baseline.global_batch}" if a.flagged else ""
+        shown.append([r.name, what, r.world_size, r.global_batch, fmt(r.final_top1, ".2f"), fmt(best, ".2f"),
+                      f"{a.delta_pts:+.2f}", ("FLAG: " + flag) if flag else "ok"])
+        raw.append([r.name, what, r.world_size, r.global_batch, r.final_top1, best, a.delta_pts, a.flagged])
+    return shown, raw
+
+
+COMPARE_HEADERS = ["runs compared", "world size", "setting", "total img/s ± 95%", "vs first", "efficiency", "run"]
+
+
+def compare_table(rows: list[CompareRow]) -> tuple[list, list]:
+    shown, raw = [], []
+    for c in rows:
+        eff = None if c.efficiency is None else 100 * c.efficiency
+        shown.append([c.group, c.world_size, c.setting, with_ci(c.run.total_ips, c.run.total_ci95),
+                      fmt(c.ratio, ".2f", "x"), fmt(eff, ".1f", "%"), c.run.name])
+        raw.append([c.group, c.world_size, c.setting, c.run.total_ips, c.ratio, c.efficiency, str(c.run.path)])
+    return shown, raw
+
+
+EPOCH_CSV = ["run", "world_size", "global_batch", "epoch", "val_top1_pct", "val_top5_pct", "val_loss",
+             "elapsed_s", "throughput_img_per_s"]
+
+
+def epochs_rows(runs) -> list[list]:
+    rows = []
+    for r in runs:
+        for e in r.epochs:
+            rows.append([r.name, r.world_size, e.get("global_batch", r.global_batch), e.get("epoch"),
+                         e.get("val_top1_pct"), e.get("val_top5_pct"), e.get("val_loss"), e.get("elapsed_s"),
+                         e.get("throughput_img_per_s")])
+    return rows
+
+
+REFERENCE_HEADERS = ["reference", "series", "devices", "img/s", "time s", "efficiency", "final top-1 %",
+                     "read off plot"]
+
+
+def reference_table(references: list[Reference]) -> tuple[list, list]:
+    shown, raw = [], []
+    for ref in references:
+        for s in ref.series:
+            eff = dict(s.efficiency_curve())
+            for p in s.points:
+                devices = p.get("devices")
+                values = [ref.name, s.label, devices, s.value(p, "img_per_s"), s.value(p, "time_s"),
+                          eff.get(devices), s.value(p, "final_top1_pct"), s.read_off_plot]
+                raw.append(values)
+                shown.append([ref.name, s.label, fmt(devices, "d") if devices else p.get("setting", NONE),
+                              fmt(values[3], ",.1f"), fmt(values[4], ",.2f"),
+                              fmt(None if values[5] is None else 100 * values[5], ".1f", "%"),
+                              fmt(values[6], ".2f"), "yes" if s.read_off_plot else "no"])
+    return shown, raw
+
+
+CSV_HEADERS = {
+    "runs": ["run", "kind", "model", "setting", "dist_optimizer", "world_size", "global_batch",
+             "total_img_per_s", "final_top1_pct", "train_time_s", "path"],
+    "scaling": SCALING_CSV,
+    "speedup": ["series", "world_size", "time_s", "speedup_time_base_over_time_n", "ideal", "efficiency", "path"],
+    "accuracy": ["run", "model_data", "world_size", "global_batch", "final_top1_pct", "best_top1_pct",
+                 "delta_pts_vs_smallest_batch", "flagged"],
+    "progression": ["group", "world_size", "setting", "total_img_per_s", "ratio_to_first", "efficiency", "path"],
+    "dist_optimizers": ["group", "world_size", "dist_optimizer", "total_img_per_s", "ratio_to_first",
+                        "efficiency", "path"],
+    "references": ["reference", "series", "devices", "img_per_s", "time_s", "efficiency", "final_top1_pct",
+                   "read_off_plot"],
+}
+"""Column names of each CSV file: machine-friendly, units in the name."""

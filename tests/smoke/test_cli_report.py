@@ -1,0 +1,114 @@
+"""`dlscale report` on directories made here by `dlscale scale -- train` and `dlscale bench`."""
+
+import csv
+import json
+import re
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from dlscale.cli import main
+from dlscale.report import PLOTS
+from dlscale.strategies import STRATEGIES
+
+TINY = ["--model", "resnet18", "--width", "8", "--image-size", "32", "--batch-size", "4", "--num-classes", "10",
+        "--num-warmup-batches", "2", "--num-batches-per-iter", "2", "--num-iters", "3"]
+TRAIN = ["--config", "cpu:digits", "--set", "schedule.epochs=2", "--set", "max_steps_per_epoch=5",
+         "--set", "batch_size=16", "--set", "model.width=8", "--pg-timeout", "60"]
+TIMEOUT_S = 240
+ENV = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+OTHER_STRATEGY = "neighbor_allreduce" if "neighbor_allreduce" in STRATEGIES else next(
+    (s for s in sorted(STRATEGIES) if s != "allreduce"), None)
+
+
+def _dlscale(*args):
+    return [sys.executable, "-m", "dlscale", *args]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A weak-scaling train sweep over 1 and 2 ranks, and one-process benchmarks side by side."""
+    root = tmp_path_factory.mktemp("report")
+    sweep = subprocess.Popen(_dlscale("scale", "--nproc", "1,2", "--output-dir", "runs", "--name", "train-sweep",
+                                      "--", "train", *TRAIN), cwd=root, env=ENV, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    benches = [("bench-fp32", ["--precision", "fp32"]), ("bench-amp_bf16", ["--precision", "amp_bf16"])]
+    if OTHER_STRATEGY:
+        benches.append((f"bench-{OTHER_STRATEGY}", ["--dist-optimizer", OTHER_STRATEGY]))
+    try:
+        for name, extra in benches:
+            out = subprocess.run(_dlscale("bench", *TINY, *extra, "--output-dir", "runs", "--name", name), cwd=root,
+                                 env=ENV, capture_output=True, text=True, timeout=TIMEOUT_S)
+            assert out.returncode == 0, out.stderr[-3000:]
+        log, _ = sweep.communicate(timeout=TIMEOUT_S)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+    assert sweep.returncode == 0, log[-4000:]
+    return root
+
+
+def _png_size(path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
+    return struct.unpack(">II", data[16:24])
+
+
+def _report(root, *args):
+    return subprocess.run(_dlscale("report", *args), cwd=root, env=ENV, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+
+
+@pytest.mark.distributed
+def test_report_writes_every_plot_and_table(runs):
+    out = _report(runs, "runs", "--reference", "all", "-o", "rep")
+    assert out.returncode == 0, out.stderr[-3000:]
+    rep = runs / "rep"
+    expected = set(PLOTS) - (set() if OTHER_STRATEGY else {"dist_optimizers.png"})
+    for name in expected:
+        assert _png_size(rep / name) == (800, 500), name
+        assert (rep / name).stat().st_size > 10_000, name
+    if not OTHER_STRATEGY:  # only allreduce exists: said so, not drawn empty
+        assert "not drawn: dist_optimizers.png" in out.stdout
+    for name in ("report", "runs", "scaling", "speedup", "accuracy", "progression", "dist_optimizers",
+                 "references", "epochs"):
+        assert (rep / (name + (".md" if name == "report" else ".csv"))).stat().st_size > 0, name
+
+    # Every number report.md prints for a run is the one in that run's summary.json.
+    text = (rep / "report.md").read_text()
+    for summary_path in (runs / "runs").glob("**/summary.json"):
+        summary = json.loads(summary_path.read_text())
+        name = summary_path.parent.name
+        row = next(line for line in text.splitlines() if line.startswith(f"| {name} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        total = summary.get("img_per_sec_total_mean", summary.get("total_ips"))
+        assert float(cells[7]) == pytest.approx(total, abs=0.051), name
+        assert int(cells[5]) == summary["world_size"] and int(cells[6]) == summary["global_batch_size"]
+        if summary["kind"] == "train":
+            assert float(cells[8]) == pytest.approx(summary["final_top1_pct"], abs=0.0051)
+            assert float(cells[9]) == pytest.approx(summary["train_time_s"], abs=0.0051)
+
+    # The train sweep is weak scaling: 16 images per rank, global batch 16 and 32.
+    rows = list(csv.DictReader((rep / "accuracy.csv").open()))
+    assert sorted(int(r["global_batch"]) for r in rows) == [16, 32]
+    scaling = [r for r in csv.DictReader((rep / "scaling.csv").open()) if "train-sweep" in r["run_dir"]]
+    t1, t2 = (float(r["total_img_per_s"]) for r in sorted(scaling, key=lambda r: int(r["world_size"])))
+    assert float(scaling[-1]["efficiency"]) == pytest.approx((t2 / 2) / t1)
+    assert re.search(r"### hal: HAL cluster", text) and "4071.31" in (rep / "references.csv").read_text()
+
+
+@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # main() under pytest's capture
+@pytest.mark.parametrize("args,message", [
+    (["no-such-run"], "no-such-run: no such directory; give run or sweep directories"),
+    (["."], "holds no summary.json or sweep.json"),
+    ([".", "--reference", "hall"], "unknown --reference 'hall'; choose from bluefog, dlperf, hal"),
+    ([".", "--top1-tolerance", "-1"], "--top1-tolerance must be >= 0"),
+])
+def test_bad_report_input_is_one_line(tmp_path, monkeypatch, capsys, args, message):
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", *args]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and message in err, err
