@@ -81,3 +81,24 @@ def test_finished_run_is_not_trained_again_and_resume_none_refuses(tmp_path):
 
     with pytest.raises(ConfigError, match="already holds checkpoints"):
         loop.fit(cfg, DistEnv(), run_name="s", output_dir=tmp_path, resume="none")
+
+
+def test_input_bound_training_says_so(tmp_path, monkeypatch, capsys):
+    """A loader slowed to 40 ms per batch against a step of a few ms: the run names the fix."""
+    import time
+
+    original = loop.DevicePrefetcher
+
+    class SlowBatches(original):
+        def __iter__(self):
+            for batch in super().__iter__():
+                time.sleep(0.04)
+                yield batch
+
+    monkeypatch.setattr(loop, "DevicePrefetcher", SlowBatches)
+    cfg, _ = load_config("cpu:synthetic", ["schedule.epochs=1", "schedule.warmup_epochs=0", "max_steps_per_epoch=6",
+                                          "log_every=2", "model.width=8"])
+    loop.fit(cfg, DistEnv(), run_name="slow", output_dir=tmp_path)
+    out = capsys.readouterr().out
+    assert out.count("training is input-bound") == 1  # once per epoch
+    assert "more loader workers (data.num_workers=" in out

@@ -15,6 +15,8 @@ COMMANDS = {
     "models": "dlscale.cli.models",
     "train": "dlscale.cli.train",
     "config": "dlscale.cli.config",
+    "profile": "dlscale.cli.profile",
+    "loader": "dlscale.cli.loader",
     "scale": "dlscale.cli.scale",
     "report": "dlscale.cli.report",
 }

@@ -8,6 +8,7 @@ from dlscale.errors import ConfigError
 
 DATASET_NAMES = ("synthetic", "digits", "cifar10", "cifar100", "imagefolder")
 ON_BAD_SAMPLE = ("skip", "error")
+DECODE_MODES = ("fast", "plain")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +34,14 @@ class DataConfig:
     """Validation images (imagefolder) are resized so the shorter side is this many pixels,
     then center-cropped to val_image_size. None means round(val_image_size * 256 / 224),
     the ratio of the ImageNet recipe (resize 256, crop 224)."""
+
+    decode: str = "fast"
+    """How training JPEGs become crops (imagefolder). "fast": a JPEG whose shorter side is at
+    least 2 x image_size is decoded at 1/2, 1/4 or 1/8 scale when the random crop is that many
+    times image_size (Pillow's draft mode), and crops are resized as uint8 tensors by torch's
+    antialiased bilinear kernel. "plain": every file decoded at full size, resized by Pillow.
+    Both draw the same crop boxes and flips from the same seeds (docs/profiling.md has the
+    measured speeds)."""
 
     num_workers: int = 2
     """DataLoader worker processes per rank; 0 loads in the training process.
@@ -72,6 +81,8 @@ class DataConfig:
     def __post_init__(self) -> None:
         if self.name not in DATASET_NAMES:
             raise ConfigError(f"data.name={self.name!r} is unknown; use one of {', '.join(DATASET_NAMES)}")
+        if self.decode not in DECODE_MODES:
+            raise ConfigError(f"data.decode={self.decode!r}; use one of {', '.join(DECODE_MODES)}")
         if self.on_bad_sample not in ON_BAD_SAMPLE:
             raise ConfigError(f"data.on_bad_sample={self.on_bad_sample!r}; use 'skip' or 'error'")
         for field in ("image_size", "val_image_size", "val_resize"):

@@ -134,22 +134,14 @@ class ImageDataset(Dataset):
         return len(self.source)
 
     def __getitem__(self, key: int | tuple[int, int]) -> Sample:
+        """The sample at index, or on a bad file the next readable index after it (wrapping)."""
         epoch, index = key if isinstance(key, tuple) else (0, key)
-        image, label, skipped = self._load(index)
-        if self.transform is not None:
-            image = self.transform(image, seeded_generator(self.seed, epoch, index))
-        elif isinstance(image, Image.Image):
-            image = to_uint8_chw(image)
-        return Sample(image, label, skipped)
-
-    def _load(self, index: int):
-        """Load index, or on a bad file the next readable index after it (wrapping around)."""
         size = len(self.source)
         first_bad: str | None = None
         for attempt in range(min(self.max_consecutive_bad, size)):
             try:
-                image, label = self.source.load((index + attempt) % size)
-                return image, label, first_bad
+                image, label = self._transformed((index + attempt) % size, epoch, index)
+                return Sample(image, label, first_bad)
             except BadSample as bad:
                 if self.on_bad_sample == "error":
                     raise BadSampleError(
@@ -161,3 +153,13 @@ class ImageDataset(Dataset):
             f"{min(self.max_consecutive_bad, size)} unreadable images in a row from {first_bad}; "
             "check the data set (truncated copy? unmounted disk?) or raise data.max_consecutive_bad"
         )
+
+    def _transformed(self, position: int, epoch: int, index: int) -> tuple[torch.Tensor, int]:
+        """Load and transform one sample. The augmentation is seeded by the requested index, so a
+        substitute is cropped the way the bad sample would have been."""
+        image, label = self.source.load(position)
+        if self.transform is None:
+            return (to_uint8_chw(image) if isinstance(image, Image.Image) else image), label
+        # The fast JPEG path hands the transform an undecoded image: a file corrupt inside its scan
+        # data fails only there, raising BadSample, and is skipped like any other unreadable file.
+        return self.transform(image, seeded_generator(self.seed, epoch, index)), label

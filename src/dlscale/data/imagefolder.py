@@ -7,10 +7,18 @@ val/ comes as one flat folder and must first be sorted into class folders.
 An unreadable file is found only by decoding it: Pillow's verify() passes a truncated JPEG, and
 Image.open() is lazy. So load() decodes fully (convert("RGB")) inside the try and raises
 BadSample, which ImageDataset turns into a skip or an error.
+
+The fast decode path (decode="fast") is the one exception: a JPEG large enough for a reduced-scale
+decode (shorter side >= 2 x the crop size) leaves load() undecoded, so that the crop transform,
+which draws the crop box, can choose the scale. load() still rejects such a file when it is not
+a JPEG Pillow can parse or when its scan data has no end-of-image marker (a truncated copy, the
+common failure); a file corrupt in the middle is found only by the transform, and is then skipped
+(or reported) like any unreadable file.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import warnings
 from pathlib import Path
@@ -18,8 +26,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from dlscale.data.config import DECODE_MODES
 from dlscale.data.dataset import BadSample
-from dlscale.errors import DataError
+from dlscale.errors import ConfigError, DataError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 LAYOUT = "train/<class>/*.JPEG, val/<class>/*.JPEG"
@@ -47,10 +56,15 @@ def _image_files(class_dir: Path) -> list[str]:
 class ImageFolderSource:
     """The images of one split. Paths are held as one numpy bytes array (class/file relative to
     the split folder), not a list of str: forked workers would otherwise copy the list page by
-    page as they touch the reference counts (pytorch/pytorch#13246)."""
+    page as they touch the reference counts (pytorch/pytorch#13246).
 
-    def __init__(self, split_dir: Path, class_to_index: dict[str, int]):
+    draft_min_side: None decodes every image in load() (the plain path); a number hands JPEGs
+    whose shorter side is at least that many pixels to the transform undecoded (the fast path).
+    """
+
+    def __init__(self, split_dir: Path, class_to_index: dict[str, int], *, draft_min_side: int | None = None):
         self.split_dir = str(split_dir)
+        self.draft_min_side = draft_min_side
         relative, labels = [], []
         for class_name in _class_folders(split_dir):
             if class_name not in class_to_index:
@@ -76,15 +90,73 @@ class ImageFolderSource:
     def load(self, index: int) -> tuple[Image.Image, int]:
         path = self.path(index)
         try:
-            with Image.open(path) as file:
-                image = file.convert("RGB")  # a full decode: the only check that finds truncation
+            if self.draft_min_side is None:
+                with Image.open(path) as file:
+                    image = file.convert("RGB")  # a full decode: the only check that finds truncation
+            else:
+                image = open_for_crop(path, self.draft_min_side)
         except Exception as err:  # OSError, UnidentifiedImageError, DecompressionBombError, ...
             raise BadSample(path, f"{type(err).__name__}: {err}") from None
         return image, int(self.labels[index])
 
 
-def imagefolder_sources(root: str | Path | None) -> tuple[ImageFolderSource, ImageFolderSource, tuple[str, ...]]:
-    """(train, val, class_names) for root/train and root/val."""
+def open_for_crop(path: str, draft_min_side: int) -> Image.Image:
+    """The image at path for a crop transform that may decode it at reduced scale.
+
+    A JPEG with a shorter side of at least draft_min_side pixels comes back undecoded (header
+    parsed, bytes in memory, checked for an end-of-image marker); any other image decoded, RGB.
+    """
+    with open(path, "rb") as file:
+        data = file.read()  # one open and one read per file; the decoder works from memory
+    image = Image.open(io.BytesIO(data))
+    if image.format == "JPEG" and min(image.size) >= draft_min_side:
+        if not jpeg_is_complete(data):
+            raise OSError("image file is truncated (no end-of-image marker after the scan data)")
+        image.filename = path  # names the file if the decode in the transform fails
+        return image
+    image.load()
+    return image if image.mode == "RGB" else image.convert("RGB")
+
+
+def jpeg_is_complete(data: bytes) -> bool:
+    """True when an end-of-image marker (FF D9) follows the first start-of-scan marker.
+
+    Inside scan data an FF byte is always followed by 00 or a restart marker, so FF D9 there is
+    the real end; one inside a header segment (an EXIF thumbnail's) comes before the first scan
+    and does not count. Bytes after the end-of-image marker are allowed, as decoders allow them.
+    """
+    scan = _first_scan(data)
+    return scan >= 0 and data.rfind(b"\xff\xd9", scan) >= 0
+
+
+def _first_scan(data: bytes) -> int:
+    """Offset of the first start-of-scan (FF DA) marker, walking the header segments; -1 if none."""
+    position = 2  # after start-of-image
+    while position + 4 <= len(data):
+        if data[position] != 0xFF:
+            return -1
+        marker = data[position + 1]
+        if marker == 0xDA:
+            return position
+        if marker == 0xFF:  # fill byte before a marker
+            position += 1
+        elif 0xD0 <= marker <= 0xD9 or marker == 0x01:  # markers without a length
+            position += 2
+        else:
+            position += 2 + int.from_bytes(data[position + 2:position + 4], "big")
+    return -1
+
+
+def imagefolder_sources(
+    root: str | Path | None, *, decode: str = "fast", image_size: int = 224
+) -> tuple[ImageFolderSource, ImageFolderSource, tuple[str, ...]]:
+    """(train, val, class_names) for root/train and root/val.
+
+    decode="fast" lets the train split hand JPEGs of at least 2 x image_size pixels per side to
+    the crop transform undecoded (see the module docstring); val always decodes in load().
+    """
+    if decode not in DECODE_MODES:
+        raise ConfigError(f"data.decode={decode!r}; use one of {', '.join(DECODE_MODES)}")
     if root is None:
         raise DataError(f"data.name=imagefolder needs data.path, a folder with {LAYOUT}")
     root = Path(root)
@@ -95,6 +167,8 @@ def imagefolder_sources(root: str | Path | None) -> tuple[ImageFolderSource, Ima
     if not classes:
         raise DataError(f"{root / 'train'} has no class folders; expected {LAYOUT}")
     class_to_index = {name: index for index, name in enumerate(classes)}
-    train = ImageFolderSource(root / "train", class_to_index)
+    # A reduced-scale decode needs a crop of at least 2 x image_size on both sides.
+    draft_min_side = 2 * image_size if decode == "fast" else None
+    train = ImageFolderSource(root / "train", class_to_index, draft_min_side=draft_min_side)
     val = ImageFolderSource(root / "val", class_to_index)
     return train, val, tuple(classes)

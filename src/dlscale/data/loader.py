@@ -103,12 +103,12 @@ def _build_cifar(cfg: DataConfig) -> _Built:
 def _build_imagefolder(cfg: DataConfig) -> _Built:
     size = cfg.image_size or 224
     val_size = cfg.val_image_size or size
-    train, val, class_names = imagefolder_sources(cfg.path)
+    train, val, class_names = imagefolder_sources(cfg.path, decode=cfg.decode, image_size=size)
     info = DatasetInfo(name=cfg.name, num_classes=len(class_names), mean=IMAGENET_MEAN, std=IMAGENET_STD,
                        train_size=len(train), val_size=len(val), image_size=size, val_image_size=val_size,
                        class_names=class_names)
-    return _Built(train, val, T.imagenet_train_transform(size), T.imagenet_val_transform(val_size, cfg.val_resize),
-                  info)
+    return _Built(train, val, T.imagenet_train_transform(size, cfg.decode),
+                  T.imagenet_val_transform(val_size, cfg.val_resize), info)
 
 
 _BUILDERS: dict[str, Callable[[DataConfig], _Built]] = {

@@ -9,22 +9,38 @@ Recipes, as the references use them:
   val: resize the shorter side to size * 256 / 224, center crop (HAL, pytorch/examples).
 - CIFAR train: random crop 32 from the image padded by 4 zeros, horizontal flip, rotation by
   up to 15 degrees (NERSC SC20 tutorial); val: nothing.
+
+The ImageNet train recipe has two decode paths (DataConfig.decode) that draw the same crop boxes
+and flips from the same generator: "plain" resizes a fully decoded image with Pillow; "fast"
+(FastRandomResizedCrop) decodes a JPEG at 1/2, 1/4 or 1/8 scale when the box allows it and
+resizes a uint8 tensor with torch's antialiased bilinear kernel. See docs/profiling.md.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import PIL
 import torch
 from PIL import Image
+from torch.nn import functional as F
+
+from dlscale.data.config import DECODE_MODES
+from dlscale.errors import ConfigError
 
 Transform = Callable[[Image.Image, torch.Generator], Image.Image]
 
+DRAFT_REDUCTIONS = (8, 4, 2)
+"""The reduced scales, 1/r, that Pillow's JPEG draft() asks libjpeg's scaled DCT for."""
 
-def to_uint8_chw(img: Image.Image) -> torch.Tensor:
-    """An RGB PIL image as a contiguous uint8 tensor of shape (3, H, W)."""
+
+def to_uint8_chw(img: Image.Image | torch.Tensor) -> torch.Tensor:
+    """An RGB PIL image (or a uint8 CHW tensor, passed through) as a contiguous uint8 (3, H, W)."""
+    if isinstance(img, torch.Tensor):
+        return img.contiguous()
     if img.mode != "RGB":
         img = img.convert("RGB")
     array = np.array(img, dtype=np.uint8)  # a writable copy that torch may share
@@ -98,14 +114,86 @@ class RandomResizedCrop:
         return f"RandomResizedCrop({self.size}, scale={self.scale}, ratio={self.ratio})"
 
 
+class FastRandomResizedCrop(RandomResizedCrop):
+    """RandomResizedCrop that draws the same box, then decodes only the detail the box needs.
+
+    A JPEG that is not decoded yet (ImageFolderSource hands large ones over that way) is decoded
+    at 1/r scale, r in 8, 4, 2, when the box is at least r x size pixels on both sides, so the
+    box is still scaled down to size, never up; Pillow then resizes the box, in sub-pixel
+    coordinates of the reduced image (at most a few times size per side: cheap). A full-scale
+    box is cut out and resized as a uint8 tensor by torch's antialiased bilinear kernel, the
+    filter of Pillow's BILINEAR resize. Returns a uint8 (3, size, size) tensor.
+    """
+
+    def __call__(self, img: Image.Image, generator: torch.Generator) -> torch.Tensor:
+        left, top, crop_w, crop_h = self.get_params(img.width, img.height, generator)
+        img, scale = decode_at(img, draft_reduction(crop_w, crop_h, self.size))
+        if scale == 1.0:
+            return resize_uint8(img.crop((left, top, left + crop_w, top + crop_h)), self.size)
+        box = (left / scale, top / scale, (left + crop_w) / scale, (top + crop_h) / scale)
+        return to_uint8_chw(img.resize((self.size, self.size), Image.Resampling.BILINEAR, box=box))
+
+    def __repr__(self) -> str:
+        return f"FastRandomResizedCrop({self.size}, scale={self.scale}, ratio={self.ratio})"
+
+
+def draft_reduction(crop_w: int, crop_h: int, size: int) -> int:
+    """The largest r in DRAFT_REDUCTIONS with the crop still >= size pixels per side at 1/r, else 1."""
+    for reduction in DRAFT_REDUCTIONS:
+        if crop_w >= reduction * size and crop_h >= reduction * size:
+            return reduction
+    return 1
+
+
+def decode_at(img: Image.Image, reduction: int) -> tuple[Image.Image, float]:
+    """Decode img, at 1/reduction scale if it is a JPEG not decoded yet; return it as RGB and
+    the size of one of its pixels in pixels of the original (1.0 without reduction)."""
+    scale = 1.0
+    if reduction > 1:
+        width = img.width
+        drafted = img.draft("RGB", (img.width // reduction, img.height // reduction))
+        if drafted is not None:  # None: not a JPEG, or decoded already
+            scale = width / drafted[1][2]
+    try:
+        img.load()
+    except Exception as err:  # decode errors of a file the source could only check, not decode
+        from dlscale.data.dataset import BadSample  # dataset imports this module
+
+        # ImageDataset skips it (or stops, with data.on_bad_sample=error) like any unreadable file.
+        path = getattr(img, "filename", "") or "an image"
+        raise BadSample(path, f"{type(err).__name__}: {' '.join(str(err).split())}") from None
+    return (img if img.mode == "RGB" else img.convert("RGB")), scale
+
+
+def resize_uint8(img: Image.Image, size: int) -> torch.Tensor:
+    """An RGB image resized to size x size by antialiased bilinear interpolation on uint8 (no
+    float copy of the image), as a contiguous uint8 (3, size, size) tensor."""
+    with warnings.catch_warnings():
+        # np.asarray shares Pillow's bytes, which are read-only; torch only reads them here.
+        warnings.simplefilter("ignore", UserWarning)
+        hwc = torch.from_numpy(np.asarray(img))
+    nchw = hwc.permute(2, 0, 1).unsqueeze(0)  # a channels-last view: torch's fast uint8 kernel
+    out = F.interpolate(nchw, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+    return out[0].contiguous()
+
+
+def pillow_build() -> str:
+    """Which Pillow decodes: pillow-simd installs under the same name (PIL), so it is used
+    whenever it is installed; its versions end in .postN."""
+    version = PIL.__version__
+    return f"Pillow-SIMD {version}" if ".post" in version else f"Pillow {version}"
+
+
 class RandomHorizontalFlip:
-    """Mirror left-right with probability p."""
+    """Mirror left-right with probability p (a PIL image, or a CHW tensor)."""
 
     def __init__(self, p: float = 0.5):
         self.p = p
 
-    def __call__(self, img: Image.Image, generator: torch.Generator) -> Image.Image:
+    def __call__(self, img: Image.Image | torch.Tensor, generator: torch.Generator) -> Image.Image | torch.Tensor:
         if float(torch.rand((), generator=generator)) < self.p:
+            if isinstance(img, torch.Tensor):
+                return img.flip(-1)
             return img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         return img
 
@@ -195,8 +283,12 @@ class Resize:
         return f"Resize({self.size})"
 
 
-def imagenet_train_transform(size: int = 224) -> Compose:
-    return Compose([RandomResizedCrop(size), RandomHorizontalFlip()])
+def imagenet_train_transform(size: int = 224, decode: str = "fast") -> Compose:
+    """RandomResizedCrop(size) + horizontal flip; decode "fast" or "plain" (DataConfig.decode)."""
+    if decode not in DECODE_MODES:
+        raise ConfigError(f"data.decode={decode!r}; use one of {', '.join(DECODE_MODES)}")
+    crop = FastRandomResizedCrop(size) if decode == "fast" else RandomResizedCrop(size)
+    return Compose([crop, RandomHorizontalFlip()])
 
 
 def imagenet_val_transform(size: int = 224, resize: int | None = None) -> Compose:

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlscale.report import plots
+from dlscale.report import loader, plots
 from dlscale.report import tables as t
 from dlscale.report.compare import dist_optimizer_rows, progression_rows
 from dlscale.report.load import Collection, load
@@ -28,6 +28,7 @@ PLOTS = {
     "accuracy_vs_batch.png": "Final top-1 vs global batch (the accuracy flag)",
     "progression.png": "Throughput over precision and speed settings",
     "dist_optimizers.png": "allreduce vs neighbor-allreduce (and other strategies)",
+    "loader_workers.png": "Input pipeline: speedup vs DataLoader workers",
 }
 
 
@@ -82,9 +83,11 @@ def build_report(paths: list, out_dir: Path, references: list[str] = (),
         "progression": t.compare_table(figures.progression),
         "dist_optimizers": t.compare_table(figures.strategies),
         "references": t.reference_table(refs),
+        "loader": loader.table(figures.collection.loaders),
     }
+    headers = {**t.CSV_HEADERS, "loader": loader.CSV}
     for name, (_, raw) in tables.items():
-        report.files.append(t.write_csv(out_dir / f"{name}.csv", t.CSV_HEADERS[name], raw))
+        report.files.append(t.write_csv(out_dir / f"{name}.csv", headers[name], raw))
     report.files.append(t.write_csv(out_dir / "epochs.csv", t.EPOCH_CSV, t.epochs_rows(figures.collection.runs)))
     _draw(figures, refs, tolerance_pts, report)
     text = _markdown(figures.collection, refs, tables, report, tolerance_pts, command)
@@ -105,6 +108,7 @@ def _draw(f: Figures, refs: list[Reference], tolerance_pts: float, report: Repor
         "accuracy_vs_batch.png": lambda p: plots.accuracy_vs_batch(p, f.accuracy, tolerance_pts, refs),
         "progression.png": lambda p: plots.progression(p, f.progression, refs),
         "dist_optimizers.png": lambda p: plots.dist_optimizers(p, f.strategies, refs),
+        "loader_workers.png": lambda p: loader.speedup_plot(p, f.collection.loaders, refs),
     }
     for name, draw in drawers.items():
         path = report.out_dir / name
@@ -167,6 +171,14 @@ def _markdown(collection: Collection, refs: list[Reference], tables: dict, repor
         "## Gradient synchronisation: allreduce vs neighbor-allreduce",
         "",
         table("dist_optimizers", t.COMPARE_HEADERS),
+        "",
+        "## Input pipeline (dlscale loader)",
+        "",
+        "The loader alone (decode, augment, collate): images/s per worker count and the speedup over "
+        "the first; bytes from the processes' own I/O counters (file GB/s: bytes of the image files "
+        "read; storage GB/s: reads that reached storage, so page-cache hits are not in it).",
+        "",
+        table("loader", loader.HEADERS),
         "",
     ]
     out += _reference_section(refs, tables)

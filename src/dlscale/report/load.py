@@ -123,6 +123,8 @@ class Collection:
     """Each sweep.json read, with its directory under 'path'."""
     skipped: list[str] = field(default_factory=list)
     """Directories passed over, each with the reason."""
+    loaders: list = field(default_factory=list)
+    """Runs of `dlscale loader` (report.loader.LoaderRun)."""
 
 
 def load(paths: list[str | Path]) -> Collection:
@@ -149,7 +151,7 @@ def load(paths: list[str | Path]) -> Collection:
                 _load_sweep(child, found, seen)
             for child in runs:
                 _add_run(child, found, seen)
-    if not found.runs and not found.failed:
+    if not found.runs and not found.failed and not found.loaders:
         raise ConfigError("no finished run was found in " + ", ".join(map(str, paths)))
     return found
 
@@ -168,6 +170,11 @@ def _add_run(path: Path, found: Collection, seen: set[Path], sweep: str | None =
         return
     seen.add(key)
     summary = read_json(path / "summary.json")
+    if summary.get("kind") == "loader":
+        from dlscale.report.loader import LoaderRun
+
+        found.loaders.append(LoaderRun(path, summary))
+        return
     if summary.get("kind") not in KINDS or "world_size" not in summary:
         found.skipped.append(f"{path}: summary.json is not from dlscale bench or train")
         return

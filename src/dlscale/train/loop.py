@@ -18,13 +18,20 @@ import torch.distributed as dist
 from torch import nn
 
 from dlscale.config import TrainConfig
-from dlscale.data import DeviceNormalizer, DevicePrefetcher, all_reduce_eval_sums, build_loaders
+from dlscale.data import (
+    DatasetInfo,
+    DeviceNormalizer,
+    DevicePrefetcher,
+    all_reduce_eval_sums,
+    build_loaders,
+)
 from dlscale.dist import DistEnv, init_process_group, select_device
 from dlscale.errors import ConfigError
 from dlscale.metrics.run import RunDir, environment_info, to_jsonable
 from dlscale.metrics.timing import format_duration
 from dlscale.models import build_model
 from dlscale.precision import Precision, build_precision
+from dlscale.profiling import available_cores, input_bound_warning
 from dlscale.strategies import build_strategy
 from dlscale.strategies.base import Strategy
 from dlscale.strategies.decentralized import consensus_distance
@@ -77,9 +84,12 @@ class Run:
     normalizer: DeviceNormalizer
     train_loader: object
     val_loader: object
+    info: DatasetInfo
     checkpoints: CheckpointManager
     records: Records = field(default_factory=lambda: Records(None, enabled=False))
     preemption: PreemptionHandler | None = None
+    warned_epoch: int = -1
+    """Epoch of the last input-bound warning (at most one per epoch)."""
     clock_origin: tuple[float, float] = (0.0, 0.0)
     """(perf_counter, elapsed_s) when this attempt started; elapsed = e0 + now - t0."""
 
@@ -94,7 +104,7 @@ def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path
     device = select_device(env, cfg.device)
     init_process_group(env, device, cfg.pg_timeout_s)
     run_dir = RunDir(Path(output_dir) / (cfg.name or run_name))
-    run = _build(cfg, env, device, run_dir)
+    run = build_run(cfg, env, device, run_dir)
     progress = _resume(run, run_dir, resume)
     if env.is_main:
         run_dir.path.mkdir(parents=True, exist_ok=True)
@@ -116,7 +126,8 @@ def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path
         run.records.close()
 
 
-def _build(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir) -> Run:
+def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir) -> Run:
+    """Everything a training run needs, built in one order (also used by `dlscale profile`)."""
     _seed(cfg.seed, cfg.deterministic)
     cfg.speed.apply_globals(device)
     precision = build_precision(cfg.precision, device)
@@ -145,7 +156,7 @@ def _build(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir
         cfg=cfg, env=env, device=device, plan=plan, model=model, wrapped=wrapped, optimizer=optimizer,
         schedule=schedule, precision=precision, strategy=strategy, loss=loss_fn(cfg.optim),
         normalizer=DeviceNormalizer(info.mean, info.std, device, channels_last=cfg.speed.channels_last),
-        train_loader=train_loader, val_loader=val_loader,
+        train_loader=train_loader, val_loader=val_loader, info=info,
         checkpoints=CheckpointManager(run_dir.path / "checkpoints", keep_last=cfg.checkpoint.keep_last),
     )
 
@@ -201,7 +212,7 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
     run.train_loader.sampler.set_epoch(progress.epoch, start_index=consumed * run.env.world_size)
     run.wrapped.train()
     batches = iter(DevicePrefetcher(run.train_loader, run.device, run.normalizer))
-    window = _Window(time.perf_counter())
+    window = _Window(time.perf_counter(), first=True)
     skipped: list[str] = []
     stopped = False
     while progress.epoch_step < plan.steps_per_epoch and not stopped:
@@ -243,6 +254,8 @@ class _Window:
     """Loss and timing since the last log step; losses stay on the device until then."""
 
     start: float
+    first: bool = False
+    """The epoch's first window: its data wait includes the loader workers' start-up."""
     data_s: float = 0.0
     images: int = 0
     steps: int = 0
@@ -275,6 +288,14 @@ def _log(run: Run, progress: Progress, window: _Window) -> bool:
         **_strategy_metrics(run),
     }
     run.records.train(record)
+    if not window.first and run.warned_epoch != progress.epoch:
+        warning = input_bound_warning(
+            record["data_time_ms"] / 1000, record["step_time_ms"] / 1000, workers=run.cfg.data.num_workers,
+            decode=run.cfg.data.decode if run.cfg.data.name == "imagefolder" else "not JPEG",
+            cores=max(available_cores() // run.env.local_world_size, 1), batch_size=run.plan.per_rank_batch)
+        if warning:
+            run.warned_epoch = progress.epoch  # once per epoch
+            run.records.message(warning)
     return stop > 0
 
 

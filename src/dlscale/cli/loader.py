@@ -1,0 +1,116 @@
+"""`dlscale loader --data PATH [--workers 0,1,2,4,8,16] [--batch-size 64] ...`: the input pipeline alone."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from dlscale import loader_bench
+from dlscale.data import DataConfig
+from dlscale.data.config import DATASET_NAMES, DECODE_MODES
+from dlscale.data.transforms import pillow_build
+from dlscale.errors import ConfigError, DeviceError
+from dlscale.metrics.run import RunDir, default_run_name, environment_info
+from dlscale.profiling import available_cores
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "loader", help="input pipeline alone: img/s, GB/s, files/s and CPU per number of workers",
+        description="Run a data set's train loader with no model, once per worker count, and report "
+        "img/s, speedup, bytes and files read per second (the process's I/O counters) and CPU use. "
+        "Writes a table, a plot and summary.json (kind: loader) to a run directory.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--data", default=None, metavar="PATH", help="data set folder (imagefolder: train/<class>/*.JPEG)")
+    p.add_argument("--dataset", choices=DATASET_NAMES, default="imagefolder", help="which data set reader")
+    p.add_argument("--workers", default="0,1,2,4,8,16", help="worker counts to try, comma-separated")
+    p.add_argument("--batch-size", type=int, default=64, help="images per batch")
+    p.add_argument("--batches", type=int, default=50, help="timed batches per setting")
+    p.add_argument("--warmup-batches", type=int, default=None,
+                   help="untimed batches first (default: 2 per worker, at least 2)")
+    p.add_argument("--image-size", type=int, default=None, help="training crop side (default: the data set's)")
+    p.add_argument("--decode", choices=DECODE_MODES, default="fast", help="JPEG decode path (data.decode)")
+    p.add_argument("--device", choices=("none", "cpu", "cuda"), default="none",
+                   help="also copy batches to this device and normalise them there (none: host batches only)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="measure every setting this many times, interleaved, and keep the median run")
+    p.add_argument("--prewarm", action="store_true",
+                   help="read every training file once first, so that every setting reads from the page cache")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="run directory (default: runs/loader-<dataset>-<time>)")
+    p.set_defaults(run=run)
+
+
+def parse_workers(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 0:
+        raise ConfigError(f"--workers {text!r}: give worker counts >= 0 separated by commas, e.g. 0,1,2,4")
+    return counts
+
+
+def _check(args: argparse.Namespace) -> torch.device | None:
+    for flag, value in (("--batch-size", args.batch_size), ("--batches", args.batches), ("--repeats", args.repeats)):
+        if value < 1:
+            raise ConfigError(f"{flag} {value}: use a number >= 1")
+    if args.warmup_batches is not None and args.warmup_batches < 0:
+        raise ConfigError(f"--warmup-batches {args.warmup_batches}: use 0 or more")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise DeviceError("--device cuda but no CUDA device is visible; use --device cpu or none")
+    return None if args.device == "none" else torch.device(args.device)
+
+
+def run(args: argparse.Namespace) -> int:
+    workers = parse_workers(args.workers)
+    device = _check(args)
+    cfg = DataConfig(name=args.dataset, path=args.data, image_size=args.image_size, decode=args.decode)
+    if args.prewarm and args.data:
+        _prewarm(Path(args.data) / "train" if args.dataset == "imagefolder" else Path(args.data))
+    cores = available_cores()
+    print(f"{args.dataset} {args.data or ''}: batch {args.batch_size}, {args.batches} timed batches per setting, "
+          f"decode {args.decode}, {pillow_build()}, {cores} cores", flush=True)
+    if max(workers) > cores:
+        print(f"note: settings of more than {cores} workers oversubscribe this machine's {cores} cores", flush=True)
+    print(loader_bench.format_header(), flush=True)
+    rows = loader_bench.sweep(cfg, workers, batch_size=args.batch_size, batches=args.batches,
+                              warmup=args.warmup_batches, device=device, seed=args.seed, repeats=args.repeats,
+                              on_row=lambda row: print(loader_bench.format_row(row), flush=True))
+    table = "\n".join([loader_bench.format_header(), *map(loader_bench.format_row, rows)])
+    if args.repeats > 1:
+        print(f"median of {args.repeats} runs per setting:\n{table}", flush=True)
+    out = RunDir.create(*((args.out.parent, args.out.name) if args.out else
+                          ("runs", default_run_name("loader", args.dataset))))
+    _write(out, args, device, rows, table)
+    best = max(rows, key=lambda row: row["images_per_s"])
+    print(f"fastest: {best['workers']} workers, {best['images_per_s']:.1f} img/s ({best['speedup']:.2f}x); "
+          "rchar counts page-cache hits and worker pipes, disk GB/s only storage reads", flush=True)
+    print(f"Run directory: {out.path}", flush=True)
+    return 0
+
+
+def _prewarm(root: Path) -> None:
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as file:
+                while file.read(1 << 20):
+                    pass
+
+
+def _write(out: RunDir, args, device, rows: list[dict], table: str) -> None:
+    settings = {"dataset": args.dataset, "data": args.data, "batch_size": args.batch_size, "batches": args.batches,
+                "repeats": args.repeats,
+                "warmup_batches": args.warmup_batches, "image_size": args.image_size, "decode": args.decode,
+                "device": args.device, "prewarm": args.prewarm, "workers": [row["workers"] for row in rows]}
+    out.write_json("config.json", {"kind": "loader", **settings})
+    out.write_json("env.json", environment_info(1, device or torch.device("cpu")))
+    out.write_json("summary.json", {"kind": "loader", **settings, "world_size": 1, "pillow": pillow_build(),
+                                    "cores": available_cores(), "settings": rows,
+                                    "columns": [key for _, key, _ in loader_bench.COLUMNS]})
+    (out.path / "loader.txt").write_text(table + "\n")
+    loader_bench.plot(rows, out.path / "loader.png", f"{args.dataset}: batch {args.batch_size}, decode {args.decode}")

@@ -1,0 +1,258 @@
+"""`dlscale profile bench|train ...`: where a training step's time goes.
+
+    dlscale profile bench --model resnet50 --batch-size 64 [--steps 10 --warmup 5 --out DIR]
+    dlscale profile train --config cpu:digits [--set ...] [--steps 10 --warmup 5 --out DIR]
+    torchrun --standalone --nproc_per_node 2 -m dlscale profile bench --model resnet18
+
+`bench` takes `dlscale bench`'s model, precision and speed flags (synthetic batches on the
+device); `train` takes `dlscale train`'s configuration flags (real batches through the loaders).
+Both run warm-up steps, then the timed window inside the NVTX range PROFILE, then a short
+torch.profiler trace, and write a run directory; docs/profiling.md explains every output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from dlscale import profiling
+from dlscale.cli import bench as bench_cli
+from dlscale.cli.common import add_config_arguments, resolve_config
+from dlscale.dist import DistEnv, init_process_group, select_device, shutdown
+from dlscale.errors import ConfigError
+from dlscale.metrics.run import RunDir, default_run_name, environment_info
+
+BENCH_ONLY = {"num_warmup_batches": "--warmup", "num_batches_per_iter": "--steps", "num_iters": "--steps",
+              "json": "--out"}
+"""`dlscale bench` flags that `profile bench` refuses, and the profile flag to use instead."""
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "profile", help="where the step time goes: NVTX ranges, torch.profiler trace, breakdown, nsys line",
+        description="Profile training steps: `dlscale profile bench [bench flags]` (synthetic data) or "
+        "`dlscale profile train --config FILE:PRESET` (real data). Several ranks: torchrun ... -m dlscale "
+        "profile ...",
+    )
+    modes = p.add_subparsers(dest="mode", metavar="MODE", required=True, parser_class=type(p))
+    bench_cli.add_parser(modes)  # the same model, precision and speed flags as `dlscale bench`
+    bench = modes.choices["bench"]
+    bench.description = "Profile synthetic-data steps with `dlscale bench`'s flags (its timing flags excepted)."
+    for action in bench._actions:  # accepted only to say what to use instead (run_bench)
+        if action.dest in BENCH_ONLY:
+            action.help = argparse.SUPPRESS
+    _add_profile_flags(bench)
+    bench.set_defaults(run=run_bench)
+    train = modes.add_parser("train", help="profile steps of a training configuration on its data",
+                             description="Profile steps of a training configuration, batches through its loaders.")
+    add_config_arguments(train)
+    _add_profile_flags(train)
+    train.set_defaults(run=run_train)
+
+
+def _add_profile_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("profile")
+    g.add_argument("--warmup", type=int, default=5, help="untimed steps first (allocator, autotuning, workers)")
+    g.add_argument("--steps", type=int, default=10, help="timed steps inside the NVTX range PROFILE")
+    g.add_argument("--trace-steps", type=int, default=3,
+                   help="steps recorded by torch.profiler after the timed window (0: no trace)")
+    g.add_argument("--no-sync", action="store_true",
+                   help="do not synchronise the device at region ends (ranges then show launch time only)")
+    g.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="run directory (default: runs/profile-<mode>-<model>-<time>; in bench mode "
+                        "--output-dir and --name set it as for `dlscale bench`)")
+
+
+def _check_window(args: argparse.Namespace) -> None:
+    for flag, value, least in (("--warmup", args.warmup, 0), ("--steps", args.steps, 1),
+                               ("--trace-steps", args.trace_steps, 0)):
+        if value < least:
+            raise ConfigError(f"{flag} {value}: use a number >= {least}")
+
+
+# -------------------------------------------------------------------------------- batches
+
+
+class PoolBatches:
+    """Synthetic batches cycled from a pool on the device, as `dlscale bench` feeds them."""
+
+    epoch = 0
+
+    def __init__(self, pool: list[tuple[torch.Tensor, torch.Tensor]]):
+        self.pool, self.index = pool, 0
+
+    def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        self.index += 1
+        return self.pool[(self.index - 1) % len(self.pool)]
+
+
+class LoaderBatches:
+    """Training batches through DevicePrefetcher, epoch after epoch (set_epoch before each)."""
+
+    def __init__(self, loader, device: torch.device, normalizer):
+        from dlscale.data import DevicePrefetcher
+
+        self.loader, self.device, self.normalizer = loader, device, normalizer
+        self.prefetcher = DevicePrefetcher(loader, device, normalizer)
+        self.epoch, self._batches, self._left = 0, None, 0
+
+    def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._batches is None:
+            self.loader.sampler.set_epoch(self.epoch)
+            self._batches, self._left = iter(self.prefetcher), len(self.loader)
+        batch = next(self._batches)
+        self._left -= 1
+        if self._left == 0:  # the next batch belongs to the next epoch
+            self._batches, self.epoch = None, self.epoch + 1
+        return batch.images, batch.labels
+
+
+# --------------------------------------------------------------------------------- modes
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from dlscale.bench import synthetic_pool
+    from dlscale.models import build_model
+    from dlscale.precision import build_precision
+    from dlscale.strategies import build_strategy
+
+    for name, instead in BENCH_ONLY.items():
+        if getattr(args, name) is not None:
+            raise ConfigError(f"--{name.replace('_', '-')} is a `dlscale bench` flag; profile takes {instead}")
+    _check_window(args)
+    env = DistEnv.from_env()
+    cfg, note = bench_cli.config_from_args(args, has_gpu=args.device != "cpu" and torch.cuda.is_available())
+    cfg.validate()
+    if note and env.is_main:
+        print(f"No --model given: profiling {cfg.model}, batch {cfg.batch_size}, {cfg.image_size} px, "
+              f"{cfg.precision}, chosen for this machine as `dlscale bench` chooses.", flush=True)
+    device = select_device(env, cfg.device)
+    try:
+        init_process_group(env, device, cfg.pg_timeout_s)
+        cfg.speed.apply_globals(device)
+        torch.manual_seed(cfg.seed)
+        precision = build_precision(cfg.precision, device)
+        model = build_model(cfg.model, num_classes=cfg.num_classes, width=cfg.width)
+        options = {k: v for k, v in asdict(cfg.strategy).items() if k != "dist_optimizer"}
+        strategy = build_strategy(cfg.strategy.dist_optimizer, env.world_size,
+                                  local_world_size=env.local_world_size, **options)
+        model = cfg.speed.maybe_compile(strategy.wrap(cfg.speed.place_model(model, device), device))
+        optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9, **cfg.speed.optimizer_kwargs())
+        parts = profiling.StepParts(model, optimizer, precision, strategy, nn.CrossEntropyLoss())
+        batches = PoolBatches(synthetic_pool(cfg, device, seed=cfg.seed + env.rank))
+        described = {"model": cfg.model, "batch_size": cfg.batch_size, "image_size": cfg.image_size,
+                     "precision": cfg.precision, "dist_optimizer": cfg.strategy.dist_optimizer, **asdict(cfg.speed)}
+        _profile(args, env, device, parts, batches, described, loader=None)
+    finally:
+        shutdown()
+    return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    _check_window(args)
+    env = DistEnv.from_env()
+    cfg, preset = resolve_config(args)
+    device = select_device(env, cfg.device)
+    try:
+        init_process_group(env, device, cfg.pg_timeout_s)
+        parts, batches, plan, info = _train_parts(cfg, env, device, _out_dir(args, env, cfg.model.name))
+        if cfg.optim.accumulation_steps > 1 and env.is_main:
+            print(f"note: optim.accumulation_steps={cfg.optim.accumulation_steps}; each profiled step is one "
+                  "micro-batch with its optimizer step", flush=True)
+        described = {"preset": preset, "model": cfg.model.name, "data": cfg.data.name,
+                     "batch_size": plan.per_rank_batch, "image_size": info.image_size,
+                     "precision": cfg.precision, "dist_optimizer": cfg.strategy.dist_optimizer,
+                     "num_workers": cfg.data.num_workers, "decode": cfg.data.decode, **asdict(cfg.speed)}
+        loader = {"workers": cfg.data.num_workers,
+                  "decode": cfg.data.decode if cfg.data.name == "imagefolder" else "not JPEG"}
+        _profile(args, env, device, parts, batches, described, loader=loader)
+    finally:
+        shutdown()
+    return 0
+
+
+def _train_parts(cfg, env: DistEnv, device: torch.device, out: Path):
+    """The model, optimizer, precision, strategy, loss and batches exactly as `dlscale train` builds them."""
+    from dlscale.train.loop import build_run
+
+    run = build_run(cfg, env, device, RunDir(out))
+    parts = profiling.StepParts(run.wrapped, run.optimizer, run.precision, run.strategy, run.loss)
+    return parts, LoaderBatches(run.train_loader, device, run.normalizer), run.plan, run.info
+
+
+# ------------------------------------------------------------------------ window and output
+
+
+def _profile(args, env: DistEnv, device: torch.device, parts, batches, described: dict, *, loader: dict | None) -> None:
+    out = _out_dir(args, env, described["model"])
+    result = profiling.profile_window(
+        parts, batches, device, warmup=args.warmup, steps=args.steps, trace_steps=args.trace_steps,
+        trace_path=out / "trace" / f"rank{env.rank}.pt.trace.json", sync=not args.no_sync,
+    )
+    rows = profiling.gather_breakdowns(result["breakdown"], device)
+    if not env.is_main:
+        return
+    timing = ("host time only: regions do not wait for the GPU" if args.no_sync else
+              "regions end with a device sync") if device.type == "cuda" else "on the CPU, timed as they run"
+    table = profiling.format_breakdown(rows, warmup=args.warmup, steps=args.steps, timing=timing)
+    warning = None
+    if loader is not None:
+        worst = max(rows, key=lambda row: row["data_ms"] / row["step_ms"])
+        cores = max(profiling.available_cores() // env.local_world_size, 1)
+        warning = profiling.input_bound_warning(worst["data_ms"] / 1000, worst["step_ms"] / 1000, cores=cores,
+                                                batch_size=described["batch_size"], **loader)
+    nsys = profiling.nsys_command(_cli_argv(), out_dir=out, world_size=env.world_size,
+                                  local_world_size=env.local_world_size, num_nodes=env.num_nodes,
+                                  rendezvous=f"{env.master_addr}:{env.master_port}")
+    _write(out, args, env, device, described, rows, result, table, warning, nsys)
+    print(table, flush=True)
+    if warning:
+        print(f"WARNING: {warning}", flush=True)
+    if result["trace"] is not None:
+        print(f"Trace ({args.trace_steps} steps, torch.profiler): {result['trace']} (Perfetto or chrome://tracing; "
+              f"TensorBoard with torch-tb-profiler: tensorboard --logdir {out})", flush=True)
+    print(f"Nsight Systems, the same run capturing only PROFILE:\n  {nsys}", flush=True)
+    print(f"Run directory: {out}", flush=True)
+
+
+def _out_dir(args, env: DistEnv, model: str) -> Path:
+    """args.out, or a fresh name chosen by rank 0 and shared so that every rank writes its trace there."""
+    root, name = getattr(args, "output_dir", Path("runs")), getattr(args, "name", None)
+    name = [str(args.out or Path(root) / (name or default_run_name("profile", args.mode, model)))]
+    if dist.is_initialized():
+        dist.broadcast_object_list(name, src=0)
+    out = Path(name[0])
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _cli_argv() -> list[str]:
+    """This process's dlscale arguments from `profile` on (what the nsys line reruns)."""
+    argv = sys.argv[1:]
+    return argv[argv.index("profile"):] if "profile" in argv else ["profile", "<your profile arguments>"]
+
+
+def _write(out: Path, args, env: DistEnv, device, described, rows, result, table, warning, nsys) -> None:
+    run = RunDir(out)
+    window = {"warmup": args.warmup, "steps": args.steps, "trace_steps": args.trace_steps, "sync": not args.no_sync}
+    run.write_json("config.json", {"kind": "profile", "mode": args.mode, **described, **window,
+                                   "world_size": env.world_size, "argv": _cli_argv()})
+    run.write_json("env.json", environment_info(env.world_size, device, env.launcher))
+    (out / "breakdown.txt").write_text(table + "\n")
+    (out / "metrics.jsonl").unlink(missing_ok=True)
+    for record in result["steps"]:  # rank 0's steps, in ms
+        run.append_metrics({(k[:-2] + "_ms" if k.endswith("_s") else k): (v * 1000 if k.endswith("_s") and v is not None else v)
+                            for k, v in record.items()})
+    top = profiling.slowest(rows)
+    run.write_json("summary.json", {
+        "kind": "profile", "mode": args.mode, **described, **window, "world_size": env.world_size,
+        "device": device.type, "breakdown": rows, "slowest_rank": top["rank"], "step_ms": top["step_ms"],
+        "input_bound": warning, "trace": str(result["trace"].relative_to(out)) if result["trace"] else None,
+        "nsys_command": nsys,
+    })

@@ -1,0 +1,218 @@
+"""The input pipeline alone: images/s, bytes and files read, CPU use, per DataLoader setting.
+
+`dlscale loader` runs a data set's train loader (decode, augment, collate and, if asked, the
+copy to the device and normalisation there) with no model, once per worker count, and
+reads what the process and its DataLoader workers did from the kernel's counters:
+
+    /proc/<pid>/io    rchar       bytes returned by read() and friends: page-cache hits and
+                                  the pipes between workers and the main process included
+                      read_bytes  bytes the process caused to be fetched from storage (page-cache
+                                  misses); 0 when the data are cached
+                      syscr       read system calls
+    /proc/<pid>/stat  utime+stime CPU seconds
+
+summed over the main process and its workers (read while the workers are alive: they are
+persistent). No kernel counter gives file opens, so the data set counts them itself, with the
+bytes of the files it opened (one os.stat per file), in shared memory: one row per worker.
+
+Warm-up batches (worker start-up, first batches) are not timed. Counts in the timed window
+include the batches the workers prefetch, which the window's start and end cancel in a steady
+state; with warm-up 0 and whole epochs the counts are exact (every file once per epoch).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import statistics
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import replace
+
+import torch
+from torch.utils.data import get_worker_info
+
+from dlscale.data import DataConfig, DeviceNormalizer, DevicePrefetcher, build_loaders
+from dlscale.metrics.timing import device_synchronizer
+from dlscale.profiling import available_cores
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_counters(pid: int) -> dict[str, float]:
+    """rchar, read_bytes, syscr (from /proc/<pid>/io) and cpu_s (from /proc/<pid>/stat)."""
+    counters = {"rchar": 0.0, "read_bytes": 0.0, "syscr": 0.0, "cpu_s": 0.0}
+    try:
+        with open(f"/proc/{pid}/io") as file:
+            for line in file:
+                key, _, value = line.partition(":")
+                if key in counters:
+                    counters[key] = float(value)
+        with open(f"/proc/{pid}/stat") as file:
+            fields = file.read().rsplit(")", 1)[1].split()  # after "(command name)"
+        counters["cpu_s"] = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
+    except (OSError, IndexError, ValueError):
+        pass  # a process that already exited, or no /proc: its counters stay 0
+    return counters
+
+
+class CountingSource:
+    """A source that counts the files it opens and their bytes. Counts live in a shared-memory
+    tensor with one row per process (main = row 0, worker k = row k + 1), so workers never
+    write the same element and no lock is needed."""
+
+    def __init__(self, source, workers: int):
+        self.source = source
+        self.counts = torch.zeros((workers + 1, 2), dtype=torch.int64).share_memory_()
+        self.has_files = hasattr(source, "path")
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def load(self, index: int):
+        info = get_worker_info()
+        row = self.counts[0 if info is None else info.id + 1]
+        try:
+            return self.source.load(index)
+        finally:
+            if self.has_files:
+                row[0] += 1
+                row[1] += os.stat(self.source.path(index)).st_size
+
+    def totals(self) -> tuple[int, int]:
+        files, size = self.counts.sum(dim=0).tolist()
+        return int(files), int(size)
+
+
+def _epochs(loader, device: torch.device | None, normalizer) -> Iterator:
+    for epoch in itertools.count():
+        loader.sampler.set_epoch(epoch)
+        yield from (loader if device is None else DevicePrefetcher(loader, device, normalizer))
+
+
+def measure_setting(cfg: DataConfig, *, batch_size: int, batches: int, warmup: int,
+                    device: torch.device | None = None, seed: int = 0) -> dict:
+    """Run the train loader of cfg (its num_workers) for warmup + batches batches; one table row."""
+    cfg = replace(cfg, persistent_workers=True, pin_memory=device is not None and device.type == "cuda")
+    with warnings.catch_warnings():  # more workers than cores is what a sweep asks for; the CLI says so once
+        warnings.filterwarnings("ignore", message="This DataLoader will create")
+        return _measure(cfg, batch_size=batch_size, batches=batches, warmup=warmup, device=device, seed=seed)
+
+
+def _measure(cfg: DataConfig, *, batch_size: int, batches: int, warmup: int, device, seed: int) -> dict:
+    loader, _, info = build_loaders(cfg, rank=0, world_size=1, batch_size=batch_size, seed=seed)
+    counting = CountingSource(loader.dataset.source, cfg.num_workers)
+    loader.dataset.source = counting
+    normalizer = DeviceNormalizer(info.mean, info.std, device) if device is not None else None
+    stream = _epochs(loader, device, normalizer)
+    for _ in range(warmup):
+        next(stream)
+    pids = _pids(loader)
+    before, counted, start = _totals(pids), counting.totals(), time.perf_counter()
+    images = skipped = 0
+    for _ in range(batches):
+        batch = next(stream)
+        images += len(batch.labels)
+        skipped += len(batch.skipped)
+    if device is not None:
+        device_synchronizer(device)()
+    elapsed = time.perf_counter() - start
+    pids = _pids(loader)  # workers start on the first batch when warmup is 0
+    after, (files, size) = _totals(pids), counting.totals()
+    del stream, loader  # the persistent workers exit with the loader
+    delta = {key: after[key] - before.get(key, 0.0) for key in after}
+    files, size = files - counted[0], size - counted[1]
+    busy = delta["cpu_s"] / elapsed
+    return {
+        "workers": cfg.num_workers, "images": images, "seconds": elapsed, "images_per_s": images / elapsed,
+        "files_opened": files, "file_bytes": size, "skipped": skipped,
+        "files_per_s": files / elapsed, "file_read_gb_per_s": size / elapsed / 1e9,
+        "rchar_bytes": int(delta["rchar"]), "rchar_gb_per_s": delta["rchar"] / elapsed / 1e9,
+        "storage_read_bytes": int(delta["read_bytes"]), "storage_read_gb_per_s": delta["read_bytes"] / elapsed / 1e9,
+        "read_calls": int(delta["syscr"]), "read_calls_per_s": delta["syscr"] / elapsed,
+        "cpu_s": delta["cpu_s"], "cpu_cores_busy": busy, "cpu_util_pct": 100 * busy / available_cores(),
+        "images_per_cpu_s": images / delta["cpu_s"] if delta["cpu_s"] > 0 else None,
+        "processes": len(pids),
+    }
+
+
+def _pids(loader) -> list[int]:
+    # DataLoader keeps a persistent iterator in _iterator; its worker Process objects are in
+    # _workers (private, stable since torch 1.7): the only way to find the workers' pids.
+    iterator = getattr(loader, "_iterator", None)
+    workers = getattr(iterator, "_workers", []) if iterator is not None else []
+    return [os.getpid(), *(worker.pid for worker in workers)]
+
+
+def _totals(pids: list[int]) -> dict[str, float]:
+    totals = {"rchar": 0.0, "read_bytes": 0.0, "syscr": 0.0, "cpu_s": 0.0}
+    for pid in pids:
+        for key, value in process_counters(pid).items():
+            totals[key] += value
+    return totals
+
+
+def sweep(cfg: DataConfig, workers: list[int], *, batch_size: int, batches: int, warmup: int | None,
+          device: torch.device | None = None, seed: int = 0, repeats: int = 1, on_row=lambda row: None) -> list[dict]:
+    """measure_setting for each worker count, `repeats` times interleaved (0, 1, 2, 0, 1, 2, ...)
+    so that drift of a shared machine hits every setting alike; each setting's row is its
+    median run by images/s, with every run's rate in images_per_s_runs; speedup is over the
+    first setting. warmup None: 2 batches per worker, at least 2 (a worker's first batch
+    carries its start-up)."""
+    runs: dict[int, list[dict]] = {count: [] for count in workers}
+    for _ in range(repeats):
+        for count in workers:
+            row = measure_setting(replace(cfg, num_workers=count), batch_size=batch_size, batches=batches,
+                                  warmup=max(2, 2 * count) if warmup is None else warmup, device=device, seed=seed)
+            runs[count].append(row)
+            row["speedup"] = row["images_per_s"] / runs[workers[0]][-1]["images_per_s"]  # within this repeat
+            on_row(row)
+    rows = []
+    for count in workers:
+        ranked = sorted(runs[count], key=lambda row: row["images_per_s"])
+        row = dict(ranked[(len(ranked) - 1) // 2])  # the median run (the lower one of an even count)
+        row["images_per_s_runs"] = [run["images_per_s"] for run in runs[count]]
+        row["images_per_s_median"] = statistics.median(row["images_per_s_runs"])
+        row["speedup"] = row["images_per_s"] / rows[0]["images_per_s"] if rows else 1.0
+        rows.append(row)
+    return rows
+
+
+COLUMNS = (("workers", "workers", "{:d}"), ("img/s", "images_per_s", "{:.1f}"), ("speedup", "speedup", "{:.2f}x"),
+           ("files/s", "files_per_s", "{:.1f}"), ("file GB/s", "file_read_gb_per_s", "{:.4f}"),
+           ("rchar GB/s", "rchar_gb_per_s", "{:.4f}"), ("disk GB/s", "storage_read_gb_per_s", "{:.4f}"),
+           ("reads/s", "read_calls_per_s", "{:.0f}"), ("CPU busy", "cpu_cores_busy", "{:.2f}"),
+           ("CPU %", "cpu_util_pct", "{:.0f}"), ("img/CPU-s", "images_per_cpu_s", "{:.1f}"))
+
+
+def format_row(row: dict) -> str:
+    return "".join(f"{'-' if row.get(key) is None else fmt.format(row[key]):>12}" for _, key, fmt in COLUMNS)
+
+
+def format_header() -> str:
+    return "".join(f"{title:>12}" for title, _, _ in COLUMNS)
+
+
+def plot(rows: list[dict], path, title: str) -> None:
+    """img/s (with the speedup over the first setting), CPU cores busy and file MB/s against workers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workers = [str(row["workers"]) for row in rows]
+    figure, (rates, cpu) = plt.subplots(1, 2, figsize=(10, 4))
+    rates.bar(workers, [row["images_per_s"] for row in rows], color="tab:blue")
+    for index, row in enumerate(rows):
+        rates.annotate(f"{row['speedup']:.2f}x", (index, row["images_per_s"]), ha="center", va="bottom")
+    rates.set(xlabel="DataLoader workers", ylabel="images/s", title="throughput (speedup over first)")
+    cpu.plot(workers, [row["cpu_cores_busy"] for row in rows], "o-", color="tab:red")
+    cpu.set(xlabel="DataLoader workers", ylabel="CPU cores busy", title="CPU use and file reads")
+    reads = cpu.twinx()
+    reads.plot(workers, [1000 * row["file_read_gb_per_s"] for row in rows], "s--", color="tab:green")
+    reads.set_ylabel("file bytes read, MB/s (dashed)")
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

@@ -1,0 +1,467 @@
+"""Where a training step's time goes: NVTX ranges, a torch.profiler trace, a step breakdown.
+
+Range names are those of the NERSC SC20 tutorial's train.py, so its Nsight Systems recipe
+(`nsys profile --capture-range=nvtx --nvtx-capture=PROFILE ...`) applies unchanged:
+
+    epoch N > iteration N > ...             warm-up steps, outside PROFILE
+    PROFILE                                 the profiled window
+      epoch N
+        iteration N
+          data                              waiting for the next batch (and its copy to the device)
+          zero_grad
+          forward/loss/backward
+            forward                         autocast forward + loss        (dlscale's sub-ranges)
+            backward                        precision.backward + strategy.after_backward
+          optimizer.step                    precision.step + strategy.after_step
+
+profiled_step() makes the calls of dlscale.train.step.train_step, split into timed regions;
+zero_grad(set_to_none=True) comes first, as in SC20, instead of last: the same sequence from
+one step to the next. With a device sync, each region ends with a synchronisation so that it
+(and its NVTX range) measures the device work it launched, not only the launch, as SC20's
+nvtx_range_push/pop do. Without backends, a range costs one attribute test and nothing else.
+
+After the timed window, measure_overlap() estimates how much of DDP's gradient allreduce runs
+hidden under backward, and a few more steps run under torch.profiler for a trace; neither is
+part of the timed steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from dlscale.metrics.timing import device_synchronizer, mean_ci95
+from dlscale.precision import Precision
+from dlscale.strategies.base import Strategy
+
+Clock = Callable[[], float]
+
+# ------------------------------------------------------------------------------------ ranges
+
+
+class RangeBackend(Protocol):
+    def push(self, name: str) -> None: ...
+
+    def pop(self) -> None: ...
+
+
+class NvtxBackend:
+    """torch.cuda.nvtx: ranges that Nsight Systems draws on its timeline (CUDA builds only)."""
+
+    def push(self, name: str) -> None:
+        torch.cuda.nvtx.range_push(name)
+
+    def pop(self) -> None:
+        torch.cuda.nvtx.range_pop()
+
+
+class RecordFunctionBackend:
+    """torch.profiler.record_function: the same ranges as user annotations in a profiler trace."""
+
+    def __init__(self) -> None:
+        self._open: list[torch.profiler.record_function] = []
+
+    def push(self, name: str) -> None:
+        scope = torch.profiler.record_function(name)
+        scope.__enter__()
+        self._open.append(scope)
+
+    def pop(self) -> None:
+        self._open.pop().__exit__(None, None, None)
+
+
+_NO_RANGE = contextlib.nullcontext()
+
+
+class Ranges:
+    """Nested named ranges sent to every backend. `with ranges(name):` or push()/pop().
+
+    sync, if given, runs before every push and pop (a device synchronisation makes a range
+    cover the device work launched inside it). With no backends, ranges(name) returns one
+    shared nullcontext: no sync, no backend call.
+    """
+
+    def __init__(self, backends: Iterable[RangeBackend] = (), *, sync: Callable[[], None] | None = None):
+        self.backends = tuple(backends)
+        self.sync = sync
+        self.enabled = bool(self.backends)
+
+    def push(self, name: str) -> None:
+        if self.enabled:
+            if self.sync is not None:
+                self.sync()
+            for backend in self.backends:
+                backend.push(name)
+
+    def pop(self) -> None:
+        if self.enabled:
+            if self.sync is not None:
+                self.sync()
+            for backend in reversed(self.backends):
+                backend.pop()
+
+    def __call__(self, name: str) -> contextlib.AbstractContextManager:
+        return _Range(self, name) if self.enabled else _NO_RANGE
+
+
+class _Range:
+    __slots__ = ("ranges", "name")
+
+    def __init__(self, ranges: Ranges, name: str):
+        self.ranges, self.name = ranges, name
+
+    def __enter__(self) -> None:
+        self.ranges.push(self.name)
+
+    def __exit__(self, *exc) -> None:
+        self.ranges.pop()
+
+
+def device_backends(device: torch.device) -> list[RangeBackend]:
+    """NVTX on CUDA devices; none elsewhere (the CPU build of torch has no NVTX)."""
+    return [NvtxBackend()] if device.type == "cuda" else []
+
+
+# -------------------------------------------------------------------------- the timed step
+
+
+class RegionTimer:
+    """Times named regions with one clock; each region is also a range of the same name.
+    sync runs at the end of each region, before the clock is read."""
+
+    def __init__(self, ranges: Ranges, *, clock: Clock = time.perf_counter, sync: Callable[[], None] | None = None):
+        self.ranges, self.clock, self.sync = ranges, clock, sync
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, name: str) -> _Region:
+        return _Region(self, name)
+
+
+class _Region:
+    __slots__ = ("timer", "name", "start")
+
+    def __init__(self, timer: RegionTimer, name: str):
+        self.timer, self.name = timer, name
+
+    def __enter__(self) -> None:
+        self.timer.ranges.push(self.name)
+        self.start = self.timer.clock()
+
+    def __exit__(self, *exc) -> None:
+        if self.timer.sync is not None:
+            self.timer.sync()
+        self.timer.seconds[self.name] = self.timer.clock() - self.start
+        self.timer.ranges.pop()
+
+
+@dataclass
+class StepParts:
+    """What one training step calls, as dlscale.train.step.train_step calls it."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    precision: Precision
+    strategy: Strategy
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class BatchSource(Protocol):
+    epoch: int
+    """The epoch that the next batch belongs to."""
+
+    def __call__(self) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+def profiled_step(parts: StepParts, next_batch: BatchSource, ranges: Ranges, timer: RegionTimer) -> torch.Tensor:
+    with timer("data"):
+        images, labels = next_batch()
+    with timer("zero_grad"):
+        parts.optimizer.zero_grad(set_to_none=True)
+    with ranges("forward/loss/backward"):
+        with timer("forward"), parts.precision.autocast():
+            loss = parts.loss_fn(parts.model(images), labels)
+        with timer("backward"):
+            parts.precision.backward(loss)
+            parts.strategy.after_backward(parts.model)
+    with timer("optimizer.step"):
+        parts.precision.step(parts.optimizer)
+        parts.strategy.after_step(parts.model)
+    return loss.detach()
+
+
+def run_steps(parts: StepParts, batches: BatchSource, *, first: int, count: int, ranges: Ranges,
+              timer: RegionTimer, after_step: Callable[[], None] = lambda: None) -> list[dict]:
+    """Steps first .. first+count-1 inside `epoch N` / `iteration N` ranges; one record per step."""
+    records, epoch = [], None
+    try:
+        for index in range(first, first + count):
+            if batches.epoch != epoch:
+                if epoch is not None:
+                    ranges.pop()
+                epoch = batches.epoch
+                ranges.push(f"epoch {epoch}")
+            with ranges(f"iteration {index}"):
+                start = timer.clock()
+                profiled_step(parts, batches, ranges, timer)
+                total = timer.clock() - start
+            records.append(_step_record(index, total, timer))
+            after_step()
+    finally:
+        if epoch is not None:
+            ranges.pop()
+    return records
+
+
+def _step_record(index: int, total: float, timer: RegionTimer) -> dict:
+    seconds = timer.seconds
+    optimizer = seconds["zero_grad"] + seconds["optimizer.step"]
+    parts = seconds["data"] + seconds["forward"] + seconds["backward"] + optimizer
+    return {"step": index, "step_s": total, "data_s": seconds["data"], "forward_s": seconds["forward"],
+            "backward_s": seconds["backward"], "optimizer_s": optimizer, "other_s": total - parts,
+            "zero_grad_s": seconds["zero_grad"]}
+
+
+# ---------------------------------------------------------------- communication in backward
+
+
+def measure_overlap(parts: StepParts, batches: BatchSource, *, steps: int, sync: Callable[[], None] | None,
+                    clock: Clock = time.perf_counter) -> dict | None:
+    """How much of DDP's gradient allreduce backward hides, measured by difference.
+
+    exposed_comm: mean time of backward with DDP's allreduces minus without them (no_sync),
+    i.e. the communication backward waits for, waiting for a slower rank included (so it can
+    exceed comm). comm: one allreduce of all gradients (one flat tensor) on its own. The part
+    of comm not exposed ran under backward's computation. Both are timed with
+    a device sync around them, so this works with NCCL on GPUs as with gloo on CPUs, whatever
+    comm hook the strategy registered. None for models without DDP (one rank, decentralized
+    strategies, whose communication is the strategy.after_backward part of backward).
+    """
+    ddp = getattr(parts.model, "_orig_mod", parts.model)  # under torch.compile
+    if not isinstance(ddp, DistributedDataParallel) or steps < 1:
+        return None
+    sync = sync or (lambda: None)
+    backward: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(steps):
+        images, labels = batches()
+        for local in (False, True):
+            parts.optimizer.zero_grad(set_to_none=True)
+            with ddp.no_sync() if local else contextlib.nullcontext():
+                with parts.precision.autocast():
+                    loss = parts.loss_fn(parts.model(images), labels)
+                sync()
+                start = clock()
+                parts.precision.backward(loss)
+                sync()
+                backward[local].append(clock() - start)
+    flat = torch.cat([p.grad.reshape(-1) for p in ddp.module.parameters() if p.grad is not None])
+    parts.optimizer.zero_grad(set_to_none=True)
+    allreduce = []
+    for _ in range(steps):
+        sync()
+        start = clock()
+        dist.all_reduce(flat, group=ddp.process_group)
+        sync()
+        allreduce.append(clock() - start)
+    comm = sum(allreduce) / steps
+    exposed = (sum(backward[False]) - sum(backward[True])) / steps
+    return {"comm_ms": 1000 * comm, "exposed_comm_ms": 1000 * max(exposed, 0.0)}
+
+
+# ------------------------------------------------------------------------ the whole window
+
+
+def profile_window(parts: StepParts, batches: BatchSource, device: torch.device, *, warmup: int, steps: int,
+                   trace_steps: int = 0, trace_path: Path | None = None, sync: bool = True,
+                   backends: Sequence[RangeBackend] | None = None, clock: Clock = time.perf_counter) -> dict:
+    """Warm-up steps; `steps` timed steps inside the PROFILE range; the allreduce overlap probe
+    (DDP only, measure_overlap); then `trace_steps` steps under torch.profiler, kept apart so
+    that neither the probe nor the profiler's overhead is in the timed steps.
+
+    Returns {"steps": this rank's per-step records, "breakdown": their means, "trace": path}.
+    """
+    device_sync = device_synchronizer(device) if sync and device.type == "cuda" else None
+    ranges = Ranges(device_backends(device) if backends is None else backends)
+    timer = RegionTimer(ranges, clock=clock, sync=device_sync)
+    run_steps(parts, batches, first=0, count=warmup, ranges=ranges, timer=timer)
+    with ranges("PROFILE"):
+        records = run_steps(parts, batches, first=warmup, count=steps, ranges=ranges, timer=timer)
+    breakdown = summarize(records)
+    overlap = measure_overlap(parts, batches, steps=min(steps, 5), sync=device_synchronizer(device), clock=clock)
+    breakdown.update(overlap or {"comm_ms": None, "exposed_comm_ms": None})
+    traced = None
+    if trace_steps > 0 and trace_path is not None:
+        traced_ranges = Ranges([*ranges.backends, RecordFunctionBackend()])
+        traced_timer = RegionTimer(traced_ranges, clock=clock)
+
+        def run(step: Callable[[], None]) -> None:  # one more step: the profiler's own warm-up
+            run_steps(parts, batches, first=warmup + steps, count=trace_steps + 1, ranges=traced_ranges,
+                      timer=traced_timer, after_step=step)
+
+        traced = record_trace(run, trace_steps, trace_path, device)
+    return {"steps": records, "breakdown": breakdown, "trace": traced}
+
+
+def record_trace(run: Callable[[Callable[[], None]], None], steps: int, path: Path, device: torch.device) -> Path:
+    """Run `run(step)`, which calls step() after each of steps + 1 training steps, under
+    torch.profiler (CPU, and CUDA on GPUs); the first step warms the profiler up and is dropped.
+    Writes a Chrome trace JSON to path (Perfetto, chrome://tracing, and TensorBoard's profiler
+    plugin, which reads *.pt.trace.json files and splits them at its ProfilerStep#N marks) and
+    the top operators by self time next to it (<name>.ops.txt)."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    schedule = torch.profiler.schedule(wait=0, warmup=1, active=steps, repeat=1)
+    with torch.profiler.profile(activities=activities, schedule=schedule,
+                                on_trace_ready=lambda done: done.export_chrome_trace(str(path))) as profiler:
+        run(profiler.step)
+    sort_by = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    table = profiler.key_averages().table(sort_by=sort_by, row_limit=25)
+    path.with_name(path.name.replace(".pt.trace.json", "") + ".ops.txt").write_text(table + "\n")
+    return path
+
+
+# ------------------------------------------------------------------------------ breakdown
+
+BREAKDOWN_KEYS = ("step_ms", "data_ms", "forward_ms", "backward_ms", "optimizer_ms", "other_ms",
+                  "zero_grad_ms", "comm_ms", "exposed_comm_ms", "step_ms_ci95")
+"""Per-rank means over the window in ms; data + forward + backward + optimizer + other = step.
+optimizer includes zero_grad; comm_ms (all gradients allreduced alone) and exposed_comm_ms (the
+part of it backward waits for) come from measure_overlap and are None without DDP."""
+
+
+def summarize(records: list[dict]) -> dict:
+    def mean_ms(key: str) -> float:
+        return 1000 * sum(r[key] for r in records) / len(records)
+
+    out = {f"{key}_ms": mean_ms(f"{key}_s") for key in
+           ("step", "data", "forward", "backward", "optimizer", "other", "zero_grad")}
+    out["step_ms_ci95"] = 1000 * mean_ci95([r["step_s"] for r in records])[1]
+    return out
+
+
+def gather_breakdowns(local: dict, device: torch.device) -> list[dict]:
+    """Every rank's breakdown, on every rank (one all_gather of a small tensor), with overlap_pct."""
+    values = [math.nan if local[key] is None else local[key] for key in BREAKDOWN_KEYS]
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    if dist.is_initialized():
+        gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, tensor)
+    else:
+        gathered = [tensor]
+    rows = []
+    for rank, row in enumerate(gathered):
+        entry = {"rank": rank, **{k: (None if math.isnan(v) else v) for k, v in zip(BREAKDOWN_KEYS, row.tolist(), strict=True)}}
+        comm, exposed = entry["comm_ms"], entry["exposed_comm_ms"]
+        entry["overlap_pct"] = 100 * max(comm - exposed, 0.0) / comm if comm else None
+        rows.append(entry)
+    return rows
+
+
+def slowest(rows: list[dict]) -> dict:
+    return max(rows, key=lambda row: row["step_ms"])
+
+
+def format_breakdown(rows: list[dict], *, warmup: int, steps: int, timing: str) -> str:
+    """The breakdown table: one row per rank, then the slowest rank, then its shares.
+    timing: how the regions were timed (printed in the title)."""
+    lines = [f"Step-time breakdown, ms per step: mean of {steps} steps after {warmup} warm-up ({timing})",
+             f"{'rank':<10}{'step':>10}{'data':>9}{'forward':>9}{'backward':>10}{'optimizer':>11}{'other':>8}"
+             f"  allreduce alone, exposed in backward (hidden)"]
+    top = slowest(rows)
+    for label, row in [*((str(r["rank"]), r) for r in rows), (f"slowest={top['rank']}", top)]:
+        comm = "-" if row["comm_ms"] is None else f"{row['comm_ms']:.2f}, {row['exposed_comm_ms']:.2f}"
+        if row["overlap_pct"] is not None:
+            comm += f" ({row['overlap_pct']:.0f}%)"
+        lines.append(f"{label:<10}{row['step_ms']:>10.2f}{row['data_ms']:>9.2f}{row['forward_ms']:>9.2f}"
+                     f"{row['backward_ms']:>10.2f}{row['optimizer_ms']:>11.2f}{row['other_ms']:>8.2f}  {comm}")
+    shares = ", ".join(f"{part} {100 * top[f'{part}_ms'] / top['step_ms']:.1f}%"
+                       for part in ("data", "forward", "backward", "optimizer", "other"))
+    lines.append(f"slowest rank {top['rank']}: {shares} (+-{top['step_ms_ci95']:.2f} ms step, 95%)")
+    if top["comm_ms"] is None:
+        lines.append("allreduce: none with one rank" if len(rows) == 1 else
+                     "allreduce: measured for DDP only; a decentralized strategy's exchange is in backward")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------- input-bound check
+
+INPUT_BOUND_SHARE = 0.10
+"""A step that waits for data this share of its time or more is input-bound. Below it the wait
+is the fixed cost of receiving a ready batch from a worker (unpickling, shared-memory mapping,
+the host-to-device copy) plus timing noise; above it the device idles a tenth of every step
+because the loader delivers batches more slowly than the model consumes them."""
+
+
+def available_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def input_bound_warning(data_wait_s: float, step_s: float, *, workers: int, decode: str,
+                        cores: int | None = None, batch_size: int | None = None) -> str | None:
+    """One line when data wait is INPUT_BOUND_SHARE of step time or more, naming what would help;
+    None otherwise. cores: CPU cores this rank's loader may use (default: all this process may)."""
+    if step_s <= 0 or data_wait_s < INPUT_BOUND_SHARE * step_s:
+        return None
+    cores = cores or available_cores()
+    compute_s = max(step_s - data_wait_s, 1e-12)
+    rates = f" ({batch_size / step_s:.0f} of {batch_size / compute_s:.0f} img/s)" if batch_size else ""
+    fixes = []
+    if workers < cores:
+        fixes.append(f"more loader workers (data.num_workers={min(cores, max(2, 2 * workers))}; now {workers}, "
+                     f"{cores} cores for this rank)")
+    if decode == "plain":
+        fixes.append("the fast JPEG path (data.decode=fast)")
+    if not fixes:
+        fixes.append("more CPU cores per rank, a smaller data.image_size or faster storage "
+                     "(`dlscale loader` measures the pipeline alone)")
+    return (f"training is input-bound: {100 * data_wait_s / step_s:.0f}% of each step ({1000 * data_wait_s:.1f} of "
+            f"{1000 * step_s:.1f} ms) waits for data, so it runs {step_s / compute_s:.2f}x below the model's compute "
+            f"rate{rates}; try {' and '.join(fixes)}")
+
+
+# ------------------------------------------------------------------------ Nsight Systems
+
+
+def nsys_command(argv: Sequence[str], *, out_dir: Path, world_size: int = 1, local_world_size: int = 1,
+                 num_nodes: int = 1, rendezvous: str | None = None, python: str = sys.executable) -> str:
+    """The nsys command line that reruns `dlscale <argv>` and captures only the PROFILE range.
+
+    The rerun takes --trace-steps 0: torch.profiler and nsys both use CUPTI and must not run
+    together. NSYS_NVTX_PROFILER_REGISTER_ONLY=0 lets nsys see torch's unregistered NVTX strings.
+    """
+    args = _without_option(list(argv), "--trace-steps") + ["--trace-steps", "0"]
+    launch = [python, "-m", "dlscale"]
+    if world_size > 1:
+        nodes = (["--standalone"] if num_nodes == 1 else
+                 ["--nnodes", str(num_nodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", rendezvous or "HOST:PORT"])
+        launch = [python, "-m", "torch.distributed.run", *nodes, "--nproc_per_node", str(local_world_size),
+                  "-m", "dlscale"]
+    nsys = ["nsys", "profile", "-o", str(Path(out_dir) / "nsys" / "profile"), "--force-overwrite=true",
+            "--trace=cuda,nvtx", "--capture-range=nvtx", "--nvtx-capture=PROFILE"]
+    return "NSYS_NVTX_PROFILER_REGISTER_ONLY=0 " + shlex.join([*nsys, *launch, *args])
+
+
+def _without_option(argv: list[str], name: str) -> list[str]:
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == name:
+            skip = True
+        elif not arg.startswith(name + "="):
+            out.append(arg)
+    return out
