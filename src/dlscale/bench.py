@@ -26,9 +26,10 @@ from dlscale.metrics.run import RunDir, default_run_name, device_name, environme
 from dlscale.metrics.timing import device_synchronizer, mean_ci95
 from dlscale.models import build_model
 from dlscale.models.flops import count_macs, train_flops_per_image
-from dlscale.precision import build_precision
+from dlscale.precision import Precision, build_precision
 from dlscale.speed import SpeedOptions
 from dlscale.strategies import build_strategy
+from dlscale.strategies.base import Strategy
 from dlscale.train.step import train_step
 
 Clock = Callable[[], float]
@@ -168,24 +169,16 @@ def run_bench(
     device = select_device(env, cfg.device)
     init_process_group(env, device, cfg.pg_timeout_s)
     say = out if env.is_main else (lambda line: None)
-    cfg.speed.apply_globals(device)
-    precision = build_precision(cfg.precision, device)
-    model = build_model(cfg.model, num_classes=cfg.num_classes, width=cfg.width)
-    macs = count_macs(model, image_size=cfg.image_size)
-    options = {k: v for k, v in asdict(cfg.strategy).items() if k != "dist_optimizer"}
-    strategy = build_strategy(cfg.strategy.dist_optimizer, env.world_size, local_world_size=env.local_world_size,
-                              **options)
-    model = cfg.speed.maybe_compile(strategy.wrap(cfg.speed.place_model(model, device), device))
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9, **cfg.speed.optimizer_kwargs())
-    loss_fn = nn.CrossEntropyLoss()
-    pool = synthetic_pool(cfg, device, seed=cfg.seed + env.rank)
+    parts = build_bench_parts(cfg, env, device)
+    strategy, precision = parts.strategy, parts.precision
+    pool = parts.pool
     cursor = iter(range(1 << 62))
 
     def next_batch():
         return pool[next(cursor) % len(pool)]
 
     def step(images, labels):
-        return train_step(model, images, labels, optimizer, precision, strategy, loss_fn)
+        return train_step(parts.model, images, labels, parts.optimizer, precision, strategy, parts.loss_fn)
 
     word = "GPU" if device.type == "cuda" else "CPU"
     for line in (f"Model: {cfg.model}", f"Batch size: {cfg.batch_size}", f"Number of {word}s: {env.world_size}",
@@ -202,13 +195,43 @@ def run_bench(
             on_iter=lambda i, rate: say(f"Iter #{i}: {rate.total_ips:.1f} img/sec per {word}"),
         )
     summary = summarize(gather_rates(rates, device))
-    summary.update(_describe(cfg, env, device, precision.flops_dtype, macs, summary))
+    summary.update(_describe(cfg, env, device, precision.flops_dtype, parts.macs, summary))
     summary.update(_peak_memory(device))
     summary.update(_comm_stats(strategy, device))
     say(f"Img/sec per {word}: {summary['img_per_sec_per_rank_mean']:.1f} +-{summary['img_per_sec_per_rank_ci95']:.1f}")
     say(f"Total img/sec on {env.world_size} {word}(s): "
         f"{summary['img_per_sec_total_mean']:.1f} +-{summary['img_per_sec_total_ci95']:.1f}")
     return summary
+
+
+@dataclass
+class BenchParts:
+    """What a benchmark step needs, built once (also by `dlscale profile bench`)."""
+
+    model: nn.Module
+    """DDP-wrapped and/or compiled as the strategy and speed options say."""
+    optimizer: torch.optim.Optimizer
+    precision: Precision
+    strategy: Strategy
+    loss_fn: nn.Module
+    pool: list[tuple[torch.Tensor, torch.Tensor]]
+    macs: int
+    """Multiply-accumulates of one forward pass of one image."""
+
+
+def build_bench_parts(cfg: BenchConfig, env: DistEnv, device: torch.device) -> BenchParts:
+    cfg.speed.apply_globals(device)
+    torch.manual_seed(cfg.seed)
+    precision = build_precision(cfg.precision, device)
+    model = build_model(cfg.model, num_classes=cfg.num_classes, width=cfg.width)
+    macs = count_macs(model, image_size=cfg.image_size)
+    options = {k: v for k, v in asdict(cfg.strategy).items() if k != "dist_optimizer"}
+    strategy = build_strategy(cfg.strategy.dist_optimizer, env.world_size, local_world_size=env.local_world_size,
+                              **options)
+    model = cfg.speed.maybe_compile(strategy.wrap(cfg.speed.place_model(model, device), device))
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9, **cfg.speed.optimizer_kwargs())
+    pool = synthetic_pool(cfg, device, seed=cfg.seed + env.rank)
+    return BenchParts(model, optimizer, precision, strategy, nn.CrossEntropyLoss(), pool, macs)
 
 
 def synthetic_pool(cfg: BenchConfig, device: torch.device, *, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:

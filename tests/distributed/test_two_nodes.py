@@ -7,6 +7,7 @@ rendezvous really hands out, node by node.
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -18,7 +19,7 @@ import pytest
 pytestmark = pytest.mark.distributed
 
 SCRIPT = Path(__file__).with_name("two_node_script.py")
-TIMEOUT_S = 120  # rendezvous plus four workers on two cores takes ~10-20 s
+TIMEOUT_S = 120  # rendezvous plus four workers on two busy cores takes 6-30 s
 
 
 def _free_port() -> int:
@@ -34,7 +35,9 @@ def _agent(endpoint: str, run_id: str, out_dir: Path, log: Path) -> subprocess.P
         "--local-addr", "127.0.0.1", "--max-restarts", "0", str(SCRIPT), str(out_dir),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
+    # its own session, so a hung agent can be stopped together with the workers it started
+    return subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
 
 
 def test_hierarchical_average_across_two_torchrun_nodes(tmp_path):
@@ -48,7 +51,7 @@ def test_hierarchical_average_across_two_torchrun_nodes(tmp_path):
     finally:
         for agent in agents:
             if agent.poll() is None:
-                agent.kill()
+                os.killpg(agent.pid, signal.SIGKILL)
                 agent.wait()
     output = "\n".join(log.read_text() for log in logs)
     assert codes == [0, 0], f"torchrun agents exited with {codes}:\n{output}"

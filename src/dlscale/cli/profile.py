@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from dlscale import profiling
+from dlscale.bench import build_bench_parts
 from dlscale.cli import bench as bench_cli
 from dlscale.cli.common import add_config_arguments, resolve_config
 from dlscale.dist import DistEnv, init_process_group, select_device, shutdown
@@ -117,11 +117,6 @@ class LoaderBatches:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from dlscale.bench import synthetic_pool
-    from dlscale.models import build_model
-    from dlscale.precision import build_precision
-    from dlscale.strategies import build_strategy
-
     for name, instead in BENCH_ONLY.items():
         if getattr(args, name) is not None:
             raise ConfigError(f"--{name.replace('_', '-')} is a `dlscale bench` flag; profile takes {instead}")
@@ -135,23 +130,18 @@ def run_bench(args: argparse.Namespace) -> int:
     device = select_device(env, cfg.device)
     try:
         init_process_group(env, device, cfg.pg_timeout_s)
-        cfg.speed.apply_globals(device)
-        torch.manual_seed(cfg.seed)
-        precision = build_precision(cfg.precision, device)
-        model = build_model(cfg.model, num_classes=cfg.num_classes, width=cfg.width)
-        options = {k: v for k, v in asdict(cfg.strategy).items() if k != "dist_optimizer"}
-        strategy = build_strategy(cfg.strategy.dist_optimizer, env.world_size,
-                                  local_world_size=env.local_world_size, **options)
-        model = cfg.speed.maybe_compile(strategy.wrap(cfg.speed.place_model(model, device), device))
-        optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9, **cfg.speed.optimizer_kwargs())
-        parts = profiling.StepParts(model, optimizer, precision, strategy, nn.CrossEntropyLoss())
-        batches = PoolBatches(synthetic_pool(cfg, device, seed=cfg.seed + env.rank))
-        described = {"model": cfg.model, "batch_size": cfg.batch_size, "image_size": cfg.image_size,
-                     "precision": cfg.precision, "dist_optimizer": cfg.strategy.dist_optimizer, **asdict(cfg.speed)}
-        _profile(args, env, device, parts, batches, described, loader=None)
+        _profile_bench(args, cfg, env, device)  # its objects are freed on return, before shutdown()
     finally:
         shutdown()
     return 0
+
+
+def _profile_bench(args, cfg, env: DistEnv, device: torch.device) -> None:
+    parts = build_bench_parts(cfg, env, device)
+    step_parts = profiling.StepParts(parts.model, parts.optimizer, parts.precision, parts.strategy, parts.loss_fn)
+    described = {"model": cfg.model, "batch_size": cfg.batch_size, "image_size": cfg.image_size,
+                 "precision": cfg.precision, "dist_optimizer": cfg.strategy.dist_optimizer, **asdict(cfg.speed)}
+    _profile(args, env, device, step_parts, PoolBatches(parts.pool), described, loader=None)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -161,20 +151,24 @@ def run_train(args: argparse.Namespace) -> int:
     device = select_device(env, cfg.device)
     try:
         init_process_group(env, device, cfg.pg_timeout_s)
-        parts, batches, plan, info = _train_parts(cfg, env, device, _out_dir(args, env, cfg.model.name))
-        if cfg.optim.accumulation_steps > 1 and env.is_main:
-            print(f"note: optim.accumulation_steps={cfg.optim.accumulation_steps}; each profiled step is one "
-                  "micro-batch with its optimizer step", flush=True)
-        described = {"preset": preset, "model": cfg.model.name, "data": cfg.data.name,
-                     "batch_size": plan.per_rank_batch, "image_size": info.image_size,
-                     "precision": cfg.precision, "dist_optimizer": cfg.strategy.dist_optimizer,
-                     "num_workers": cfg.data.num_workers, "decode": cfg.data.decode, **asdict(cfg.speed)}
-        loader = {"workers": cfg.data.num_workers,
-                  "decode": cfg.data.decode if cfg.data.name == "imagefolder" else "not JPEG"}
-        _profile(args, env, device, parts, batches, described, loader=loader)
+        _profile_train(args, cfg, preset, env, device)  # its objects are freed on return, before shutdown()
     finally:
         shutdown()
     return 0
+
+
+def _profile_train(args, cfg, preset: str, env: DistEnv, device: torch.device) -> None:
+    parts, batches, plan, info = _train_parts(cfg, env, device, _out_dir(args, env, cfg.model.name))
+    if cfg.optim.accumulation_steps > 1 and env.is_main:
+        print(f"note: optim.accumulation_steps={cfg.optim.accumulation_steps}; each profiled step is one "
+              "micro-batch with its optimizer step", flush=True)
+    described = {"preset": preset, "model": cfg.model.name, "data": cfg.data.name,
+                 "batch_size": plan.per_rank_batch, "image_size": info.image_size,
+                 "precision": cfg.precision, "dist_optimizer": cfg.strategy.dist_optimizer,
+                 "num_workers": cfg.data.num_workers, "decode": cfg.data.decode, **asdict(cfg.speed)}
+    loader = {"workers": cfg.data.num_workers,
+              "decode": cfg.data.decode if cfg.data.name == "imagefolder" else "not JPEG"}
+    _profile(args, env, device, parts, batches, described, loader=loader)
 
 
 def _train_parts(cfg, env: DistEnv, device: torch.device, out: Path):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -48,13 +49,15 @@ class _Graph:
 
 @dataclass
 class _State:
-    world: object = None
-    """The default process group this state belongs to; a new one starts a fresh state."""
+    world: weakref.ref | None = None
+    """The default process group this state belongs to; a new one starts a fresh state.
+    Process groups are held weakly so that destroy_process_group really frees them: one kept
+    alive until interpreter exit can abort the process there (seen with gloo subgroups)."""
     graph: _Graph | None = None
     machine_graph: _Graph | None = None
     local_size: int | None = None
     """Ranks per machine set by `set_machine_topology`; None reads LOCAL_WORLD_SIZE."""
-    local_groups: dict[int, object] = field(default_factory=dict)
+    local_groups: dict[int, weakref.ref] = field(default_factory=dict)
     """local_size -> this rank's machine subgroup, made once (new_group is collective)."""
 
 
@@ -68,8 +71,8 @@ def _state() -> _State:
         raise RuntimeError("torch.distributed is not initialised: call dist.init_process_group() "
                            "first (under torchrun the environment already holds rank and world size)")
     world = dist.group.WORLD
-    if _STATE.world is not world:
-        _STATE = _State(world=world)
+    if _STATE.world is None or _STATE.world() is not world:
+        _STATE = _State(world=weakref.ref(world))
     return _STATE
 
 
@@ -384,10 +387,12 @@ def _machine_graph(layout: _Layout) -> _Graph:
 def _local_group(layout: _Layout):
     """This rank's machine subgroup; collective the first time (every rank makes every group)."""
     state = _state()
-    if layout.local_size not in state.local_groups:
-        own, _ = dist.new_subgroups(group_size=layout.local_size)
-        state.local_groups[layout.local_size] = own
-    return state.local_groups[layout.local_size]
+    ref = state.local_groups.get(layout.local_size)
+    group = ref() if ref is not None else None
+    if group is None:
+        group, _ = dist.new_subgroups(group_size=layout.local_size)
+        state.local_groups[layout.local_size] = weakref.ref(group)
+    return group
 
 
 def hierarchical_neighbor_allreduce(tensor: torch.Tensor, *, self_weight: float | None = None,

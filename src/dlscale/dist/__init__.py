@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from datetime import timedelta
 
 import torch
@@ -73,7 +74,11 @@ def attempt_store(env: DistEnv, timeout: timedelta) -> dist.Store:
 
 
 def shutdown() -> None:
+    """Leave the process group. Objects that hold it (a DDP model, subgroups) must be gone first:
+    freed only at interpreter exit, after the group's destruction, they can abort the process
+    ("terminate called without an active exception")."""
     if dist.is_initialized():
+        gc.collect()  # reference cycles that still hold the group
         dist.destroy_process_group()
 
 
