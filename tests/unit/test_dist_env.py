@@ -43,6 +43,11 @@ CASES = [
     ("open mpi", OPENMPI, dict(rank=6, world_size=16, local_rank=2, local_world_size=4, node_rank=1,
                                num_nodes=4, master_addr="server1", launcher="openmpi")),
     ("pmi (mpich, intel mpi)", PMI, dict(rank=1, world_size=2, local_rank=1, master_addr="127.0.0.1", launcher="pmi")),
+    # mpirun inside an sbatch allocation: every rank inherits the batch step's SLURM_PROCID=0.
+    ("mpirun inside slurm", {**SLURM, "SLURM_PROCID": "0", **{k: v for k, v in OPENMPI.items() if k != "MASTER_ADDR"}},
+     dict(rank=6, world_size=16, local_rank=2, launcher="openmpi", master_addr="gpu07")),
+    ("mpiexec.hydra inside slurm", {**SLURM, "SLURM_PROCID": "0", **PMI}, dict(rank=1, world_size=2, launcher="pmi")),
+    ("srun --mpi=pmi2", {**SLURM, "PMI_RANK": "5", "PMI_SIZE": "8"}, dict(rank=5, world_size=8)),
     ("mvapich", {"MV2_COMM_WORLD_RANK": "0", "MV2_COMM_WORLD_SIZE": "2", "MV2_COMM_WORLD_LOCAL_RANK": "0",
                  "MV2_COMM_WORLD_LOCAL_SIZE": "2"}, dict(rank=0, world_size=2, launcher="mvapich")),
 ]

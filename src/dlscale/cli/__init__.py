@@ -19,6 +19,7 @@ COMMANDS = {
     "loader": "dlscale.cli.loader",
     "scale": "dlscale.cli.scale",
     "report": "dlscale.cli.report",
+    "slurm": "dlscale.cli.slurm",
 }
 
 

@@ -3,8 +3,10 @@
 `DistEnv.from_env()` is the only reader of launcher variables in dlscale. Precedence is fixed
 (ecosystem.md section 3.1): torchrun's variables first, because workers that torchrun starts
 inside one srun task inherit SLURM_PROCID=0 and SLURM_NTASKS=1 and would otherwise all think
-they are rank 0 of 1; then SLURM (srun with one task per device); then Open MPI, MVAPICH and
-PMI (mpirun, MPICH, Intel MPI); then a single process.
+they are rank 0 of 1; then Open MPI, MVAPICH and PMI (mpirun, MPICH, Intel MPI), for the same
+reason: ranks that mpirun starts inside an allocation inherit the batch step's SLURM_PROCID=0
+(seen on a one-node cluster: both ranks took rank 0); then SLURM (srun with one task per
+device, where PMI's variables, if set, agree with SLURM's); then a single process.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class DistEnv:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> DistEnv:
         env = os.environ if environ is None else environ
-        for reader in (_torchrun, _slurm, _openmpi, _mvapich, _pmi):
+        for reader in (_torchrun, _openmpi, _mvapich, _pmi, _slurm):
             found = reader(env)
             if found is not None:
                 found._check()
@@ -149,7 +151,7 @@ def _mpi(env, launcher, rank_var, size_var, local_rank_var, local_size_var, node
         local_world_size=local_world,
         node_rank=node_rank,
         num_nodes=num_nodes,
-        master_addr=_master_addr(env, None, num_nodes, launcher),
+        master_addr=_master_addr(env, env.get("SLURM_JOB_NODELIST"), num_nodes, launcher),
         master_port=_int(env, "MASTER_PORT", 29500),
         launcher=launcher,
     )

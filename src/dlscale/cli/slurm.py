@@ -1,0 +1,172 @@
+"""`dlscale slurm --nodes N --gpus-per-node G [--submit] bench|train|scale ARGS`: an sbatch script.
+
+The script is printed, written into the run directory (or --script) and, with --submit, handed
+to sbatch. The job flags may come before or after the command for bench and train; for scale they
+come before it (scale has flags of its own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import shlex
+import sys
+from pathlib import Path
+
+from dlscale.dist.launch import COMMANDS, LAUNCHERS, SlurmJob, sbatch_script, submit, write_script
+from dlscale.errors import ConfigError
+
+RUN_FLAGS = ("--output-dir", "--name")
+
+
+def add_job_arguments(p: argparse.ArgumentParser) -> None:
+    """The SLURM flags that do not depend on the layout; `dlscale scale --launcher slurm` shares them."""
+    p.add_argument("--partition", default=None, help="SLURM partition (sbatch --partition)")
+    p.add_argument("--time", default=None, help="time limit: minutes, HH:MM:SS or D-HH:MM:SS (sbatch --time)")
+    p.add_argument("--account", default=None, help="account to charge (sbatch --account)")
+    p.add_argument("--cpus-per-task", type=int, default=None, help="CPUs per task (sbatch --cpus-per-task)")
+    p.add_argument("--cpu-only", action="store_true",
+                   help="the nodes have no GPUs: request none; --gpus-per-node then counts CPU ranks (gloo)")
+    p.add_argument("--signal-seconds", type=int, default=120,
+                   help="train: USR1 this many seconds before the time limit; the run checkpoints and requeues")
+    p.add_argument("--max-restarts", type=int, default=0,
+                   help="torchrun --max-restarts: failed workers restart from the last checkpoint")
+    p.add_argument("--sbatch-option", action="append", default=[], metavar="OPTION",
+                   help="one more #SBATCH directive, e.g. --sbatch-option=--qos=high (repeatable)")
+    p.add_argument("--python", default=sys.executable, help="the Python (with dlscale) on the compute nodes")
+
+
+def job_options(args: argparse.Namespace) -> dict:
+    """SlurmJob fields from the flags of add_job_arguments."""
+    return {"partition": args.partition, "time": args.time, "account": args.account,
+            "cpus_per_task": args.cpus_per_task, "request_gpus": not args.cpu_only, "signal_s": args.signal_seconds,
+            "max_restarts": args.max_restarts, "sbatch_options": tuple(args.sbatch_option), "python": args.python}
+
+
+def _layout_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nodes", type=int, default=1, help="nodes to allocate")
+    p.add_argument("--gpus-per-node", type=int, default=None, help="GPUs (ranks) per node; required")
+    p.add_argument("--launcher", choices=LAUNCHERS, default="torchrun",
+                   help="torchrun: one task per node running torchrun; srun: one task per GPU, no torchrun")
+    p.add_argument("--job-name", default=None, help="SLURM job name (default: dlscale-<run name>)")
+    p.add_argument("--script", type=Path, default=None, help="where to write the script (default: in the run directory)")
+    p.add_argument("--submit", action="store_true", help="submit the script with sbatch after printing it")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "slurm", help="write an sbatch script for bench, train or a one-node sweep (and submit it)",
+        description="Write a readable sbatch script that runs a dlscale command on N nodes x G GPUs "
+        "(torchrun per node with a c10d rendezvous on the first host, or one srun task per GPU), with "
+        "USR1 preemption handling and requeue for train. Example: dlscale slurm --nodes 2 --gpus-per-node 4 "
+        "--time 04:00:00 --submit train --config imagenet:hal-rn50 --data /shared/imagenet",
+        allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    _layout_arguments(p)
+    add_job_arguments(p)
+    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="bench|train|scale ARGS",
+                   help="the dlscale command to run in the job, with its flags")
+    p.set_defaults(run=run)
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise ConfigError(f"{self.prog}: {message}")
+
+
+def _split(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """The command and its flags; job flags given after a bench or train command are taken out."""
+    rest = list(args.rest)
+    if not rest or rest[0] not in COMMANDS:
+        raise ConfigError(f"name the command to run: dlscale slurm --nodes N --gpus-per-node G "
+                          f"{'|'.join(COMMANDS)} ARGS (got {' '.join(rest[:1]) or 'nothing'})")
+    command, extra = rest[0], rest[1:]
+    if command != "scale":
+        late = _RaisingParser(prog="job flags", allow_abbrev=False, add_help=False)
+        _layout_arguments(late)
+        add_job_arguments(late)
+        # Parsing into args keeps what was given before the command (argparse sets defaults
+        # only for attributes the namespace lacks) and appends to --sbatch-option.
+        _, extra = late.parse_known_args(extra, namespace=args)
+    if args.gpus_per_node is None:
+        raise ConfigError("give --gpus-per-node G (ranks per node; with --cpu-only, CPU ranks)")
+    return command, extra
+
+
+def _parse_command(command: str, extra: list[str]) -> argparse.Namespace:
+    """The command's flags, checked by its own parser before anything is written."""
+    from dlscale.cli import COMMANDS as CLI
+
+    parser = _RaisingParser(prog="dlscale")
+    sub = parser.add_subparsers(dest="command", parser_class=_RaisingParser)
+    importlib.import_module(CLI[command]).add_parser(sub)
+    ns = parser.parse_args([command, *extra])
+    if command == "train":  # a preset or --set that does not resolve fails here, not in the queue
+        from dlscale.cli.common import resolve_config
+
+        resolve_config(ns)
+    return ns
+
+
+def _without(extra: list[str], flags: tuple[str, ...]) -> list[str]:
+    """extra minus each `--flag VALUE` / `--flag=VALUE` in flags."""
+    out, skip = [], False
+    for word in extra:
+        if skip:
+            skip = False
+        elif word in flags:
+            skip = True
+        elif not word.startswith(tuple(f + "=" for f in flags)):
+            out.append(word)
+    return out
+
+
+def build_job(args: argparse.Namespace) -> tuple[SlurmJob, Path]:
+    """The job the flags describe, and where its script goes."""
+    command, extra = _split(args)
+    ns = _parse_command(command, extra)
+    name = ns.name or f"{command}-{args.nodes}x{args.gpus_per_node}"
+    root = Path(ns.output_dir).resolve()
+    run_flags = ["--output-dir", str(root), "--name", name]
+    if command == "scale":  # the sweep's own flags go before the swept command
+        cut = extra.index("--") if "--" in extra else len(extra)
+        program = [command, *run_flags, *_without(extra[:cut], RUN_FLAGS), *extra[cut:]]
+    else:
+        program = [command, *_without(extra, RUN_FLAGS), *run_flags]
+    if command == "train" and not any(w == "--resume" or w.startswith("--resume=") for w in extra):
+        program += ["--resume", "auto"]  # a requeued job continues from the run's checkpoints
+    job = SlurmJob(program=tuple(program), run_dir=root / name, log=root / name / "slurm-%j.log",
+                   nodes=args.nodes, procs_per_node=args.gpus_per_node, launcher=args.launcher,
+                   job_name=args.job_name or f"dlscale-{name}", **job_options(args))
+    job.check()
+    return job, (args.script or root / name / "job.sbatch").resolve()
+
+
+def _written_by(job: SlurmJob) -> list[str]:
+    """The `dlscale slurm` command that writes this script again."""
+    flags = ["--nodes", str(job.nodes), "--gpus-per-node", str(job.procs_per_node)]
+    optional = [("--launcher", job.launcher, "torchrun"), ("--partition", job.partition, None),
+                ("--time", job.time, None), ("--account", job.account, None),
+                ("--cpus-per-task", job.cpus_per_task, None), ("--max-restarts", job.max_restarts, 0),
+                ("--signal-seconds", job.signal_s, 120), ("--python", job.python, sys.executable)]
+    flags += [x for flag, value, default in optional if value != default for x in (flag, str(value))]
+    flags += ["--cpu-only"] if not job.request_gpus else []
+    flags += [f"--sbatch-option={option}" for option in job.sbatch_options]
+    return ["dlscale", "slurm", *flags, *job.program]
+
+
+def run(args: argparse.Namespace) -> int:
+    job, script = build_job(args)
+    text = sbatch_script(job, written_by=_written_by(job))
+    print(text, end="", flush=True)
+    job.log.parent.mkdir(parents=True, exist_ok=True)  # sbatch does not create the log's folder
+    write_script(script, text)
+    print(f"\nWrote {script}", flush=True)
+    if not args.submit:
+        print(f"Submit it with: sbatch {shlex.quote(str(script))}")
+        return 0
+    job_id = submit(script)
+    log = str(job.log).replace("%j", job_id)
+    print(f"Submitted batch job {job_id}; log: {log}")
+    print(f"Follow it with: squeue -j {job_id}; tail -f {shlex.quote(log)}")
+    return 0

@@ -1,0 +1,420 @@
+"""Launching on clusters: sbatch scripts, the mpirun line, and submitting and waiting on SLURM jobs.
+
+`sbatch_script(job)` writes a script a person can read and edit. Two layouts (ecosystem.md 3.1, 3.2):
+
+- torchrun: one srun task per node runs `torchrun`, which starts one worker per GPU and meets the
+  other nodes at a c10d rendezvous on the first host, on a port derived from the job id;
+- srun: one srun task per GPU and no torchrun; `DistEnv` reads SLURM_PROCID and friends.
+
+Preemption (train only): `#SBATCH --signal=B:USR1@N` signals the batch shell alone. Its trap
+sends USR1 to the srun process, which forwards it to every process of the step; the torchrun
+agents ignore it (`trap '' USR1` before `exec`: an ignored signal stays ignored across exec, and
+torchrun would otherwise die of it), the workers checkpoint at the next step boundary and exit 0,
+then the script requeues the job. The requeued job runs the same script with the same run
+directory, and `train --resume auto` continues from its checkpoints.
+
+The SLURM helpers (`submit`, `job_state`, `wait`, `cancel`, `point_outcome`, `submit_point`)
+shell out to sbatch, scontrol, sacct and scancel, and are what `dlscale scale --launcher slurm`
+calls for one job per point.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dlscale.errors import ConfigError
+
+LAUNCHERS = ("torchrun", "srun")
+COMMANDS = ("bench", "train", "scale")
+PORT_BASE, PORT_SPAN = 20000, 20000
+"""MASTER_PORT = PORT_BASE + job id % PORT_SPAN: two jobs sharing a node rarely collide, and a
+requeued job (same id) gets the same port. DistEnv derives the same port under plain srun."""
+
+SLURM_TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2})$")
+
+NCCL_BLOCK = """\
+# --- NCCL (GPUs only; gloo on CPUs ignores these). Uncomment what your cluster needs.
+# export NCCL_DEBUG=INFO                    # print the transports chosen (IB, NVLink, sockets) at start
+# export NCCL_SOCKET_IFNAME=ib0             # interface for NCCL's bootstrap sockets (`ip addr` lists them)
+# export NCCL_IB_HCA=mlx5                   # InfiniBand adapters to use
+# export NCCL_IB_DISABLE=1                  # no InfiniBand: TCP sockets only
+# export TORCH_NCCL_ASYNC_ERROR_HANDLING=1  # a failed collective aborts the job instead of hanging"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmJob:
+    program: tuple[str, ...]
+    """dlscale's own arguments, e.g. ('train', '--config', 'cpu:digits', '--output-dir', ...)."""
+    run_dir: Path
+    """Absolute run (or sweep) directory, on storage that every node sees."""
+    log: Path
+    """Absolute path of the job's output file; %j stands for the job id."""
+    nodes: int = 1
+    procs_per_node: int = 1
+    """Ranks per node: one per GPU (or CPU ranks with request_gpus=False)."""
+    launcher: str = "torchrun"
+    """torchrun: one task per node running torchrun; srun: one task per GPU, no torchrun."""
+    request_gpus: bool = True
+    """Ask for procs_per_node GPUs per node (--gpus-per-node); False on nodes without GPUs."""
+    job_name: str = "dlscale"
+    partition: str | None = None
+    time: str | None = None
+    """Time limit in a SLURM format: minutes, HH:MM:SS, D-HH:MM."""
+    account: str | None = None
+    cpus_per_task: int | None = None
+    sbatch_options: tuple[str, ...] = ()
+    """More directives, each as on sbatch's command line, e.g. '--qos=high'."""
+    signal_s: int = 120
+    """Seconds before the time limit at which USR1 asks training to checkpoint (train only)."""
+    max_restarts: int = 0
+    """torchrun --max-restarts: worker failures a node survives by restarting from the checkpoint."""
+    python: str = sys.executable
+    workdir: Path = field(default_factory=Path.cwd)
+    """Where the job starts (--chdir): relative paths in `program` mean what they meant here."""
+
+    @property
+    def command(self) -> str:
+        return self.program[0]
+
+    @property
+    def preemptible(self) -> bool:
+        """Only training can checkpoint and resume; a benchmark is simply rerun after a requeue."""
+        return self.command == "train"
+
+    def check(self) -> None:
+        if self.command not in COMMANDS:
+            raise ConfigError(f"the job must run dlscale {' or '.join(COMMANDS)}, not {self.command!r}")
+        if self.launcher not in LAUNCHERS:
+            raise ConfigError(f"--launcher {self.launcher!r}: choose torchrun or srun")
+        if self.nodes < 1 or self.procs_per_node < 1:
+            raise ConfigError("--nodes and --gpus-per-node must be at least 1")
+        if self.command == "scale" and self.nodes != 1:
+            raise ConfigError("a sweep inside one job runs on one node: use --nodes 1, or sweep across "
+                              "nodes with `dlscale scale --launcher slurm --gpus ...` (one job per point)")
+        if self.time is not None and not SLURM_TIME.match(self.time):
+            raise ConfigError(f"--time {self.time!r} is not a SLURM time: use minutes, HH:MM:SS or D-HH:MM:SS")
+        limit = time_limit_s(self.time)
+        if self.preemptible and limit is not None and self.signal_s >= limit:
+            raise ConfigError(f"--signal-seconds {self.signal_s} is not below the time limit {self.time}; "
+                              "lower it or raise --time")
+        if self.max_restarts and (self.launcher != "torchrun" or self.command == "scale"):
+            raise ConfigError("--max-restarts is torchrun's: use it with --launcher torchrun and bench or train")
+        if self.max_restarts < 0 or self.signal_s < 0:
+            raise ConfigError("--max-restarts and --signal-seconds must not be negative")
+
+
+def time_limit_s(text: str | None) -> int | None:
+    """SLURM's time formats in seconds: 'M', 'M:S', 'H:M:S', 'D-H', 'D-H:M', 'D-H:M:S'."""
+    if text is None:
+        return None
+    days, _, rest = text.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:  # D-H, D-H:M, D-H:M:S
+        units = (3600, 60, 1)[: len(parts)]
+    else:  # M, M:S, H:M:S
+        units = {1: (60,), 2: (60, 1), 3: (3600, 60, 1)}[len(parts)]
+    return int(days or 0) * 86400 + sum(p * u for p, u in zip(parts, units, strict=True))
+
+
+# ------------------------------------------------------------------------------ the job script
+
+
+def sbatch_script(job: SlurmJob, *, written_by: Sequence[str] | None = None) -> str:
+    """The whole sbatch script for `job`, commented for the person who will read it."""
+    job.check()
+    unit = "GPU" if job.request_gpus else "CPU rank"
+    layout = {"torchrun": "one torchrun agent per node", "srun": "one srun task per rank"}[job.launcher]
+    if job.command == "scale":
+        layout = "one task; the sweep starts torchrun for each point"
+    lines = ["#!/bin/bash", f"# dlscale {job.command} on {job.nodes} node(s) x {job.procs_per_node} {unit}(s), {layout}."]
+    if written_by:
+        lines.append("# Written by: " + shlex.join(written_by))
+    lines += [*_directives(job), "", f"PYTHON={shlex.quote(job.python)}",
+              f"RUN_DIR={shlex.quote(str(job.run_dir))}  # on storage that every node sees", ""]
+    if job.request_gpus:
+        lines += [NCCL_BLOCK, ""]
+    lines += _rendezvous(job)
+    step = _step_command(job)
+    lines += _preemptible_run(step) if job.preemptible else [step, 'exit "$?"']
+    return "\n".join(_squeeze(lines)) + "\n"
+
+
+def _squeeze(lines: list[str]) -> list[str]:
+    """No two blank lines in a row."""
+    out: list[str] = []
+    for line in lines:
+        if line == "" and (not out or out[-1] == ""):
+            continue
+        out.append(line)
+    return out
+
+
+def _directives(job: SlurmJob) -> list[str]:
+    if job.command == "scale":
+        tasks, why = 1, "one task: the sweep starts torchrun for each point"
+    elif job.launcher == "torchrun":
+        tasks, why = 1, f"one torchrun agent per node; it starts the {job.procs_per_node} workers"
+    else:
+        tasks, why = job.procs_per_node, "one task per rank, started by srun (no torchrun)"
+    rows = [
+        (f"--job-name={job.job_name}", ""),
+        (f"--nodes={job.nodes}", ""),
+        (f"--ntasks-per-node={tasks}", why),
+        *([(f"--gpus-per-node={job.procs_per_node}", "")] if job.request_gpus else []),
+        *([(f"--cpus-per-task={job.cpus_per_task}", "")] if job.cpus_per_task else []),
+        *([(f"--partition={job.partition}", "")] if job.partition else []),
+        *([(f"--time={job.time}", "")] if job.time else []),
+        *([(f"--account={job.account}", "")] if job.account else []),
+        (f"--chdir={job.workdir}", "relative paths below are relative to this"),
+        (f"--output={job.log}", "%j is the job id"),
+        ("--open-mode=append", "a requeued job appends to the same log"),
+    ]
+    if job.command != "scale":  # a sweep refuses to start again in its own directory
+        rows.append(("--requeue", "SLURM may requeue the job after preemption or a node failure"))
+    if job.preemptible:
+        rows.append((f"--signal=B:USR1@{job.signal_s}",
+                     f"USR1 to this script {job.signal_s} s before the time limit"))
+    rows += [(option, "") for option in job.sbatch_options]
+    return [f"#SBATCH {d:<34} # {why}" if why else f"#SBATCH {d}" for d, why in rows]
+
+
+def _rendezvous(job: SlurmJob) -> list[str]:
+    lines = [
+        "# Rendezvous on the first node, on a port derived from the job id (the same after a requeue).",
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        'if [ -z "$MASTER_ADDR" ]; then',
+        '    echo "cannot name the first host of $SLURM_JOB_NODELIST: is scontrol on PATH?" >&2',
+        "    exit 1",
+        "fi",
+        f"MASTER_PORT=$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))",
+        "export MASTER_ADDR MASTER_PORT",
+    ]
+    if job.max_restarts > 0:
+        lines += ["# Restarted workers get a fresh store, not the failed attempt's (pytorch#135712).",
+                  "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"]
+    lines += ['echo "$(date "+%F %T") job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on '
+              '$SLURM_JOB_NODELIST, rendezvous $MASTER_ADDR:$MASTER_PORT, run directory $RUN_DIR"', ""]
+    return lines
+
+
+def _step_command(job: SlurmJob) -> str:
+    """The srun line, one group of arguments per line."""
+    first, *program = _wrap_words(["-m", "dlscale", *job.program])
+    if job.command == "scale":
+        return _lines([f'srun --ntasks=1 "$PYTHON" {first}', *program])
+    # The wrapper ignores USR1, then execs: torchrun (and a worker, until dlscale installs its
+    # handler) keeps ignoring it, while dlscale's own handler catches it.
+    srun = f"srun --kill-on-bad-exit=1 bash -c {IGNORE_USR1} {job.launcher}"
+    if job.launcher == "srun":
+        return _lines([srun, f'"$PYTHON" {first}', *program])
+    return _lines([
+        srun,
+        f'"$PYTHON" -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node={job.procs_per_node}',
+        '--rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"',
+        f"--max-restarts={job.max_restarts}",
+        first,
+        *program,
+    ])
+
+
+IGNORE_USR1 = """'trap "" USR1; exec "$@"'"""
+"""bash -c SCRIPT NAME ARGS...: ignore USR1, then become ARGS."""
+
+
+def _lines(groups: list[str]) -> str:
+    return " \\\n    ".join(groups)
+
+
+def _wrap_words(args: Sequence[str], width: int = 90) -> list[str]:
+    """Quoted arguments in lines of about `width` characters, breaking only before a flag."""
+    lines: list[str] = []
+    for word in map(shlex.quote, args):
+        if lines and (len(lines[-1]) + len(word) < width or not word.startswith("-")):
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
+
+
+def _preemptible_run(step: str) -> list[str]:
+    return [
+        "# USR1 (the time limit is near, or `scancel --batch --signal=USR1 $SLURM_JOB_ID`): srun passes it",
+        "# to every process of the step; the workers checkpoint at the next step boundary and exit 0;",
+        "# then the job is requeued and `--resume auto` continues from $RUN_DIR/checkpoints.",
+        "# TERM (scancel, or preemption without warning): SLURM signals every process itself, the",
+        "# workers checkpoint the same way if KillWait leaves time, and SLURM decides about requeueing.",
+        "preempted=0",
+        'on_usr1() { preempted=1; echo "$(date "+%F %T") USR1: asking the workers to checkpoint"; '
+        'kill -USR1 "$step_pid" 2>/dev/null; }',
+        'on_term() { echo "$(date "+%F %T") TERM: asking the workers to stop"; kill -TERM "$step_pid" 2>/dev/null; }',
+        "trap on_usr1 USR1",
+        "trap on_term TERM",
+        "",
+        f"{step} &",
+        "step_pid=$!",
+        "",
+        "# A trapped signal interrupts `wait`: wait again until the step has really ended.",
+        'status=0; wait "$step_pid" || status=$?',
+        'while kill -0 "$step_pid" 2>/dev/null; do status=0; wait "$step_pid" || status=$?; done',
+        "",
+        'if [ "$preempted" = 1 ]; then',
+        '    echo "$(date "+%F %T") step ended with status $status; requeueing job $SLURM_JOB_ID"',
+        '    scontrol requeue "$SLURM_JOB_ID"',
+        "fi",
+        'exit "$status"',
+    ]
+
+
+# ------------------------------------------------------------------------------------- mpirun
+
+
+def mpirun_command(hosts: str, program: Sequence[str], *, python: str = sys.executable,
+                   master_port: int = 29500) -> list[str]:
+    """Open MPI's mpirun for BlueFog-style host lists: 'server1:4,server2:4' -> 8 ranks.
+
+    MASTER_ADDR (the first host) and MASTER_PORT are exported to every rank: DistEnv reads
+    rank and size from OMPI_COMM_WORLD_*, and the rendezvous address from these two.
+    """
+    slots = []
+    for item in hosts.split(","):
+        host, _, count = item.strip().partition(":")
+        if not host or (count and not count.isdigit()):
+            raise ConfigError(f"host list {hosts!r}: write HOST:SLOTS,HOST:SLOTS, e.g. server1:4,server2:4")
+        slots.append((host, int(count or 1)))
+    ranks = sum(n for _, n in slots)
+    return ["mpirun", "-np", str(ranks), "-H", ",".join(f"{h}:{n}" for h, n in slots),
+            "--bind-to", "none", "--map-by", "slot",
+            "-x", f"MASTER_ADDR={slots[0][0]}", "-x", f"MASTER_PORT={master_port}",
+            "-x", "PATH", "-x", "LD_LIBRARY_PATH", python, "-m", "dlscale", *program]
+
+
+# -------------------------------------------------------------------------- submit and wait
+
+OK_STATES = frozenset({"COMPLETED"})
+FAILED_STATES = frozenset({"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+                           "DEADLINE", "PREEMPTED", "REVOKED", "SPECIAL_EXIT"})
+"""States a job does not leave. A preempted job with --requeue goes back to PENDING instead."""
+TERMINAL_STATES = OK_STATES | FAILED_STATES
+
+
+def _slurm_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise ConfigError(f"{name} is not on PATH: run this on a SLURM login node (or drop --submit)")
+    return path
+
+
+def submit(script: Path) -> str:
+    """`sbatch --parsable SCRIPT` -> the job id."""
+    out = subprocess.run([_slurm_tool("sbatch"), "--parsable", str(script)], capture_output=True, text=True)
+    if out.returncode != 0:
+        message = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        raise ConfigError(f"sbatch refused {script}: {message}")
+    return out.stdout.strip().split(";")[0]
+
+
+def job_state(job_id: str) -> str:
+    """PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ...; UNKNOWN when SLURM has no
+    record of the job; '' when the controller could not be asked (busy, restarting): ask again."""
+    out = subprocess.run([_slurm_tool("scontrol"), "show", "job", "-o", job_id], capture_output=True, text=True)
+    match = re.search(r"\bJobState=(\S+)", out.stdout)
+    if out.returncode == 0 and match:
+        return match.group(1)
+    if "invalid job id" not in out.stderr.lower():
+        return ""
+    # Purged from the controller (MinJobAge): ask the accounting database, where there is one.
+    if shutil.which("sacct"):
+        acct = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"],
+                              capture_output=True, text=True)
+        words = acct.stdout.split()
+        if acct.returncode == 0 and words:
+            return words[0]
+    return "UNKNOWN"
+
+
+def wait(job_ids: Iterable[str], poll_s: float = 10.0, timeout_s: float | None = None,
+         on_change: Callable[[str, str], None] | None = None) -> dict[str, str]:
+    """Poll until every job has ended (or timeout_s passed); {job id: last state seen}.
+
+    A requeued job goes back to PENDING and is waited for again. UNKNOWN is treated as ended:
+    a job SLURM no longer knows will not finish later.
+    """
+    states = {job_id: "" for job_id in job_ids}
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        for job_id, old in states.items():
+            if old in TERMINAL_STATES or old == "UNKNOWN":
+                continue
+            new = job_state(job_id)
+            if new and new != old:
+                states[job_id] = new
+                if on_change:
+                    on_change(job_id, new)
+        done = all(s in TERMINAL_STATES or s == "UNKNOWN" for s in states.values())
+        if done or (deadline is not None and time.monotonic() >= deadline):
+            return states
+        time.sleep(poll_s)
+
+
+def cancel(job_ids: Iterable[str]) -> None:
+    ids = list(job_ids)
+    if ids:
+        subprocess.run([_slurm_tool("scancel"), *ids], capture_output=True, text=True)
+
+
+def point_outcome(job_id: str, state: str, run_dir: Path) -> tuple[str, str]:
+    """A finished job as a sweep point: ('ok' | 'failed' | 'timeout', why)."""
+    if state in OK_STATES:
+        if (run_dir / "summary.json").is_file():
+            return "ok", ""
+        return "failed", f"SLURM job {job_id} COMPLETED but wrote no {run_dir / 'summary.json'}"
+    if state == "TIMEOUT":
+        return "timeout", f"SLURM job {job_id} reached its time limit (--time)"
+    return "failed", f"SLURM job {job_id} ended {state or 'UNKNOWN'}; see its log"
+
+
+def node_layout(gpus: int, gpus_per_node: int) -> tuple[int, int]:
+    """(nodes, GPUs per node) for a world size, filling one node before using the next."""
+    if gpus < 1 or gpus_per_node < 1:
+        raise ConfigError("--gpus and --gpus-per-node must be positive")
+    if gpus <= gpus_per_node:
+        return 1, gpus
+    if gpus % gpus_per_node:
+        raise ConfigError(f"{gpus} GPUs do not fill whole nodes of {gpus_per_node}; "
+                          f"use multiples of {gpus_per_node} above one node")
+    return gpus // gpus_per_node, gpus_per_node
+
+
+def submit_point(name: str, argv: Sequence[str], world_size: int, gpus_per_node: int, sweep_dir: Path,
+                 **options) -> str:
+    """One sweep point as one SLURM job: writes SWEEP/jobs/NAME.sbatch, submits it, returns the id.
+
+    argv is the point's dlscale command ('bench' or 'train' and its flags) without --output-dir
+    and --name; the run directory is SWEEP/NAME and the log SWEEP/logs/NAME.log (appended to
+    across requeues). options are further SlurmJob fields (partition, time, account, request_gpus, ...).
+    """
+    sweep_dir = Path(sweep_dir).resolve()
+    nodes, per_node = node_layout(world_size, gpus_per_node)
+    job = SlurmJob(program=(*argv, "--output-dir", str(sweep_dir), "--name", name), run_dir=sweep_dir / name,
+                   log=sweep_dir / "logs" / f"{name}.log", nodes=nodes, procs_per_node=per_node,
+                   job_name=options.pop("job_name", f"dlscale-{name}"), **options)
+    script = sweep_dir / "jobs" / f"{name}.sbatch"
+    write_script(script, sbatch_script(job))
+    job.log.parent.mkdir(parents=True, exist_ok=True)
+    return submit(script)
+
+
+def write_script(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    os.chmod(path, 0o755)
+    return path
