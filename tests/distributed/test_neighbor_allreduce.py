@@ -202,6 +202,9 @@ def _eight_ranks(rank, size):
     res = {"default": _span(dc.neighbor_allreduce(x)), "hier": _hierarchical_checks(rank, size, dc, torch)}
     dc.set_topology(topology.symmetric_exponential_graph(size))
     res["symmetric"] = _span(dc.neighbor_allreduce(x))
+    for weighted in (False, True):
+        dc.set_topology(topology.mesh_grid_2d_graph(size), is_weighted=weighted)
+        res[f"mesh_weighted={weighted}"] = _span(dc.neighbor_allreduce(x))
     dc.set_topology(topology.exponential_two_graph(size))
     schedule = topology.dynamic_one_peer_schedule(dc.get_topology(), rank)
     res["one_peer"] = []
@@ -210,19 +213,6 @@ def _eight_ranks(rank, size):
         w = 1.0 / (len(recv) + 1)
         y = dc.neighbor_allreduce(x, self_weight=w, src_weights=dict.fromkeys(recv, w), dst_weights=send)
         res["one_peer"].append([send, recv, _span(y)])
-    return res
-
-
-def _six_ranks(rank, size):
-    import torch
-
-    from dlscale import decentralized as dc
-
-    x = torch.full((4,), float(rank), dtype=torch.float64)
-    res = {"default": _span(dc.neighbor_allreduce(x))}
-    for weighted in (False, True):
-        dc.set_topology(topology.mesh_grid_2d_graph(size), is_weighted=weighted)
-        res[f"mesh_weighted={weighted}"] = _span(dc.neighbor_allreduce(x))
     return res
 
 
@@ -323,12 +313,13 @@ def test_mesh_uniform_and_weighted(four):
     _assert_all([r["set"]["mesh_weighted=True"] for r in four], [1, 4 / 3, 5 / 3, 2])  # 2x2: MH = uniform
 
 
-def test_six_ranks_default_and_mesh_concrete_values():
-    results = run_ranks(_six_ranks, 6, timeout_s=60, pg_timeout_s=20)
-    n = 6  # not a power of two: in-neighbors r-1, r-2, r-4
-    _assert_all([r["default"] for r in results], [(r + (r - 1) % n + (r - 2) % n + (r - 4) % n) / 4 for r in range(n)])
-    _assert_all([r["mesh_weighted=False"] for r in results], [4 / 3, 1.75, 8 / 3, 7 / 3, 3.25, 11 / 3])
-    _assert_all([r["mesh_weighted=True"] for r in results], [1.25, 1.75, 2.75, 2.25, 3.25, 3.75])
+def test_mesh_eight_ranks_uniform_and_weighted(eight):
+    W = topology.mesh_grid_2d_graph(8)  # 2 x 4: degrees 3 and 4 (self counted), so MH weights differ
+    uniform = [sum(topology.in_neighbors(W, r) + [r]) / (len(topology.in_neighbors(W, r)) + 1) for r in range(8)]
+    weighted = [sum(W[s, r].item() * s for s in range(8)) for r in range(8)]
+    assert uniform != pytest.approx(weighted)
+    _assert_all([r["mesh_weighted=False"] for r in eight], uniform)
+    _assert_all([r["mesh_weighted=True"] for r in eight], weighted)
 
 
 def test_fully_connected_equals_allreduce_average(four):
@@ -433,3 +424,26 @@ def test_broadcast_parameters_makes_every_tensor_equal_to_root(four):
     for result in four:
         assert result["misc"]["state"] == root_state
         assert result["misc"]["bad_root"].startswith("ValueError: root must be a rank")
+
+
+def test_state_follows_the_process_group(tmp_path):
+    """In this process, world size 1: a new process group starts from the default topology."""
+    import torch
+    import torch.distributed as dist
+
+    from dlscale import decentralized as dc
+
+    for attempt in range(2):
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store{attempt}", rank=0, world_size=1)
+        try:
+            assert not dc.is_topology_weighted()  # fresh state, also on the second group
+            dc.set_topology(topology.ring_graph(1), is_weighted=True)
+            x = torch.arange(6.0).view(2, 3)
+            assert torch.equal(dc.neighbor_allreduce(x), x)
+            with pytest.raises(RuntimeError, match="use neighbor_allreduce directly"):
+                dc.set_machine_topology(topology.ring_graph(1), local_size=1)
+                dc.hierarchical_neighbor_allreduce(x)
+        finally:
+            dist.destroy_process_group()
+    with pytest.raises(RuntimeError, match="not initialised"):
+        dc.get_topology()

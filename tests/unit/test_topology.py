@@ -236,3 +236,17 @@ def test_plan_argument_errors(kwargs, message):
 def test_plan_error_names_the_machine_arguments():
     with pytest.raises(ValueError, match="self_weight and src_machine_weights"):
         T.plan_exchange(T.ring_graph(4), 0, self_weight=0.5, names=("src_machine_weights", "dst_machine_weights"))
+
+
+@pytest.mark.parametrize(("weighted", "want"), [
+    (False, [4 / 3, 1.75, 8 / 3, 7 / 3, 3.25, 11 / 3]),
+    (True, [1.25, 1.75, 2.75, 2.25, 3.25, 3.75]),
+])
+def test_mesh_six_concrete_averages(weighted, want):
+    """references.md 2.7's derived values for MeshGrid2DGraph(6), x_r = r, from the plans alone."""
+    W = T.mesh_grid_2d_graph(6)
+    got = []
+    for r in range(6):
+        plan = T.plan_exchange(W, r, is_weighted=weighted)
+        got.append(plan.self_weight * r + sum(w * s for s, w in plan.src_weights.items()))
+    assert got == pytest.approx(want)
