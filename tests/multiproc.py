@@ -88,3 +88,42 @@ def run_ranks(
         if errors:
             raise AssertionError("\n".join(errors))
         return results
+
+
+def run_torchrun_agents(program: list[str], log_dir: Path, *, nnodes: int = 2, nproc_per_node: int = 2,
+                        timeout_s: float = 120.0) -> tuple[list[int] | None, str]:
+    """Start nnodes torchrun agents on this host that form one job, as on nnodes machines.
+
+    They meet at a c10d rendezvous on a free loopback port (ecosystem.md section 2.3). program is
+    what torchrun runs (a script and its arguments). Returns the agents' exit codes (None if they
+    outlived timeout_s; each agent is then killed with the workers it started) and their output.
+    """
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import uuid
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
+               "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d",
+               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", uuid.uuid4().hex,
+               "--local-addr", "127.0.0.1", "--max-restarts", "0", *program]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    logs = [Path(log_dir) / f"agent{i}.log" for i in range(nnodes)]
+    # Each agent in a session of its own, so a hung one is stopped with the workers it started.
+    agents = [subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env,
+                               start_new_session=True) for log in logs]
+    try:
+        codes = [agent.wait(timeout=timeout_s) for agent in agents]
+    except subprocess.TimeoutExpired:
+        codes = None
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                os.killpg(agent.pid, signal.SIGKILL)
+                agent.wait()
+    return codes, "\n".join(log.read_text() for log in logs)

@@ -11,7 +11,8 @@ Weak scaling keeps the batch per rank; strong scaling keeps the global batch of 
 world size and splits it over the ranks. A point that fails is recorded and the sweep goes on.
 Launching is one function per launcher in LAUNCHERS, (spec, point, sweep_dir) -> Outcome: it
 starts the point's dlscale command (`program`) with point.world_size ranks, waits at most
-spec.timeout_s, and says how it ended; a SLURM launcher is one more entry.
+spec.timeout_s, and says how it ended. SLURM is different (`run_on_slurm`): every point is
+submitted as its own job first (they run side by side on a cluster), then all are waited for.
 """
 
 from __future__ import annotations
@@ -59,10 +60,12 @@ class SweepSpec:
     """--dist-optimizer values to sweep; empty: whatever the command's flags say."""
     precisions: tuple[str, ...] = ()
     launcher: str = "torchrun"
+    """A name in LAUNCHERS, or SLURM (one job per point; nproc then lists world sizes, --gpus)."""
     timeout_s: float = 3600.0
     """Seconds one point may run before it is stopped and recorded as a timeout."""
     launcher_options: dict = field(default_factory=dict)
-    """Whatever a launcher needs beyond the point itself (a SLURM partition, a time limit)."""
+    """Whatever a launcher needs beyond the point itself. SLURM: gpus_per_node, wait (False: return
+    once submitted), poll_s, job (SlurmJob fields: partition, time, request_gpus, ...)."""
 
 
 @dataclass
@@ -81,7 +84,9 @@ class Point:
     argv: list[str] = field(default_factory=list)
     commands: list[list[str]] = field(default_factory=list)
     status: str = "pending"
-    """pending, running, ok, failed, timeout or interrupted."""
+    """pending, running, submitted (SLURM), ok, failed, timeout or interrupted."""
+    job_id: str = ""
+    """The SLURM job running this point."""
     returncode: int | None = None
     error: str = ""
     error_tail: str = ""
@@ -161,8 +166,8 @@ def _set_keys(ns: argparse.Namespace) -> set[str]:
 def check_spec(spec: SweepSpec) -> argparse.Namespace:
     if spec.mode not in MODES:
         raise ConfigError(f"--mode {spec.mode!r}: choose weak or strong")
-    if spec.launcher not in LAUNCHERS:
-        raise ConfigError(f"--launcher {spec.launcher!r}: choose one of {', '.join(LAUNCHERS)}")
+    if spec.launcher not in (*LAUNCHERS, SLURM):
+        raise ConfigError(f"--launcher {spec.launcher!r}: choose one of {', '.join((*LAUNCHERS, SLURM))}")
     for flag, why in OWNED_FLAGS.items():
         if _given(spec.args, flag):
             raise ConfigError(f"remove {flag} after --: {why}")
@@ -390,6 +395,8 @@ def error_summary(text: str) -> str:
 def run_sweep(spec: SweepSpec, sweep_dir: Path, out: Callable[[str], None] = print) -> list[Point]:
     ns = check_spec(spec)
     points = plan_points(spec, ns)
+    if spec.launcher == SLURM:
+        _lay_out_on_nodes(points, spec.launcher_options["gpus_per_node"])
     if (sweep_dir / "sweep.json").exists():
         raise ConfigError(f"{sweep_dir} already holds a sweep; pick another --name")
     (sweep_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -398,6 +405,10 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, out: Callable[[str], None] = pri
     record.write_json("sweep.json", {**header, "points": [p.record() for p in points]})
     out(f"Sweep directory: {sweep_dir} ({spec.mode} scaling, dlscale {spec.command}, {len(points)} points, "
         f"launcher {spec.launcher})")
+    if spec.launcher == SLURM:
+        run_on_slurm(spec, points, sweep_dir, lambda: record.write_json("sweep.json", {**header, "points": [
+            p.record() for p in points]}), out)
+        return points
     for i, point in enumerate(points, 1):
         out(f"[{i}/{len(points)}] world size {point.world_size}" + (f" ({point.series})" if point.series else "")
             + f": {point.name}")
@@ -420,6 +431,8 @@ def _header(spec: SweepSpec) -> dict:
         "nproc": list(spec.nproc), "nnodes": list(spec.nnodes), "dist_optimizers": list(spec.dist_optimizers),
         "precisions": list(spec.precisions), "timeout_s": spec.timeout_s,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        **({"gpus": list(spec.nproc), "gpus_per_node": spec.launcher_options["gpus_per_node"]}
+           if spec.launcher == SLURM else {}),
     }
 
 
@@ -441,3 +454,83 @@ def _run_point(spec: SweepSpec, point: Point, sweep_dir: Path) -> None:
         point.status = "ok"
     if point.status != "ok":
         point.error_tail = "\n".join(text.splitlines()[-20:])
+
+
+# ---------------------------------------------------------------------------- SLURM: one job per point
+
+SLURM = "slurm"
+
+
+def _lay_out_on_nodes(points: list[Point], gpus_per_node: int) -> None:
+    """World size -> nodes x GPUs per node, filling a node first; refuses partial nodes up front."""
+    from dlscale.dist.launch import node_layout
+
+    for point in points:
+        point.nnodes, point.nproc_per_node = node_layout(point.world_size, gpus_per_node)
+
+
+def run_on_slurm(spec: SweepSpec, points: list[Point], sweep_dir: Path, save: Callable[[], None],
+                 out: Callable[[str], None]) -> None:
+    """Submit every point, then (unless options say wait=False) wait for all and record how each
+    ended. Ctrl-C, an error or --timeout cancels the jobs that have not ended."""
+    from dlscale.dist import launch
+
+    options = spec.launcher_options
+    started = time.monotonic()
+    try:
+        for i, point in enumerate(points, 1):
+            point.job_id = launch.submit_point(point.name, _resumable(point.argv), point.world_size,
+                                               options["gpus_per_node"], sweep_dir, **options["job"])
+            point.status, point.logs = "submitted", [f"logs/{point.name}.log"]
+            point.commands = [["sbatch", f"jobs/{point.name}.sbatch"]]
+            save()
+            out(f"[{i}/{len(points)}] world size {point.world_size} ({point.nnodes} node(s) x {point.nproc_per_node})"
+                + (f" ({point.series})" if point.series else "") + f": {point.name}, SLURM job {point.job_id}")
+        if not options.get("wait", True):
+            return
+        ids = {p.job_id: p for p in points}
+        states = launch.wait(ids, poll_s=options.get("poll_s", 10.0), timeout_s=spec.timeout_s,
+                             on_change=lambda job, state: _on_change(ids[job], state, started, save, out))
+    except BaseException:
+        unfinished = [p for p in points if p.status in ("pending", "submitted", "running")]
+        launch.cancel(p.job_id for p in unfinished if p.job_id)
+        for p in unfinished:
+            p.status, p.error = "interrupted", "stopped by Ctrl-C or an error; its SLURM job was cancelled"
+        save()
+        raise
+    for point in points:
+        _slurm_outcome(spec, point, states[point.job_id], sweep_dir)
+    launch.cancel(p.job_id for p in points if p.status == "timeout" and states[p.job_id] != "TIMEOUT")
+    save()
+
+
+def _resumable(argv: list[str]) -> list[str]:
+    """A requeued training job continues from the run's checkpoints."""
+    if argv[0] == "train" and not _given(tuple(argv), "--resume"):
+        return [*argv, "--resume", "auto"]
+    return argv
+
+
+def _on_change(point: Point, state: str, started: float, save: Callable[[], None],
+               out: Callable[[str], None]) -> None:
+    from dlscale.dist.launch import TERMINAL_STATES
+
+    point.status = "running" if state == "RUNNING" else point.status
+    if state in TERMINAL_STATES:
+        point.elapsed_s = time.monotonic() - started
+    out(f"    job {point.job_id} ({point.name}): {state}")
+    save()  # sweep.json follows the jobs while the sweep waits
+
+
+def _slurm_outcome(spec: SweepSpec, point: Point, state: str, sweep_dir: Path) -> None:
+    from dlscale.dist.launch import TERMINAL_STATES, point_outcome
+
+    if state in TERMINAL_STATES or state == "UNKNOWN":
+        point.status, point.error = point_outcome(point.job_id, state, sweep_dir / point.name)
+    else:
+        point.status = "timeout"
+        point.error = f"SLURM job {point.job_id} still {state or 'unanswered'} after {spec.timeout_s:g} s " \
+                      "(--timeout); cancelled"
+    if point.status != "ok":
+        log = sweep_dir / "logs" / f"{point.name}.log"
+        point.error_tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.is_file() else ""

@@ -6,13 +6,9 @@ what dlscale reads: DistEnv's node rank, local rank and node count on every rank
 """
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import uuid
 
 import pytest
+from multiproc import run_torchrun_agents
 
 pytestmark = pytest.mark.distributed
 TIMEOUT_S = 180  # two agents, four workers and a tiny benchmark on two cores
@@ -36,33 +32,11 @@ BENCH = ["bench", "--model", "resnet18", "--width", "8", "--image-size", "32", "
          "--dist-optimizer", "hierarchical_neighbor_allreduce", "--pg-timeout", "60"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_agents_form_one_job_that_dlscale_sees_as_two_nodes(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
-    endpoint, run_id = f"127.0.0.1:{_free_port()}", uuid.uuid4().hex
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
-               "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
-               "--local-addr", "127.0.0.1", "--max-restarts", "0", str(probe), str(tmp_path),
-               *BENCH, "--output-dir", str(tmp_path), "--name", "bench"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    logs = [tmp_path / f"agent{i}.log" for i in range(2)]
-    agents = [subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env) for log in logs]
-    try:
-        codes = [agent.wait(timeout=TIMEOUT_S) for agent in agents]
-    except subprocess.TimeoutExpired:
-        codes = None
-    finally:
-        for agent in agents:
-            if agent.poll() is None:
-                agent.kill()
-                agent.wait()
-    output = "\n".join(log.read_text() for log in logs)
+    program = [str(probe), str(tmp_path), *BENCH, "--output-dir", str(tmp_path), "--name", "bench"]
+    codes, output = run_torchrun_agents(program, tmp_path, timeout_s=TIMEOUT_S)
     assert codes == [0, 0], f"torchrun agents exited with {codes}:\n{output[-4000:]}"
 
     seen = sorted((json.loads(p.read_text()) for p in tmp_path.glob("env*.json")), key=lambda r: r["rank"])

@@ -6,15 +6,10 @@ rendezvous really hands out, node by node.
 """
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 
 import pytest
+from multiproc import run_torchrun_agents
 
 pytestmark = pytest.mark.distributed
 
@@ -22,38 +17,8 @@ SCRIPT = Path(__file__).with_name("two_node_script.py")
 TIMEOUT_S = 120  # rendezvous plus four workers on two busy cores takes 6-30 s
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _agent(endpoint: str, run_id: str, out_dir: Path, log: Path) -> subprocess.Popen:
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
-        "--local-addr", "127.0.0.1", "--max-restarts", "0", str(SCRIPT), str(out_dir),
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    # its own session, so a hung agent can be stopped together with the workers it started
-    return subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
-
-
 def test_hierarchical_average_across_two_torchrun_nodes(tmp_path):
-    endpoint, run_id = f"127.0.0.1:{_free_port()}", uuid.uuid4().hex
-    logs = [tmp_path / f"agent{i}.log" for i in range(2)]
-    agents = [_agent(endpoint, run_id, tmp_path, log) for log in logs]
-    try:
-        codes = [agent.wait(timeout=TIMEOUT_S) for agent in agents]
-    except subprocess.TimeoutExpired:
-        codes = None
-    finally:
-        for agent in agents:
-            if agent.poll() is None:
-                os.killpg(agent.pid, signal.SIGKILL)
-                agent.wait()
-    output = "\n".join(log.read_text() for log in logs)
+    codes, output = run_torchrun_agents([str(SCRIPT), str(tmp_path)], tmp_path, timeout_s=TIMEOUT_S)
     assert codes == [0, 0], f"torchrun agents exited with {codes}:\n{output}"
 
     results = sorted((json.loads(p.read_text()) for p in tmp_path.glob("rank*.json")), key=lambda r: r["rank"])

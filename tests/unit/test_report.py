@@ -36,6 +36,9 @@ def train(root, name, world, global_batch, top1s, seconds_per_epoch=10.0, ips=10
                      train_time_s=seconds_per_epoch * len(top1s), total_ips=ips, history=history)
 
 
+NO_LOADER = {"loader_workers.png": "needs runs of dlscale loader"}
+
+
 def png_size(path):
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
@@ -103,8 +106,8 @@ def full_set(root):
 def test_report_writes_every_table_and_plot(tmp_path):
     out = tmp_path / "report"
     report = build_report(full_set(tmp_path), out, ["hal", "bluefog", "sc20"], tolerance_pts=1.0)
-    assert report.not_drawn == {}
-    for name in PLOTS:
+    assert report.not_drawn == NO_LOADER  # tests/smoke/test_cli_loader.py draws that one
+    for name in set(PLOTS) - set(NO_LOADER):
         assert png_size(out / name) == (800, 500), name
         assert (out / name).stat().st_size > 10_000, name  # a drawn figure, not a blank canvas
     text = (out / "report.md").read_text()
@@ -133,7 +136,7 @@ def test_report_without_references_and_with_all(tmp_path):
     paths = full_set(tmp_path)
     plain = build_report(paths, tmp_path / "plain")
     everything = build_report(paths, tmp_path / "all", ["all"])
-    assert plain.not_drawn == everything.not_drawn == {}
+    assert plain.not_drawn == everything.not_drawn == NO_LOADER
 
 
 def test_plots_without_data_are_named_not_faked(tmp_path):

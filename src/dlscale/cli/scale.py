@@ -1,15 +1,22 @@
-"""`dlscale scale --nproc 1,2,4 [--mode weak|strong] -- bench|train ARGS`: a scaling sweep."""
+"""`dlscale scale --nproc 1,2,4 [--mode weak|strong] -- bench|train ARGS`: a scaling sweep.
+
+`dlscale scale --launcher slurm --gpus 2,4,...,64 --gpus-per-node 4 [--no-wait] -- ARGS`: the same
+sweep as one SLURM job per point.
+"""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import time
 from pathlib import Path
 
+from dlscale.cli.slurm import add_job_arguments, job_options
 from dlscale.errors import ConfigError
 from dlscale.sweep import (
     LAUNCHERS,
     MODES,
+    SLURM,
     SweepSpec,
     parse_ints,
     parse_names,
@@ -23,10 +30,11 @@ def add_parser(subparsers) -> None:
         "scale", help="sweep world sizes (and strategies, precisions) through torchrun; print the scaling table",
         description="Run the same benchmark or training at each world size through torchrun on this host, "
         "collect the run directories in one sweep directory and print speedup and scaling efficiency. "
-        "Example: dlscale scale --nproc 1,2,4 -- bench --model resnet50 --batch-size 32",
+        "Example: dlscale scale --nproc 1,2,4 -- bench --model resnet50 --batch-size 32. Through SLURM, one "
+        "job per point: dlscale scale --launcher slurm --gpus 4,8,16 --gpus-per-node 4 --time 30 -- bench ...",
     )
-    p.add_argument("--nproc", required=True, metavar="N,N,...", help="processes per node to sweep, e.g. 1,2,4")
-    p.add_argument("--nnodes", default="1", metavar="N,N,...",
+    p.add_argument("--nproc", default=None, metavar="N,N,...", help="processes per node to sweep, e.g. 1,2,4")
+    p.add_argument("--nnodes", default=None, metavar="N,N,...",
                    help="nodes to sweep (1); above 1, one torchrun agent per node on this host (c10d rendezvous on "
                         "127.0.0.1) emulates a multi-node job")
     p.add_argument("--mode", choices=MODES, default="weak",
@@ -35,26 +43,71 @@ def add_parser(subparsers) -> None:
     p.add_argument("--dist-optimizer", default=None, metavar="NAME,NAME",
                    help="strategies to sweep, e.g. allreduce,neighbor_allreduce")
     p.add_argument("--precision", default=None, metavar="NAME,NAME", help="precisions to sweep, e.g. fp32,amp_bf16")
-    p.add_argument("--launcher", choices=sorted(LAUNCHERS), default="torchrun", help="how points start (torchrun)")
+    p.add_argument("--launcher", choices=[*sorted(LAUNCHERS), SLURM], default="torchrun",
+                   help="how points start: torchrun on this host (default), or slurm: one sbatch job per point")
     p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
-                   help="how long one point may run before it is stopped and recorded as a timeout (3600)")
+                   help="how long one point may run before it is stopped and recorded as a timeout (3600); "
+                        "slurm: how long to wait for all jobs before cancelling the rest")
     p.add_argument("--output-dir", type=Path, default=Path("runs"), help="where the sweep directory goes (runs)")
     p.add_argument("--name", default=None, help="sweep directory name (sweep-<date>-<time>)")
     p.add_argument("rest", nargs=argparse.REMAINDER, metavar="-- bench|train ARGS",
                    help="the command to sweep and its flags (bench if only flags are given)")
+    slurm = p.add_argument_group("--launcher slurm", "one job per point; the sbatch scripts go to SWEEP/jobs")
+    slurm.add_argument("--gpus", default=None, metavar="N,N,...",
+                       help="world sizes (GPUs) to sweep, e.g. 2,4,8,16,32,64; nodes fill up first")
+    slurm.add_argument("--gpus-per-node", type=int, default=None, metavar="G",
+                       help="GPUs per node (with --cpu-only: CPU ranks per node)")
+    slurm.add_argument("--no-wait", action="store_true",
+                       help="return once the jobs are submitted; `dlscale report SWEEP` reads them when done")
+    slurm.add_argument("--poll", type=float, default=10.0, metavar="SECONDS",
+                       help="seconds between job state queries while waiting (10)")
+    add_job_arguments(slurm)
     p.set_defaults(run=run)
+
+
+SLURM_ONLY = ("--gpus", "--gpus-per-node", "--no-wait", "--poll", "--partition", "--time", "--account",
+              "--cpus-per-task", "--cpu-only", "--signal-seconds", "--max-restarts", "--sbatch-option", "--python")
 
 
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
     command, rest = split_command(args.rest)
     if args.timeout <= 0:
         raise ConfigError(f"--timeout must be positive seconds, got {args.timeout:g}")
-    return SweepSpec(
-        command=command, args=rest, nproc=parse_ints(args.nproc, "--nproc"),
-        nnodes=parse_ints(args.nnodes, "--nnodes"), mode=args.mode,
-        dist_optimizers=parse_names(args.dist_optimizer), precisions=parse_names(args.precision),
-        launcher=args.launcher, timeout_s=args.timeout,
-    )
+    common = dict(command=command, args=rest, mode=args.mode, dist_optimizers=parse_names(args.dist_optimizer),
+                  precisions=parse_names(args.precision), launcher=args.launcher, timeout_s=args.timeout)
+    if args.launcher == SLURM:
+        return SweepSpec(nproc=_slurm_worlds(args), **common, launcher_options={
+            "gpus_per_node": args.gpus_per_node, "wait": not args.no_wait, "poll_s": args.poll,
+            "job": job_options(args)})
+    given = [flag for flag in SLURM_ONLY if _differs(args, flag)]
+    if given:
+        raise ConfigError(f"{given[0]} is for --launcher slurm; add --launcher slurm or remove {given[0]}")
+    if args.nproc is None:
+        raise ConfigError("give --nproc N,N,... (processes per node to sweep), or --launcher slurm --gpus N,N,...")
+    return SweepSpec(nproc=parse_ints(args.nproc, "--nproc"), nnodes=parse_ints(args.nnodes or "1", "--nnodes"),
+                     **common)
+
+
+def _differs(args: argparse.Namespace, flag: str) -> bool:
+    """The flag was given: its value is not the parser's default."""
+    defaults = argparse.ArgumentParser(add_help=False)
+    add_job_arguments(defaults)
+    default = {**vars(defaults.parse_args([])), "gpus": None, "gpus_per_node": None, "no_wait": False, "poll": 10.0}
+    name = flag.lstrip("-").replace("-", "_")
+    return getattr(args, name) != default[name]
+
+
+def _slurm_worlds(args: argparse.Namespace) -> tuple[int, ...]:
+    """--gpus: the world sizes; the nodes come from --gpus-per-node, not --nproc/--nnodes."""
+    for flag, value in (("--nproc", args.nproc), ("--nnodes", args.nnodes)):
+        if value is not None:
+            raise ConfigError(f"{flag} is for --launcher torchrun; with --launcher slurm give world sizes as "
+                              "--gpus N,N,... and --gpus-per-node G")
+    if args.gpus is None or args.gpus_per_node is None:
+        raise ConfigError("--launcher slurm needs --gpus N,N,... (world sizes) and --gpus-per-node G")
+    if args.gpus_per_node < 1 or args.poll <= 0:
+        raise ConfigError("--gpus-per-node must be at least 1 and --poll positive seconds")
+    return parse_ints(args.gpus, "--gpus")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,6 +118,12 @@ def run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     sweep_dir = args.output_dir / (args.name or time.strftime("sweep-%Y%m%d-%H%M%S"))
     points = run_sweep(spec, sweep_dir, out=lambda line: print(line, flush=True))
+    if spec.launcher == SLURM and not spec.launcher_options["wait"]:
+        ids = ",".join(p.job_id for p in points)
+        print(f"\nSubmitted {len(points)} jobs; follow them with: squeue -j {ids}")
+        print(f"When they have ended: dlscale report {shlex.quote(str(sweep_dir))} -o "
+              f"{shlex.quote(str(sweep_dir / 'report'))}")
+        return 0
     shown, _ = scaling_table(build_series(load([sweep_dir])))
     print()
     print(markdown(SCALING_HEADERS, shown))

@@ -205,10 +205,12 @@ def _load_sweep(path: Path, found: Collection, seen: set[Path]) -> None:
     found.sweeps.append({**sweep, "path": str(path)})
     for point in sweep.get("points", []):
         run_dir = path / point["run_dir"]
-        if point.get("status") == "ok" and (run_dir / "summary.json").is_file():
+        # A point submitted with `dlscale scale --no-wait` counts once its job has written its summary.
+        if point.get("status") in ("ok", "submitted") and (run_dir / "summary.json").is_file():
             _add_run(run_dir, found, seen, sweep=path.name, point=point)
             continue
-        error = point.get("error") or ("no summary.json" if point.get("status") == "ok" else "")
+        error = point.get("error") or {"ok": "no summary.json", "submitted": "no summary.json yet: is its "
+                                       f"SLURM job {point.get('job_id')} still running?"}.get(point.get("status"), "")
         found.failed.append(FailedPoint(
             sweep=path.name, name=point["name"], world_size=point["world_size"],
             nnodes=point.get("nnodes", 1), status=point.get("status", "unknown"),
