@@ -11,7 +11,7 @@ Weak scaling keeps the batch per rank; strong scaling keeps the global batch of 
 world size and splits it over the ranks. A point that fails is recorded and the sweep goes on.
 Launching is one function per launcher in LAUNCHERS, (spec, point, sweep_dir) -> Outcome: it
 starts the point's dlscale command (`program`) with point.world_size ranks, waits at most
-spec.timeout_s, and says how it ended. SLURM is different (`run_on_slurm`): every point is
+spec.timeout_s, and says how it ended. SLURM is different (`dlscale.sweep_slurm.run_on_slurm`): every point is
 submitted as its own job first (they run side by side on a cluster), then all are waited for.
 """
 
@@ -37,6 +37,8 @@ from dlscale.errors import ConfigError
 from dlscale.metrics.run import RunDir
 
 MODES = ("weak", "strong")
+SLURM = "slurm"
+"""The launcher that submits one SLURM job per point (dlscale.sweep_slurm)."""
 COMMANDS = ("bench", "train")
 OWNED_FLAGS = {"--output-dir": "the sweep names run directories; use `dlscale scale --output-dir/--name`",
                "--name": "the sweep names run directories; use `dlscale scale --output-dir/--name`",
@@ -396,7 +398,9 @@ def run_sweep(spec: SweepSpec, sweep_dir: Path, out: Callable[[str], None] = pri
     ns = check_spec(spec)
     points = plan_points(spec, ns)
     if spec.launcher == SLURM:
-        _lay_out_on_nodes(points, spec.launcher_options["gpus_per_node"])
+        from dlscale.sweep_slurm import lay_out_on_nodes, run_on_slurm  # it imports this module
+
+        lay_out_on_nodes(points, spec.launcher_options["gpus_per_node"])
     if (sweep_dir / "sweep.json").exists():
         raise ConfigError(f"{sweep_dir} already holds a sweep; pick another --name")
     (sweep_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -454,83 +458,3 @@ def _run_point(spec: SweepSpec, point: Point, sweep_dir: Path) -> None:
         point.status = "ok"
     if point.status != "ok":
         point.error_tail = "\n".join(text.splitlines()[-20:])
-
-
-# ---------------------------------------------------------------------------- SLURM: one job per point
-
-SLURM = "slurm"
-
-
-def _lay_out_on_nodes(points: list[Point], gpus_per_node: int) -> None:
-    """World size -> nodes x GPUs per node, filling a node first; refuses partial nodes up front."""
-    from dlscale.dist.launch import node_layout
-
-    for point in points:
-        point.nnodes, point.nproc_per_node = node_layout(point.world_size, gpus_per_node)
-
-
-def run_on_slurm(spec: SweepSpec, points: list[Point], sweep_dir: Path, save: Callable[[], None],
-                 out: Callable[[str], None]) -> None:
-    """Submit every point, then (unless options say wait=False) wait for all and record how each
-    ended. Ctrl-C, an error or --timeout cancels the jobs that have not ended."""
-    from dlscale.dist import launch
-
-    options = spec.launcher_options
-    started = time.monotonic()
-    try:
-        for i, point in enumerate(points, 1):
-            point.job_id = launch.submit_point(point.name, _resumable(point.argv), point.world_size,
-                                               options["gpus_per_node"], sweep_dir, **options["job"])
-            point.status, point.logs = "submitted", [f"logs/{point.name}.log"]
-            point.commands = [["sbatch", f"jobs/{point.name}.sbatch"]]
-            save()
-            out(f"[{i}/{len(points)}] world size {point.world_size} ({point.nnodes} node(s) x {point.nproc_per_node})"
-                + (f" ({point.series})" if point.series else "") + f": {point.name}, SLURM job {point.job_id}")
-        if not options.get("wait", True):
-            return
-        ids = {p.job_id: p for p in points}
-        states = launch.wait(ids, poll_s=options.get("poll_s", 10.0), timeout_s=spec.timeout_s,
-                             on_change=lambda job, state: _on_change(ids[job], state, started, save, out))
-    except BaseException:
-        unfinished = [p for p in points if p.status in ("pending", "submitted", "running")]
-        launch.cancel(p.job_id for p in unfinished if p.job_id)
-        for p in unfinished:
-            p.status, p.error = "interrupted", "stopped by Ctrl-C or an error; its SLURM job was cancelled"
-        save()
-        raise
-    for point in points:
-        _slurm_outcome(spec, point, states[point.job_id], sweep_dir)
-    launch.cancel(p.job_id for p in points if p.status == "timeout" and states[p.job_id] != "TIMEOUT")
-    save()
-
-
-def _resumable(argv: list[str]) -> list[str]:
-    """A requeued training job continues from the run's checkpoints."""
-    if argv[0] == "train" and not _given(tuple(argv), "--resume"):
-        return [*argv, "--resume", "auto"]
-    return argv
-
-
-def _on_change(point: Point, state: str, started: float, save: Callable[[], None],
-               out: Callable[[str], None]) -> None:
-    from dlscale.dist.launch import TERMINAL_STATES
-
-    point.status = "running" if state == "RUNNING" else point.status
-    if state in TERMINAL_STATES:
-        point.elapsed_s = time.monotonic() - started
-    out(f"    job {point.job_id} ({point.name}): {state}")
-    save()  # sweep.json follows the jobs while the sweep waits
-
-
-def _slurm_outcome(spec: SweepSpec, point: Point, state: str, sweep_dir: Path) -> None:
-    from dlscale.dist.launch import TERMINAL_STATES, point_outcome
-
-    if state in TERMINAL_STATES or state == "UNKNOWN":
-        point.status, point.error = point_outcome(point.job_id, state, sweep_dir / point.name)
-    else:
-        point.status = "timeout"
-        point.error = f"SLURM job {point.job_id} still {state or 'unanswered'} after {spec.timeout_s:g} s " \
-                      "(--timeout); cancelled"
-    if point.status != "ok":
-        log = sweep_dir / "logs" / f"{point.name}.log"
-        point.error_tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.is_file() else ""
