@@ -100,14 +100,13 @@ def run_torchrun_agents(program: list[str], log_dir: Path, *, nnodes: int = 2, n
     """
     import os
     import signal
-    import socket
     import subprocess
     import sys
     import uuid
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from dlscale.sweep import free_port
+
+    port = free_port()
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),
                "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d",
                "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", uuid.uuid4().hex,

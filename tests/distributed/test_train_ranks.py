@@ -11,6 +11,8 @@ import pytest
 import torch
 from multiproc import run_ranks
 
+from dlscale.sweep import free_port
+
 pytestmark = pytest.mark.distributed
 HERE = Path(__file__).parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
@@ -132,19 +134,11 @@ def _stale_key_visible(port: int, store_for_attempt) -> bool:
     return dist.PrefixStore("default_pg", store).check(["0//cpu//0"])
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_dlscale_store_hides_keys_of_the_previous_attempt():
     from dlscale.dist import attempt_store
     from dlscale.dist.env import DistEnv
 
-    port = _free_port()
+    port = free_port()
     env = DistEnv.from_env({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                             "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": "x", "TORCHELASTIC_RESTART_COUNT": "1",
                             "TORCHELASTIC_USE_AGENT_STORE": "True"})
@@ -157,7 +151,7 @@ def test_dlscale_store_hides_keys_of_the_previous_attempt():
 def test_canary_torch_env_rendezvous_hides_keys_of_the_previous_attempt(monkeypatch):
     import torch.distributed as dist
 
-    port = _free_port()
+    port = free_port()
     for key, value in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                        "TORCHELASTIC_RESTART_COUNT": "1", "TORCHELASTIC_USE_AGENT_STORE": "True"}.items():
         monkeypatch.setenv(key, value)

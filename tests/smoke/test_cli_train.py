@@ -65,6 +65,7 @@ def test_bad_sample_error_fails_at_once_with_one_line(tmp_path, imagefolder):
     (["--config", "cifar100:bs128"], "cifar-100-python"),
     (["--config", "cpu:nope"], "known: default, digits, synthetic"),
     (["--config", "cpu:digits", "--set", "optim.lrr=1"], "unknown key optim.lrr"),
+    (["--config", "cpu:digits", "--set", "global_batch_size=null"], "set batch_size (per rank) or global_batch_size"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, message):
     out = _run(["train", *args, "--output-dir", "runs"], tmp_path)

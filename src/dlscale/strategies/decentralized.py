@@ -19,6 +19,7 @@ from torch import nn
 
 from dlscale.decentralized import ops, topology
 from dlscale.errors import ConfigError
+from dlscale.metrics.timing import device_synchronizer
 
 TOPOLOGIES: dict[str, Callable[[int], torch.Tensor]] = {
     "exp2": topology.exponential_two_graph,
@@ -97,7 +98,7 @@ class GradientAllreduceStrategy:
         self.meter = CommMeter()
 
     def wrap(self, model: nn.Module, device: torch.device) -> nn.Module:
-        self.meter = CommMeter(_synchronizer(device))
+        self.meter = CommMeter(device_synchronizer(device))
         if self.world_size > 1:
             ops.broadcast_parameters(model, root=0)
         self.meter.reset()  # the start-up broadcast is not step traffic
@@ -152,7 +153,7 @@ class NeighborAllreduceStrategy:
         self.meter = CommMeter()
 
     def wrap(self, model: nn.Module, device: torch.device) -> nn.Module:
-        self.meter = CommMeter(_synchronizer(device))
+        self.meter = CommMeter(device_synchronizer(device))
         if self.world_size == 1:
             return model
         if self.hierarchical:
@@ -218,9 +219,3 @@ def _stats(meter: CommMeter, payload: int, wire: int, basis: str) -> dict:
     steps = max(meter.steps, 1)
     return {"comm_time_ms_per_step": 1000 * meter.seconds / steps, "comm_bytes_per_step": wire / steps,
             "comm_bytes_basis": basis, "comm_steps": meter.steps}
-
-
-def _synchronizer(device: torch.device) -> Callable[[], None]:
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None

@@ -37,7 +37,7 @@ from dlscale.strategies.base import Strategy
 from dlscale.strategies.decentralized import consensus_distance
 from dlscale.train.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
 from dlscale.train.optim import build_optimizer, loss_fn
-from dlscale.train.plan import Plan, make_plan
+from dlscale.train.plan import Plan, make_plan, per_rank_batch
 from dlscale.train.records import Records
 from dlscale.train.schedule import LRSchedule
 from dlscale.train.signals import PreemptionHandler
@@ -132,7 +132,7 @@ def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: Run
     cfg.speed.apply_globals(device)
     precision = build_precision(cfg.precision, device)
     # The data first: the class count comes from it, and the plan from its size.
-    per_rank = cfg.batch_size or max(cfg.global_batch_size // (env.world_size * cfg.optim.accumulation_steps), 1)
+    per_rank = per_rank_batch(cfg, env.world_size)
     train_loader, val_loader, info = build_loaders(
         cfg.data, rank=env.rank, world_size=env.world_size, batch_size=per_rank,
         val_batch_size=cfg.val_batch_size, seed=cfg.seed,

@@ -33,7 +33,9 @@ class Plan:
         return self.steps_per_epoch * self.epochs
 
 
-def make_plan(cfg: TrainConfig, world_size: int, train_size: int) -> Plan:
+def per_rank_batch(cfg: TrainConfig, world_size: int) -> int:
+    """Images per rank per micro-step: batch_size, or global_batch_size split over ranks and
+    accumulation steps."""
     accumulation = cfg.optim.accumulation_steps
     per_step = world_size * accumulation
     if cfg.global_batch_size is not None:
@@ -49,9 +51,16 @@ def make_plan(cfg: TrainConfig, world_size: int, train_size: int) -> Plan:
     elif cfg.batch_size is not None:
         per_rank = cfg.batch_size
     else:
-        raise ConfigError("set batch_size (per rank) or global_batch_size")
+        raise ConfigError("set batch_size (per rank) or global_batch_size, e.g. --set batch_size=32")
     if per_rank < 1:
         raise ConfigError(f"the batch per rank is {per_rank}; it must be at least 1")
+    return per_rank
+
+
+def make_plan(cfg: TrainConfig, world_size: int, train_size: int) -> Plan:
+    accumulation = cfg.optim.accumulation_steps
+    per_step = world_size * accumulation
+    per_rank = per_rank_batch(cfg, world_size)
     global_batch = per_rank * per_step
     steps = train_size // global_batch
     if cfg.max_steps_per_epoch is not None:
