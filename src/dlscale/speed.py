@@ -32,7 +32,8 @@ class SpeedOptions:
 
     def apply_globals(self, device: torch.device) -> None:
         if self.cudnn_benchmark and device.type != "cuda":
-            raise DeviceError("--cudnn-benchmark needs a CUDA device; drop it on the CPU")
+            raise DeviceError("--cudnn-benchmark (speed.cudnn_benchmark in presets) needs a CUDA device; drop it on "
+                              "the CPU, e.g. --set speed.cudnn_benchmark=false")
         torch.backends.cudnn.benchmark = self.cudnn_benchmark
 
     def place_model(self, model: nn.Module, device: torch.device) -> nn.Module:
