@@ -30,8 +30,11 @@ bench: install
 test: install-dev
 	$(PY) -m pytest -q
 
+# ruff over every Python file of src/, tests/ and benchmarks/ (`ruff check --show-files` lists them),
+# then the layout's import contracts (pyproject.toml, [tool.importlinter]).
 lint: install-dev
-	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

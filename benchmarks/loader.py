@@ -126,7 +126,8 @@ def main() -> None:
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; {T.pillow_build()} "
           f"(libjpeg-turbo {features.version('libjpeg_turbo')}); torch {torch.__version__}; "
           f"python {platform.python_version()}")
-    print(f"crop {args.crop} px; grain {args.grain}; {args.rounds} rounds x {args.passes} passes x {args.images} images; "
+    print(f"crop {args.crop} px; grain {args.grain}; "
+          f"{args.rounds} rounds x {args.passes} passes x {args.images} images; "
           "medians; per core = images / CPU s of this process")
     for width, height in sizes:
         with tempfile.TemporaryDirectory() as tmp:

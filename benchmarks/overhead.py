@@ -30,8 +30,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from dlscale.bench import BenchConfig, run_bench
-from dlscale.dist import DistEnv
+from dlscale.bench.synthetic import run_bench
+from dlscale.config import BenchConfig
+from dlscale.distributed import DistEnv
 from dlscale.metrics.timing import device_synchronizer
 from dlscale.models import build_model
 from dlscale.speed import SpeedOptions
@@ -101,7 +102,8 @@ def scaling(cfg: BenchConfig, flags: list[str]) -> None:
             subprocess.run(cmd, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL)
             totals[n] = json.loads(out.read_text())
             s = totals[n]
-            print(f"{n} rank(s), 1 thread each: {s['img_per_sec_total_mean']:.1f} +-{s['img_per_sec_total_ci95']:.1f} img/s")
+            mean, ci = s["img_per_sec_total_mean"], s["img_per_sec_total_ci95"]
+            print(f"{n} rank(s), 1 thread each: {mean:.1f} +-{ci:.1f} img/s")
     efficiency = totals[2]["img_per_sec_total_mean"] / (2 * totals[1]["img_per_sec_total_mean"])
     print(f"weak-scaling efficiency 2 vs 1 rank: {efficiency:.3f}")
 

@@ -8,7 +8,7 @@
 #
 # Then point the client commands at it:  export SLURM_CONF=DIR/slurm.conf  (or: . DIR/env.sh)
 #
-# The recipe is docs/reference ecosystem.md section 4, verified on Debian 12 with Slurm 22.05:
+# The recipe is docs/references.md#slurm-one-node-cluster, verified on Debian 12 with Slurm 22.05:
 # no systemd, no cgroups (proctrack/linuxproc, task/none), everything runs as root.
 # Both commands are idempotent: `up` on a running cluster and `down` on a stopped one do nothing.
 #

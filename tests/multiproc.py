@@ -94,7 +94,7 @@ def run_torchrun_agents(program: list[str], log_dir: Path, *, nnodes: int = 2, n
                         timeout_s: float = 120.0) -> tuple[list[int] | None, str]:
     """Start nnodes torchrun agents on this host that form one job, as on nnodes machines.
 
-    They meet at a c10d rendezvous on a free loopback port (ecosystem.md section 2.3). program is
+    They meet at a c10d rendezvous on a free loopback port (docs/references.md#cpu-ddp-testing). program is
     what torchrun runs (a script and its arguments). Returns the agents' exit codes (None if they
     outlived timeout_s; each agent is then killed with the workers it started) and their output.
     """
@@ -104,7 +104,7 @@ def run_torchrun_agents(program: list[str], log_dir: Path, *, nnodes: int = 2, n
     import sys
     import uuid
 
-    from dlscale.sweep import free_port
+    from dlscale.launch.local import free_port
 
     port = free_port()
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes),

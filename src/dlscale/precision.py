@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
+from dlscale.config.sections import PRECISIONS
 from dlscale.errors import DeviceError
 
-PRECISIONS = ("fp32", "tf32", "amp_fp16", "amp_bf16")
-
 _AUTOCAST_DTYPE = {"fp32": None, "tf32": None, "amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}
+"""Each of PRECISIONS (dlscale.config.sections, the one list of names) -> its autocast dtype."""
 
 
 @dataclass(frozen=True)

@@ -8,17 +8,17 @@ Range names are those of the NERSC SC20 tutorial's train.py, so its Nsight Syste
       epoch N
         iteration N
           data                              waiting for the next batch (and its copy to the device)
-          zero_grad
-          forward/loss/backward
+          forward/loss/backward             (once per micro-batch with gradient accumulation)
             forward                         autocast forward + loss        (dlscale's sub-ranges)
             backward                        precision.backward + strategy.after_backward
           optimizer.step                    precision.step + strategy.after_step
+          zero_grad
 
-profiled_step() makes the calls of dlscale.train.step.train_step, split into timed regions;
-zero_grad(set_to_none=True) comes first, as in SC20, instead of last: the same sequence from
-one step to the next. With a device sync, each region ends with a synchronisation so that it
-(and its NVTX range) measures the device work it launched, not only the launch, as SC20's
-nvtx_range_push/pop do. Without backends, a range costs one attribute test and nothing else.
+A profiled step is dlscale.train.step.train_step itself, given a RegionTimer as its regions:
+every micro-batch of an accumulated step, and zero_grad(set_to_none=True) last, as in training.
+With a device sync, each region ends with a synchronisation so that it (and its NVTX range)
+measures the device work it launched, not only the launch, as SC20's nvtx_range_push/pop do.
+Without backends, a range costs one attribute test and nothing else.
 
 After the timed window, measure_overlap() estimates how much of DDP's gradient allreduce runs
 hidden under backward, and a few more steps run under torch.profiler for a trace; neither is
@@ -29,23 +29,17 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import shlex
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import torch
 import torch.distributed as dist
-from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from dlscale.metrics.timing import device_synchronizer, mean_ci95
-from dlscale.precision import Precision
-from dlscale.strategies.base import Strategy
+from dlscale.train.step import Batch, StepParts, train_step
 
 Clock = Callable[[], float]
 
@@ -138,16 +132,26 @@ def device_backends(device: torch.device) -> list[RangeBackend]:
 # -------------------------------------------------------------------------- the timed step
 
 
+TIMED_REGIONS = frozenset({"data", "forward", "backward", "optimizer.step", "zero_grad"})
+"""The parts of a step that the breakdown times; other regions the step names (the group
+forward/loss/backward) are ranges only."""
+
+
 class RegionTimer:
-    """Times named regions with one clock; each region is also a range of the same name.
-    sync runs at the end of each region, before the clock is read."""
+    """Times the named regions of TIMED_REGIONS with one clock; each is also a range of the same
+    name, and any other region only a range. sync runs at the end of each timed region, before
+    the clock is read. A region entered several times (once per micro-batch) adds up; reset()
+    starts a step's sums afresh."""
 
     def __init__(self, ranges: Ranges, *, clock: Clock = time.perf_counter, sync: Callable[[], None] | None = None):
         self.ranges, self.clock, self.sync = ranges, clock, sync
         self.seconds: dict[str, float] = {}
 
-    def __call__(self, name: str) -> _Region:
-        return _Region(self, name)
+    def reset(self) -> None:
+        self.seconds = {}
+
+    def __call__(self, name: str) -> contextlib.AbstractContextManager:
+        return _Region(self, name) if name in TIMED_REGIONS else self.ranges(name)
 
 
 class _Region:
@@ -163,48 +167,23 @@ class _Region:
     def __exit__(self, *exc) -> None:
         if self.timer.sync is not None:
             self.timer.sync()
-        self.timer.seconds[self.name] = self.timer.clock() - self.start
+        seconds = self.timer.seconds
+        seconds[self.name] = seconds.get(self.name, 0.0) + self.timer.clock() - self.start
         self.timer.ranges.pop()
-
-
-@dataclass
-class StepParts:
-    """What one training step calls, as dlscale.train.step.train_step calls it."""
-
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    precision: Precision
-    strategy: Strategy
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class BatchSource(Protocol):
     epoch: int
     """The epoch that the next batch belongs to."""
 
-    def __call__(self) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-
-def profiled_step(parts: StepParts, next_batch: BatchSource, ranges: Ranges, timer: RegionTimer) -> torch.Tensor:
-    with timer("data"):
-        images, labels = next_batch()
-    with timer("zero_grad"):
-        parts.optimizer.zero_grad(set_to_none=True)
-    with ranges("forward/loss/backward"):
-        with timer("forward"), parts.precision.autocast():
-            loss = parts.loss_fn(parts.model(images), labels)
-        with timer("backward"):
-            parts.precision.backward(loss)
-            parts.strategy.after_backward(parts.model)
-    with timer("optimizer.step"):
-        parts.precision.step(parts.optimizer)
-        parts.strategy.after_step(parts.model)
-    return loss.detach()
+    def __call__(self) -> Batch: ...
 
 
 def run_steps(parts: StepParts, batches: BatchSource, *, first: int, count: int, ranges: Ranges,
-              timer: RegionTimer, after_step: Callable[[], None] = lambda: None) -> list[dict]:
-    """Steps first .. first+count-1 inside `epoch N` / `iteration N` ranges; one record per step."""
+              timer: RegionTimer, after_step: Callable[[], None] = lambda: None,
+              accumulation_steps: int = 1) -> list[dict]:
+    """Steps first .. first+count-1 inside `epoch N` / `iteration N` ranges; one record per step.
+    Each step is train_step over accumulation_steps micro-batches, as training runs it."""
     records, epoch = [], None
     try:
         for index in range(first, first + count):
@@ -214,8 +193,11 @@ def run_steps(parts: StepParts, batches: BatchSource, *, first: int, count: int,
                 epoch = batches.epoch
                 ranges.push(f"epoch {epoch}")
             with ranges(f"iteration {index}"):
+                timer.reset()
                 start = timer.clock()
-                profiled_step(parts, batches, ranges, timer)
+                with timer("data"):
+                    micro_batches = [batches() for _ in range(accumulation_steps)]
+                train_step(parts, micro_batches, regions=timer)
                 total = timer.clock() - start
             records.append(_step_record(index, total, timer))
             after_step()
@@ -285,7 +267,8 @@ def measure_overlap(parts: StepParts, batches: BatchSource, *, steps: int, sync:
 
 def profile_window(parts: StepParts, batches: BatchSource, device: torch.device, *, warmup: int, steps: int,
                    trace_steps: int = 0, trace_path: Path | None = None, sync: bool = True,
-                   backends: Sequence[RangeBackend] | None = None, clock: Clock = time.perf_counter) -> dict:
+                   backends: Sequence[RangeBackend] | None = None, clock: Clock = time.perf_counter,
+                   accumulation_steps: int = 1) -> dict:
     """Warm-up steps; `steps` timed steps inside the PROFILE range; the allreduce overlap probe
     (DDP only, measure_overlap); then `trace_steps` steps under torch.profiler, kept apart so
     that neither the probe nor the profiler's overhead is in the timed steps.
@@ -295,9 +278,10 @@ def profile_window(parts: StepParts, batches: BatchSource, device: torch.device,
     device_sync = device_synchronizer(device) if sync and device.type == "cuda" else None
     ranges = Ranges(device_backends(device) if backends is None else backends)
     timer = RegionTimer(ranges, clock=clock, sync=device_sync)
-    run_steps(parts, batches, first=0, count=warmup, ranges=ranges, timer=timer)
+    micro = {"accumulation_steps": accumulation_steps}
+    run_steps(parts, batches, first=0, count=warmup, ranges=ranges, timer=timer, **micro)
     with ranges("PROFILE"):
-        records = run_steps(parts, batches, first=warmup, count=steps, ranges=ranges, timer=timer)
+        records = run_steps(parts, batches, first=warmup, count=steps, ranges=ranges, timer=timer, **micro)
     breakdown = summarize(records)
     overlap = measure_overlap(parts, batches, steps=min(steps, 5), sync=device_synchronizer(device), clock=clock)
     breakdown.update(overlap or {"comm_ms": None, "exposed_comm_ms": None})
@@ -308,7 +292,7 @@ def profile_window(parts: StepParts, batches: BatchSource, device: torch.device,
 
         def run(step: Callable[[], None]) -> None:  # one more step: the profiler's own warm-up
             run_steps(parts, batches, first=warmup + steps, count=trace_steps + 1, ranges=traced_ranges,
-                      timer=traced_timer, after_step=step)
+                      timer=traced_timer, after_step=step, **micro)
 
         traced = record_trace(run, trace_steps, trace_path, device)
     return {"steps": records, "breakdown": breakdown, "trace": traced}
@@ -364,7 +348,8 @@ def gather_breakdowns(local: dict, device: torch.device) -> list[dict]:
         gathered = [tensor]
     rows = []
     for rank, row in enumerate(gathered):
-        entry = {"rank": rank, **{k: (None if math.isnan(v) else v) for k, v in zip(BREAKDOWN_KEYS, row.tolist(), strict=True)}}
+        values = zip(BREAKDOWN_KEYS, row.tolist(), strict=True)
+        entry = {"rank": rank, **{k: (None if math.isnan(v) else v) for k, v in values}}
         comm, exposed = entry["comm_ms"], entry["exposed_comm_ms"]
         entry["overlap_pct"] = 100 * max(comm - exposed, 0.0) / comm if comm else None
         rows.append(entry)
@@ -395,73 +380,3 @@ def format_breakdown(rows: list[dict], *, warmup: int, steps: int, timing: str) 
         lines.append("allreduce: none with one rank" if len(rows) == 1 else
                      "allreduce: measured for DDP only; a decentralized strategy's exchange is in backward")
     return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------- input-bound check
-
-INPUT_BOUND_SHARE = 0.10
-"""A step that waits for data this share of its time or more is input-bound. Below it the wait
-is the fixed cost of receiving a ready batch from a worker (unpickling, shared-memory mapping,
-the host-to-device copy) plus timing noise; above it the device idles a tenth of every step
-because the loader delivers batches more slowly than the model consumes them."""
-
-
-def available_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def input_bound_warning(data_wait_s: float, step_s: float, *, workers: int, decode: str,
-                        cores: int | None = None, batch_size: int | None = None) -> str | None:
-    """One line when data wait is INPUT_BOUND_SHARE of step time or more, naming what would help;
-    None otherwise. cores: CPU cores this rank's loader may use (default: all this process may)."""
-    if step_s <= 0 or data_wait_s < INPUT_BOUND_SHARE * step_s:
-        return None
-    cores = cores or available_cores()
-    compute_s = max(step_s - data_wait_s, 1e-12)
-    rates = f" ({batch_size / step_s:.0f} of {batch_size / compute_s:.0f} img/s)" if batch_size else ""
-    fixes = []
-    if workers < cores:
-        fixes.append(f"more loader workers (data.num_workers={min(cores, max(2, 2 * workers))}; now {workers}, "
-                     f"{cores} cores for this rank)")
-    if decode == "plain":
-        fixes.append("the fast JPEG path (data.decode=fast)")
-    if not fixes:
-        fixes.append("more CPU cores per rank, a smaller data.image_size or faster storage "
-                     "(`dlscale loader` measures the pipeline alone)")
-    return (f"training is input-bound: {100 * data_wait_s / step_s:.0f}% of each step ({1000 * data_wait_s:.1f} of "
-            f"{1000 * step_s:.1f} ms) waits for data, so it runs {step_s / compute_s:.2f}x below the model's compute "
-            f"rate{rates}; try {' and '.join(fixes)}")
-
-
-# ------------------------------------------------------------------------ Nsight Systems
-
-
-def nsys_command(argv: Sequence[str], *, out_dir: Path, world_size: int = 1, local_world_size: int = 1,
-                 num_nodes: int = 1, rendezvous: str | None = None, python: str = sys.executable) -> str:
-    """The nsys command line that reruns `dlscale <argv>` and captures only the PROFILE range.
-
-    The rerun takes --trace-steps 0: torch.profiler and nsys both use CUPTI and must not run
-    together. NSYS_NVTX_PROFILER_REGISTER_ONLY=0 lets nsys see torch's unregistered NVTX strings.
-    """
-    args = _without_option(list(argv), "--trace-steps") + ["--trace-steps", "0"]
-    launch = [python, "-m", "dlscale"]
-    if world_size > 1:
-        nodes = (["--standalone"] if num_nodes == 1 else
-                 ["--nnodes", str(num_nodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", rendezvous or "HOST:PORT"])
-        launch = [python, "-m", "torch.distributed.run", *nodes, "--nproc_per_node", str(local_world_size),
-                  "-m", "dlscale"]
-    nsys = ["nsys", "profile", "-o", str(Path(out_dir) / "nsys" / "profile"), "--force-overwrite=true",
-            "--trace=cuda,nvtx", "--capture-range=nvtx", "--nvtx-capture=PROFILE"]
-    return "NSYS_NVTX_PROFILER_REGISTER_ONLY=0 " + shlex.join([*nsys, *launch, *args])
-
-
-def _without_option(argv: list[str], name: str) -> list[str]:
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg == name:
-            skip = True
-        elif not arg.startswith(name + "="):
-            out.append(arg)
-    return out

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.distributed
 def _rates_with_unequal_ranks(rank, world_size):
     import torch
 
-    from dlscale.bench import gather_rates, measure, summarize
+    from dlscale.bench.synthetic import gather_rates, measure, summarize
 
     now = [0.0]
 
@@ -34,6 +34,8 @@ def _ddp_gradients(rank, world_size):
     import torch.distributed as dist
     from torch import nn
 
+    from dlscale.config import StrategyConfig
+    from dlscale.distributed import DistEnv
     from dlscale.strategies import build_strategy
 
     torch.manual_seed(1)  # identical initial weights (DDP would broadcast anyway)
@@ -54,7 +56,7 @@ def _ddp_gradients(rank, world_size):
         dist.all_gather(parts, p.grad)
         mean_grads.append(torch.stack(parts).mean(0))
 
-    ddp = build_strategy("allreduce", world_size).wrap(model, torch.device("cpu"))
+    ddp = build_strategy(StrategyConfig(), DistEnv(rank=rank, world_size=world_size)).wrap(model, torch.device("cpu"))
     nn.functional.cross_entropy(ddp(x), y).backward()
     return max((p.grad - g).abs().max().item() for p, g in zip(model.parameters(), mean_grads, strict=True))
 

@@ -94,7 +94,8 @@ def _evaluate_rank(rank, world_size, size, batch_size):
     """Count a validation pass the way a trainer does: per-rank sums, one all-reduce at the end."""
     import torch
 
-    from dlscale.data import DataConfig, all_reduce_eval_sums, build_loaders
+    from dlscale.config import DataConfig
+    from dlscale.data import all_reduce_eval_sums, build_loaders
 
     cfg = DataConfig(name="synthetic", synthetic_size=16, synthetic_val_size=size, image_size=4,
                      synthetic_classes=3, num_workers=0)
@@ -112,7 +113,8 @@ def _evaluate_rank(rank, world_size, size, batch_size):
 
 
 def _train_rank(rank, world_size, size, batch_size, epochs):
-    from dlscale.data import DataConfig, build_loaders
+    from dlscale.config import DataConfig
+    from dlscale.data import build_loaders
 
     cfg = DataConfig(name="synthetic", synthetic_size=size, image_size=4, num_workers=0)
     train_loader, _, _ = build_loaders(cfg, rank=rank, world_size=world_size, batch_size=batch_size, seed=7)

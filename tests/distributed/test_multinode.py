@@ -17,7 +17,7 @@ PROBE = '''
 import json, os, sys
 from pathlib import Path
 from dlscale.cli import main
-from dlscale.dist import DistEnv
+from dlscale.distributed import DistEnv
 
 env = DistEnv.from_env()
 out = Path(sys.argv[1])

@@ -1,6 +1,6 @@
 """neighbor_allreduce and friends on gloo ranks, checked with BlueFog's own test rules.
 
-The rules and the derived concrete values are those of references.md 2.7 (BlueFog's
+The rules and the derived concrete values are those of docs/references.md#bluefog-test-values (BlueFog's
 test/torch_ops_test.py and torch_hierarchical_test.py), x_r = r unless said otherwise.
 Spawning costs seconds on the CI's two cores, so each world size is spawned once (a
 module-scoped fixture) and every check reads its own part of the per-rank results.
@@ -44,7 +44,8 @@ def _default_topology_checks(rank, size, dc, torch):
     out_nbrs = topology.out_neighbors(topology.exponential_graph(size), rank)
     k = len(in_nbrs)
     res = {"in_nbrs": in_nbrs}
-    res["avg"] = {f"{dt}-{dim}": _span(dc.neighbor_allreduce(torch.full([5] * dim, float(rank), dtype=getattr(torch, dt))))
+    res["avg"] = {f"{dt}-{dim}": _span(dc.neighbor_allreduce(
+                      torch.full([5] * dim, float(rank), dtype=getattr(torch, dt))))
                   for dt in DTYPES for dim in (1, 2, 3)}
     ones = dict.fromkeys(in_nbrs, 1.0)
     res["sum"] = _span(dc.neighbor_allreduce(torch.full((5, 5), float(rank), dtype=torch.float64),
@@ -348,10 +349,12 @@ def test_symmetric_exponential_and_one_peer_schedule(eight):
 def test_validation_errors_match_the_reference(four):
     for result in four:
         errors = result["errors"]
-        assert errors["self_without_src"] == ("ValueError: Arguments self_weight and src_weights "
-                                              "have to be presented at the same time")
+        assert errors["self_without_src"] == (
+            "ValueError: Arguments self_weight and src_weights have to be presented at the same time"
+        )
         assert errors["src_without_self"] == errors["self_without_src"]
-        assert errors["src_not_in_neighbor"].startswith("ValueError:") and "in-neighbors" in errors["src_not_in_neighbor"]
+        message = errors["src_not_in_neighbor"]
+        assert message.startswith("ValueError:") and "in-neighbors" in message
         assert errors["duplicate_dst"].startswith("ValueError:") and "twice" in errors["duplicate_dst"]
         assert errors["dst_without_weights"].startswith("ValueError:")
 
@@ -394,7 +397,7 @@ def test_hierarchical_two_machines(four):
 
 def test_hierarchical_four_machines(eight):
     hier = [r["hier"] for r in eight]
-    per_machine = [5 / 3, 4 / 3, 1, 2]  # references.md 2.7: ExponentialGraph(4) over machines
+    per_machine = [5 / 3, 4 / 3, 1, 2]  # docs/references.md#bluefog-test-values: ExponentialGraph(4) over machines
     _assert_all([h["default"] for h in hier], [v for v in per_machine for _ in range(2)])
     _assert_all([h["expo"] for h in hier], [v for v in per_machine for _ in range(2)])
     _assert_all([h["move"] for h in hier], [(m + 1) % 4 for m in range(4) for _ in range(2)])

@@ -27,9 +27,11 @@ def _train(rank, world_size, name, options, steps):
     import torch
     from torch import nn
 
+    from dlscale.config import StrategyConfig
+    from dlscale.distributed import DistEnv
     from dlscale.precision import build_precision
     from dlscale.strategies import build_strategy
-    from dlscale.train.step import train_step
+    from dlscale.train.step import StepParts, train_step
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
@@ -37,13 +39,18 @@ def _train(rank, world_size, name, options, steps):
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(rank)
-    strategy = build_strategy(name, world_size, **options)
+    options = dict(options)
+    local_world_size = options.pop("local_world_size", 1)
+    env = DistEnv(rank=rank, world_size=world_size, local_rank=rank % local_world_size,
+                  local_world_size=local_world_size)
+    strategy = build_strategy(StrategyConfig(dist_optimizer=name, **options), env)
     wrapped = strategy.wrap(model, torch.device("cpu"))
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
     generator = torch.Generator().manual_seed(100 + rank)
     for _ in range(steps):
         x, y = torch.randn(6, 3, 8, 8, generator=generator), torch.randint(0, 5, (6,), generator=generator)
-        train_step(wrapped, x, y, opt, build_precision("fp32", torch.device("cpu")), strategy, nn.CrossEntropyLoss())
+        parts = StepParts(wrapped, opt, build_precision("fp32", torch.device("cpu")), strategy, nn.CrossEntropyLoss())
+        train_step(parts, [(x, y)])
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     return {"params": flat.tolist(), "stats": strategy.comm_stats(), "numel": flat.numel()}
 
@@ -52,7 +59,7 @@ def _distance(rank):
     import torch
     from torch import nn
 
-    from dlscale.strategies.decentralized import consensus_distance
+    from dlscale.strategies.comm import consensus_distance
 
     model = nn.Linear(3, 2)  # 8 parameters, all equal to the rank
     with torch.no_grad():

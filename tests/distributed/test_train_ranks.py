@@ -11,7 +11,7 @@ import pytest
 import torch
 from multiproc import run_ranks
 
-from dlscale.sweep import free_port
+from dlscale.launch.local import free_port
 
 pytestmark = pytest.mark.distributed
 HERE = Path(__file__).parent
@@ -50,7 +50,7 @@ def test_digits_on_two_ranks_reaches_95_percent_within_two_minutes(tmp_path):
 
 def _fit_rank(rank, world_size, output_dir, overrides):
     from dlscale.config import load_config
-    from dlscale.dist import DistEnv
+    from dlscale.distributed import DistEnv
     from dlscale.train.loop import fit
 
     cfg, _ = load_config("cpu:digits", overrides)
@@ -135,8 +135,8 @@ def _stale_key_visible(port: int, store_for_attempt) -> bool:
 
 
 def test_dlscale_store_hides_keys_of_the_previous_attempt():
-    from dlscale.dist import attempt_store
-    from dlscale.dist.env import DistEnv
+    from dlscale.distributed import attempt_store
+    from dlscale.distributed.env import DistEnv
 
     port = free_port()
     env = DistEnv.from_env({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
@@ -145,9 +145,13 @@ def test_dlscale_store_hides_keys_of_the_previous_attempt():
     assert not _stale_key_visible(port, lambda timeout: attempt_store(env, timeout))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="canary: torch 2.13's env:// rendezvous hands a restarted attempt the "
-                   "agent's store with the failed attempt's keys (pytorch#135712; here 1 hang in 4 plain "
-                   "restarts). If this passes, upstream namespaces attempts and dlscale.dist.attempt_store can go")
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="canary: torch 2.13's env:// rendezvous hands a restarted attempt the "
+    "agent's store with the failed attempt's keys (pytorch#135712; here 1 hang in 4 plain "
+    "restarts). If this passes, upstream namespaces attempts and dlscale.distributed.attempt_store can go",
+)
 def test_canary_torch_env_rendezvous_hides_keys_of_the_previous_attempt(monkeypatch):
     import torch.distributed as dist
 
@@ -168,6 +172,7 @@ def test_neighbor_allreduce_trains_digits_within_a_few_points_of_allreduce(tmp_p
         assert out.returncode == 0, out.stderr[-3000:]
         top1[optimizer] = json.loads((tmp_path / optimizer / "summary.json").read_text())["final_top1_pct"]
     assert top1["allreduce"] >= 90 and abs(top1["neighbor_allreduce"] - top1["allreduce"]) <= 3, top1
-    records = [json.loads(line) for line in (tmp_path / "neighbor_allreduce" / "metrics.jsonl").read_text().splitlines()]
+    lines = (tmp_path / "neighbor_allreduce" / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
     distances = [r["consensus_distance"] for r in records if r["record"] == "train"]
     assert distances and all(d > 0 for d in distances)  # replicas differ, and the spread is logged

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from dlscale.cli import main
-from dlscale.dist import launch
+from dlscale.launch import slurm as launch
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 

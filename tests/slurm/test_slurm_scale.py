@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dlscale.cli import main
-from dlscale.dist import launch
+from dlscale.launch import slurm as launch
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 

@@ -12,8 +12,10 @@ import pytest
 import torch
 from PIL import Image
 
-from dlscale import cli, loader_bench
-from dlscale.data import DataConfig, build_loaders
+from dlscale import cli
+from dlscale.bench import loader as loader_bench
+from dlscale.config import DataConfig
+from dlscale.data import build_loaders
 from dlscale.data import transforms as T
 
 
@@ -40,7 +42,8 @@ def test_sweep_reports_rates_bytes_and_files_that_match_the_tree(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "dlscale", "loader", "--data", "data", "--workers", "0,2", "--batch-size", "4",
          "--batches", "4", "--warmup-batches", "0", "--image-size", "32", "--out", "runs/sweep"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=180, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path, capture_output=True, text=True, timeout=180,
+        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
     )
     assert out.returncode == 0, out.stderr
     run = tmp_path / "runs" / "sweep"

@@ -46,7 +46,8 @@ def test_profile_bench_writes_trace_breakdown_and_nsys_line(tmp_path):
     assert nsys == summary["nsys_command"]
     assert nsys.startswith("NSYS_NVTX_PROFILER_REGISTER_ONLY=0 nsys profile ")
     assert "--capture-range=nvtx --nvtx-capture=PROFILE" in nsys
-    assert nsys.endswith("-m dlscale profile bench " + " ".join(TINY) + " --warmup 2 --steps 3 --out prof --trace-steps 0")
+    rerun = "-m dlscale profile bench " + " ".join(TINY) + " --warmup 2 --steps 3 --out prof --trace-steps 0"
+    assert nsys.endswith(rerun)
 
 
 @pytest.mark.filterwarnings("ignore:Unable to enable fault handler")

@@ -8,9 +8,11 @@ import sys
 
 import pytest
 
-from dlscale import sweep
 from dlscale.cli import main
+from dlscale.cli.scale import command_facts
 from dlscale.errors import ConfigError
+from dlscale.launch import local
+from dlscale.sweep import plan, run
 
 TINY = ["--model", "resnet18", "--width", "8", "--image-size", "32", "--batch-size", "4", "--num-classes", "10",
         "--num-warmup-batches", "2", "--num-batches-per-iter", "2", "--num-iters", "3", "--pg-timeout", "60"]
@@ -92,16 +94,16 @@ json.dump({"kind": "bench", "model": "resnet18", "precision": value("--precision
 def stand_in_launcher(spec, point, sweep_dir):
     """Like torchrun's launcher, but runs STAND_IN in place of `python -m dlscale`."""
     command = ["env", f"STAND_IN_WORLD={point.world_size}", sys.executable, "-c", STAND_IN,
-               *sweep.program(point, sweep_dir)[2:]]
-    return sweep.run_here([command], point, sweep_dir, spec.timeout_s)
+               *run.program(point, sweep_dir)[2:]]
+    return run.run_here([command], point, sweep_dir, spec.timeout_s)
 
 
 def test_failed_and_stuck_points_are_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(sweep.LAUNCHERS, "stand-in", stand_in_launcher)
-    monkeypatch.setattr(sweep, "TERM_GRACE_S", 2.0)
-    spec = sweep.SweepSpec(command="bench", args=tuple(TINY), nproc=(1, 2), mode="strong",
-                           precisions=("fp32", "bad", "slow"), launcher="stand-in", timeout_s=3.0)
-    points = sweep.run_sweep(spec, tmp_path / "sw", out=print)
+    monkeypatch.setitem(run.LAUNCHERS, "stand-in", run.PointByPoint(stand_in_launcher))
+    monkeypatch.setattr(local, "TERM_GRACE_S", 2.0)
+    spec = plan.SweepSpec(command="bench", args=tuple(TINY), nproc=(1, 2), mode="strong",
+                          precisions=("fp32", "bad", "slow"), launcher="stand-in", timeout_s=3.0)
+    points = run.run_sweep(spec, plan.plan_points(spec, command_facts("bench", spec.args)), tmp_path / "sw", out=print)
     assert [(p.name, p.status) for p in points] == [
         ("world1-fp32", "ok"), ("world2-fp32", "ok"), ("world1-bad", "failed"), ("world2-bad", "failed"),
         ("world1-slow", "timeout"), ("world2-slow", "timeout")]
@@ -125,9 +127,9 @@ def test_failed_and_stuck_points_are_recorded_and_the_sweep_goes_on(tmp_path, mo
 
 def test_torchrun_command_lines():
     program = ["-m", "dlscale", "bench"]
-    (one,) = sweep.torchrun_commands(4, 1, program)
-    assert one[1:] == ["-m", "torch.distributed.run", "--nproc-per-node", "4", "--standalone", *program]
-    two = sweep.torchrun_commands(2, 2, program)
+    (one,) = local.torchrun_commands(4, 1, program)
+    assert one[1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4", *program]
+    two = local.torchrun_commands(2, 2, program)
     assert len(two) == 2 and two[0] == two[1]
     endpoint = two[0][two[0].index("--rdzv-endpoint") + 1]
     assert re.fullmatch(r"127\.0\.0\.1:\d+", endpoint) and "--nnodes" in two[0]
@@ -156,11 +158,11 @@ def test_bad_input_is_one_line(tmp_path, monkeypatch, capsys, args, message):
 
 
 def test_train_batches_follow_the_mode():
-    ns = sweep.parse_command_args("train", ("--config", "cpu:digits", "--set", "batch_size=16"))
-    weak = sweep.batch_rule(sweep.SweepSpec("train", (), nproc=(1, 2)), ns)
+    facts = command_facts("train", ("--config", "cpu:digits", "--set", "batch_size=16"))
+    weak = plan.batch_rule(plan.SweepSpec("train", (), nproc=(1, 2)), facts)
     assert weak(2) == (16, 32, ["--set", "batch_size=16", "--set", "global_batch_size=null"])
-    ns = sweep.parse_command_args("train", ("--config", "cpu:digits",))  # the preset: global batch 64
-    strong = sweep.batch_rule(sweep.SweepSpec("train", (), nproc=(1, 2, 4), mode="strong"), ns)
+    facts = command_facts("train", ("--config", "cpu:digits",))  # the preset: global batch 64
+    strong = plan.batch_rule(plan.SweepSpec("train", (), nproc=(1, 2, 4), mode="strong"), facts)
     assert strong(4) == (16, 64, ["--set", "global_batch_size=64", "--set", "batch_size=null"])
     with pytest.raises(ConfigError, match="does not split evenly"):
-        sweep.batch_rule(sweep.SweepSpec("train", (), nproc=(1, 3), mode="strong"), ns)
+        plan.batch_rule(plan.SweepSpec("train", (), nproc=(1, 3), mode="strong"), facts)

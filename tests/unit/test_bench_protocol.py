@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from dlscale.bench import BenchConfig, IterRate, _out_of_memory_hint, measure, summarize
+from dlscale.bench.synthetic import IterRate, _out_of_memory_hint, measure, summarize
+from dlscale.config import BenchConfig
 from dlscale.errors import ConfigError, DeviceError
 from dlscale.metrics.timing import format_duration, mean_ci95
 
@@ -72,7 +73,7 @@ def test_totals_are_sums_of_measured_ranks_not_rank0_times_n():
 ])
 def test_bad_sizes(field, value, match):
     with pytest.raises(ConfigError, match=match):
-        BenchConfig(**{field: value}).validate()
+        BenchConfig(**{field: value})
 
 
 def test_out_of_memory_names_a_smaller_batch():

@@ -11,10 +11,11 @@ import pytest
 import torch
 from torch import nn
 
+from dlscale.config import OptimConfig, ScheduleConfig
 from dlscale.errors import ConfigError
 from dlscale.train.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
-from dlscale.train.optim import OptimConfig, build_optimizer
-from dlscale.train.schedule import LRSchedule, ScheduleConfig
+from dlscale.train.optim import build_optimizer
+from dlscale.train.schedule import LRSchedule
 
 
 def assert_same(a, b, where="state"):

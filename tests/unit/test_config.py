@@ -19,7 +19,7 @@ def test_every_shipped_preset_resolves(source):
         assert cfg.schedule.epochs > 0
 
 
-# SC20 (references.md section 4): global batch, published square-root-scaled LR, epochs, warm-up.
+# SC20 (docs/references.md#sc20-presets): global batch, published square-root-scaled LR, epochs, warm-up.
 SC20 = [
     ("bs128", 128, 0.1, 100, 0), ("bs256", 256, 0.14, 100, 0), ("bs512-opt", 512, 0.2, 120, 0),
     ("bs1024-opt", 1024, 0.28, 120, 0), ("bs2048-opt", 2048, 0.4, 120, 0),

@@ -7,10 +7,10 @@ import pytest
 import torch
 from PIL import Image
 
+from dlscale.config import DataConfig
 from dlscale.data import (
     BadSampleError,
     Batch,
-    DataConfig,
     DeviceNormalizer,
     DevicePrefetcher,
     build_loaders,

@@ -9,11 +9,13 @@ import pytest
 import torch
 from PIL import Image
 
-from dlscale.data import DataConfig, ImageDataset, build_loaders
+from dlscale.config import DataConfig
+from dlscale.data import ImageDataset, build_loaders
 from dlscale.data.cifar import CIFAR10, CIFAR100, cifar_sources
-from dlscale.data.dataset import BadSample, BadSampleError
+from dlscale.data.dataset import BadSampleError
 from dlscale.data.digits import DIGITS_SIZE, digits_sources, digits_split
 from dlscale.data.imagefolder import imagefolder_sources, quiet_exif_warnings
+from dlscale.data.source import BadSample
 from dlscale.data.synthetic import SyntheticSource
 from dlscale.errors import DataError
 

@@ -1,8 +1,9 @@
-"""DistEnv over tables of launcher environments (ecosystem.md sections 3 and 9, R1/R2)."""
+"""DistEnv over tables of launcher environments (docs/references.md#launcher-precedence, #slurm-env,
+#mpi-env, #rule-launcher-env)."""
 
 import pytest
 
-from dlscale.dist.env import DistEnv, expand_hostlist
+from dlscale.distributed.env import DistEnv, expand_hostlist
 from dlscale.errors import ConfigError
 
 TORCHRUN = {

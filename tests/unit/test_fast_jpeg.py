@@ -8,10 +8,11 @@ import pytest
 import torch
 from PIL import Image
 
-from dlscale.data import DataConfig
+from dlscale.config import DataConfig
 from dlscale.data import transforms as T
-from dlscale.data.dataset import BadSample, BadSampleError, ImageDataset
+from dlscale.data.dataset import BadSampleError, ImageDataset
 from dlscale.data.imagefolder import ImageFolderSource, imagefolder_sources, jpeg_is_complete
+from dlscale.data.source import BadSample
 from dlscale.errors import ConfigError
 
 
@@ -80,7 +81,8 @@ def test_large_jpeg_is_loaded_undecoded_and_decoded_at_reduced_scale(tmp_path, m
     assert scale == 4.0 and decoded.size == (256, 192) and decoded.mode == "RGB"
     reductions = []
     decode_at = T.decode_at
-    monkeypatch.setattr(T, "decode_at", lambda img, reduction: (reductions.append(reduction), decode_at(img, reduction))[1])
+    monkeypatch.setattr(T, "decode_at",
+                        lambda img, reduction: (reductions.append(reduction), decode_at(img, reduction))[1])
     crop = T.FastRandomResizedCrop(128)
     for seed in range(30):
         box = crop.get_params(1024, 768, torch.Generator().manual_seed(seed))

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from dlscale.cli import main
-from dlscale.dist import launch
-from dlscale.dist.env import DistEnv
-from dlscale.dist.launch import SlurmJob, mpirun_command, node_layout, sbatch_script, time_limit_s
+from dlscale.distributed.env import DistEnv
 from dlscale.errors import ConfigError
+from dlscale.launch import slurm as launch
+from dlscale.launch.slurm import SlurmJob, mpirun_command, node_layout, sbatch_script, time_limit_s
 
 TRAIN = SlurmJob(program=("train", "--config", "cpu:digits", "--output-dir", "/shared/runs", "--name", "r"),
                  run_dir=Path("/shared/runs/r"), log=Path("/shared/runs/r/slurm-%j.log"), nodes=2, procs_per_node=4,
@@ -70,7 +70,8 @@ def test_one_node_sweep_runs_dlscale_scale_as_one_task():
         sbatch_script(dataclasses.replace(TRAIN, program=("scale", "--nproc", "1")))
 
 
-@pytest.mark.parametrize("job", [dataclasses.replace(TRAIN, max_restarts=1), dataclasses.replace(TRAIN, launcher="srun"),
+@pytest.mark.parametrize("job", [dataclasses.replace(TRAIN, max_restarts=1),
+                                 dataclasses.replace(TRAIN, launcher="srun"),
                                  dataclasses.replace(TRAIN, program=("bench",), request_gpus=False)])
 def test_scripts_are_valid_bash(job, tmp_path):
     path = tmp_path / "job.sbatch"
@@ -115,7 +116,8 @@ def test_mpirun_line_for_bluefogs_bfrun_example():
 
 
 def test_mpirun_inside_a_slurm_allocation_reads_the_mpi_rank():
-    inherited = {"SLURM_PROCID": "0", "SLURM_NTASKS": "16", "SLURM_JOB_NUM_NODES": "4", "SLURM_JOB_NODELIST": "server[1-4]"}
+    inherited = {"SLURM_PROCID": "0", "SLURM_NTASKS": "16", "SLURM_JOB_NUM_NODES": "4",
+                 "SLURM_JOB_NODELIST": "server[1-4]"}
     env = DistEnv.from_env({**inherited, "OMPI_COMM_WORLD_RANK": "9", "OMPI_COMM_WORLD_SIZE": "16",
                             "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
                             "MASTER_ADDR": "server1"})

@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
+from dlscale.config import OptimConfig
 from dlscale.errors import ConfigError
 from dlscale.train.optim import (
-    OptimConfig,
     build_optimizer,
     images_per_step,
     loss_fn,
@@ -19,7 +19,7 @@ from dlscale.train.optim import (
 
 
 def test_hal_linear_scaling_gives_5_2():
-    # HAL: 208 images per GPU x 64 GPUs, 0.1 per 256 -> 5.2 (references.md section 1).
+    # HAL: 208 images per GPU x 64 GPUs, 0.1 per 256 -> 5.2 (docs/references.md#hal-lr-schedule).
     global_batch = images_per_step(208, 64)
     assert global_batch == 13312
     assert scaled_lr(0.1, global_batch, 256, "linear") == pytest.approx(5.2, rel=1e-12)

@@ -2,11 +2,13 @@ import pytest
 import torch
 from torch import nn
 
+from dlscale.config import PRECISIONS, StrategyConfig
+from dlscale.distributed import DistEnv
 from dlscale.errors import DeviceError
-from dlscale.precision import PRECISIONS, build_precision
+from dlscale.precision import build_precision
 from dlscale.speed import SpeedOptions
 from dlscale.strategies import build_strategy
-from dlscale.train.step import train_step
+from dlscale.train.step import StepParts, train_step
 
 CPU = torch.device("cpu")
 
@@ -28,8 +30,8 @@ def test_cpu_modes_train(name, dtype, scaled):
         assert model[0](torch.randn(2, 3, 8, 8)).dtype == dtype
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     before = [p.detach().clone() for p in model.parameters()]
-    loss = train_step(model, torch.randn(4, 3, 8, 8), torch.tensor([0, 1, 2, 3]), opt, precision,
-                      build_strategy("allreduce", 1), nn.CrossEntropyLoss())
+    parts = StepParts(model, opt, precision, build_strategy(StrategyConfig(), DistEnv()), nn.CrossEntropyLoss())
+    loss = train_step(parts, [(torch.randn(4, 3, 8, 8), torch.tensor([0, 1, 2, 3]))])
     assert torch.isfinite(loss)
     assert all(p.grad is None for p in model.parameters())  # zero_grad(set_to_none=True)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
@@ -74,6 +76,6 @@ def test_compile_runs_a_step():
     model = speed.maybe_compile(_tiny())
     precision = build_precision("fp32", CPU)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    loss = train_step(model, torch.randn(4, 3, 8, 8), torch.tensor([0, 1, 2, 3]), opt, precision,
-                      build_strategy("allreduce", 1), nn.CrossEntropyLoss())
+    parts = StepParts(model, opt, precision, build_strategy(StrategyConfig(), DistEnv()), nn.CrossEntropyLoss())
+    loss = train_step(parts, [(torch.randn(4, 3, 8, 8), torch.tensor([0, 1, 2, 3]))])
     assert torch.isfinite(loss)

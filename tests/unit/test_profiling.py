@@ -9,8 +9,13 @@ import torch
 from torch import nn
 
 from dlscale import profiling
+from dlscale.config import StrategyConfig
+from dlscale.distributed import DistEnv
+from dlscale.launch.local import nsys_command
+from dlscale.metrics.input_bound import input_bound_warning
 from dlscale.precision import build_precision
 from dlscale.strategies.allreduce import AllreduceStrategy
+from dlscale.train.step import StepParts
 
 
 class Recorder:
@@ -49,16 +54,17 @@ def _parts():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    return profiling.StepParts(model, optimizer, build_precision("fp32", torch.device("cpu")),
-                               AllreduceStrategy(1), nn.CrossEntropyLoss())
+    return StepParts(model, optimizer, build_precision("fp32", torch.device("cpu")),
+                     AllreduceStrategy(StrategyConfig(), DistEnv()), nn.CrossEntropyLoss())
 
 
 def _iteration(index):
-    """The SC20 ranges of one step, with dlscale's forward and backward inside forward/loss/backward."""
-    inner = [("push", "data"), ("pop", "data"), ("push", "zero_grad"), ("pop", "zero_grad"),
+    """The SC20 ranges of one step, with dlscale's forward and backward inside forward/loss/backward;
+    zero_grad last, where the trained step (dlscale.train.step) has it."""
+    inner = [("push", "data"), ("pop", "data"),
              ("push", "forward/loss/backward"), ("push", "forward"), ("pop", "forward"), ("push", "backward"),
              ("pop", "backward"), ("pop", "forward/loss/backward"), ("push", "optimizer.step"),
-             ("pop", "optimizer.step")]
+             ("pop", "optimizer.step"), ("push", "zero_grad"), ("pop", "zero_grad")]
     return [("push", f"iteration {index}"), *inner, ("pop", f"iteration {index}")]
 
 
@@ -140,32 +146,32 @@ def test_trace_is_chrome_trace_json_with_the_ranges(tmp_path):
 
 
 def test_input_bound_warning_threshold_and_advice():
-    assert profiling.input_bound_warning(0.009, 0.1, workers=2, decode="plain", cores=8) is None
-    message = profiling.input_bound_warning(0.05, 0.1, workers=2, decode="plain", cores=8, batch_size=64)
+    assert input_bound_warning(0.009, 0.1, workers=2, decode="plain", cores=8) is None
+    message = input_bound_warning(0.05, 0.1, workers=2, decode="plain", cores=8, batch_size=64)
     assert message.startswith("training is input-bound: 50% of each step (50.0 of 100.0 ms) waits for data")
     assert "2.00x below the model's compute rate (640 of 1280 img/s)" in message
     assert "data.num_workers=4" in message and "data.decode=fast" in message
-    at_limit = profiling.input_bound_warning(0.02, 0.1, workers=8, decode="fast", cores=8)
+    at_limit = input_bound_warning(0.02, 0.1, workers=8, decode="fast", cores=8)
     assert "data.num_workers" not in at_limit and "data.decode" not in at_limit and "storage" in at_limit
-    assert "data.num_workers=2" in profiling.input_bound_warning(0.5, 1.0, workers=0, decode="not JPEG", cores=2)
+    assert "data.num_workers=2" in input_bound_warning(0.5, 1.0, workers=0, decode="not JPEG", cores=2)
 
 
 def test_slowed_loader_is_reported_input_bound():
     slow = profiling.profile_window(_parts(), Batches(delay_s=0.03), torch.device("cpu"), warmup=1, steps=3)
     fast = profiling.profile_window(_parts(), Batches(), torch.device("cpu"), warmup=1, steps=3)
-    warn = [profiling.input_bound_warning(r["breakdown"]["data_ms"] / 1e3, r["breakdown"]["step_ms"] / 1e3,
+    warn = [input_bound_warning(r["breakdown"]["data_ms"] / 1e3, r["breakdown"]["step_ms"] / 1e3,
                                           workers=1, decode="plain", cores=4) for r in (slow, fast)]
     assert warn[0] is not None and "waits for data" in warn[0]
     assert warn[1] is None
 
 
 def test_nsys_command_reruns_the_same_arguments_capturing_profile(tmp_path):
-    line = profiling.nsys_command(["profile", "bench", "--model", "resnet50", "--trace-steps", "3"],
+    line = nsys_command(["profile", "bench", "--model", "resnet50", "--trace-steps", "3"],
                                   out_dir=tmp_path, python="python")
     assert line.startswith("NSYS_NVTX_PROFILER_REGISTER_ONLY=0 nsys profile -o ")
     assert "--trace=cuda,nvtx --capture-range=nvtx --nvtx-capture=PROFILE" in line
     assert line.endswith("python -m dlscale profile bench --model resnet50 --trace-steps 0")
-    multi = profiling.nsys_command(["profile", "train", "--config", "cpu:digits", "--trace-steps=2"],
+    multi = nsys_command(["profile", "train", "--config", "cpu:digits", "--trace-steps=2"],
                                    out_dir=tmp_path, world_size=4, local_world_size=2, num_nodes=2,
                                    rendezvous="node1:29500", python="python")
     assert ("python -m torch.distributed.run --nnodes 2 --rdzv-backend c10d --rdzv-endpoint node1:29500 "
@@ -176,15 +182,18 @@ def _overlap_on_two_ranks(rank, world_size):
     import torch
 
     from dlscale import profiling
+    from dlscale.config import StrategyConfig
+    from dlscale.distributed import DistEnv
     from dlscale.precision import build_precision
     from dlscale.strategies.allreduce import AllreduceStrategy
+    from dlscale.train.step import StepParts
 
     torch.manual_seed(0)
-    strategy = AllreduceStrategy(world_size)
+    strategy = AllreduceStrategy(StrategyConfig(), DistEnv(rank=rank, world_size=world_size))
     model = strategy.wrap(nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
                                         nn.Linear(256, 10)), torch.device("cpu"))
-    parts = profiling.StepParts(model, torch.optim.SGD(model.parameters(), lr=0.01),
-                                build_precision("fp32", torch.device("cpu")), strategy, nn.CrossEntropyLoss())
+    parts = StepParts(model, torch.optim.SGD(model.parameters(), lr=0.01),
+                      build_precision("fp32", torch.device("cpu")), strategy, nn.CrossEntropyLoss())
     images, labels = torch.randn(16, 64), torch.randint(0, 10, (16,))
 
     class Fixed:
@@ -209,3 +218,33 @@ def test_allreduce_overlap_is_measured_per_rank_and_gathered():
         assert row["comm_ms"] > 0 and row["exposed_comm_ms"] >= 0  # exposed includes waiting for the other rank
         assert 0 <= row["overlap_pct"] <= 100
     assert "slowest=" in profiling.format_breakdown(rows, warmup=2, steps=4, timing="test")
+
+
+@pytest.mark.parametrize("accumulation_steps", [1, 2])
+def test_the_profiled_step_is_the_trained_step(accumulation_steps):
+    """Three profiled steps leave exactly the weights of three train_step calls on the same batches."""
+    from dlscale.train.step import train_step
+
+    generator = torch.Generator().manual_seed(3)
+    data = [(torch.randn(4, 8, generator=generator), torch.randint(0, 3, (4,), generator=generator))
+            for _ in range(3 * accumulation_steps)]
+
+    class InOrder:
+        epoch = 0
+
+        def __init__(self):
+            self.served = 0
+
+        def __call__(self):
+            self.served += 1
+            return data[self.served - 1]
+
+    profiled, trained = _parts(), _parts()
+    for parts in (profiled, trained):  # momentum and weight decay: any difference in the step shows
+        parts.optimizer = torch.optim.SGD(parts.model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+    profiling.profile_window(profiled, InOrder(), torch.device("cpu"), warmup=1, steps=2,
+                             accumulation_steps=accumulation_steps)
+    for step in range(3):
+        train_step(trained, data[step * accumulation_steps:(step + 1) * accumulation_steps])
+    for a, b in zip(profiled.model.parameters(), trained.model.parameters(), strict=True):
+        assert torch.equal(a, b)

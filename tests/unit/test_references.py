@@ -29,7 +29,7 @@ def test_hal_headline_numbers():
     assert feb.point(devices=64)["global_batch"] == 13312
     may64 = hal.get("may").point(devices=64)
     assert (may64["global_batch"], may64["final_top1_pct"]) == (16384, 71.93)
-    # Throughput efficiency 2 -> 64 GPUs: 65% (performance-anchors.md section 3).
+    # Throughput efficiency 2 -> 64 GPUs: 65% (docs/references.md#hal-efficiency).
     assert dict(feb.efficiency_curve())[64] == pytest.approx(0.65, abs=0.005)
     assert not feb.read_off_plot
 

@@ -1,4 +1,5 @@
-"""LR schedules against the reference formulas (references.md sections 1, 4 and 5)."""
+"""LR schedules against the reference formulas (docs/references.md#hal-lr-schedule, #sc20-lr-schedule,
+#ngc-lr-schedule)."""
 
 import copy
 
@@ -6,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+from dlscale.config import ScheduleConfig
 from dlscale.errors import ConfigError
 from dlscale.train.optim import scaled_lr
-from dlscale.train.schedule import LRSchedule, ScheduleConfig
+from dlscale.train.schedule import LRSchedule
 
 HAL_PEAK = 5.2  # 0.1 * 208 * 64 / 256
 

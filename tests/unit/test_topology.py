@@ -1,4 +1,4 @@
-"""Topology generators and schedules against BlueFog's definitions (references.md 2.3)."""
+"""Topology generators and schedules against BlueFog's definitions (docs/references.md#bluefog-topologies)."""
 
 import itertools
 
@@ -243,7 +243,7 @@ def test_plan_error_names_the_machine_arguments():
     (True, [1.25, 1.75, 2.75, 2.25, 3.25, 3.75]),
 ])
 def test_mesh_six_concrete_averages(weighted, want):
-    """references.md 2.7's derived values for MeshGrid2DGraph(6), x_r = r, from the plans alone."""
+    """Derived values (docs/references.md#bluefog-test-values) for MeshGrid2DGraph(6), x_r = r, from the plans alone."""
     W = T.mesh_grid_2d_graph(6)
     got = []
     for r in range(6):

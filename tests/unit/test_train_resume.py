@@ -8,7 +8,7 @@ import torch
 
 import dlscale.train.loop as loop
 from dlscale.config import load_config
-from dlscale.dist import DistEnv
+from dlscale.distributed import DistEnv
 from dlscale.train.checkpoint import CheckpointManager
 
 OVERRIDES = ["schedule.epochs=2", "max_steps_per_epoch=6", "log_every=2", "model.width=8"]
@@ -73,7 +73,8 @@ def test_preempted_and_resumed_equals_uninterrupted(tmp_path, signal_at_step):
 
 
 def test_finished_run_is_not_trained_again_and_resume_none_refuses(tmp_path):
-    cfg, _ = load_config("cpu:synthetic", ["schedule.epochs=1", "schedule.warmup_epochs=0", "max_steps_per_epoch=2", "model.width=8"])
+    cfg, _ = load_config("cpu:synthetic", ["schedule.epochs=1", "schedule.warmup_epochs=0", "max_steps_per_epoch=2",
+                                           "model.width=8"])
     first = loop.fit(cfg, DistEnv(), run_name="s", output_dir=tmp_path)
     again = loop.fit(cfg, DistEnv(), run_name="s", output_dir=tmp_path)
     assert again["steps"] == first["steps"] == 2

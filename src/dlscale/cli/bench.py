@@ -9,13 +9,13 @@ from pathlib import Path
 
 import torch
 
-from dlscale.bench import BenchConfig, run_bench, write_run
-from dlscale.config import StrategyConfig
-from dlscale.dist import DistEnv, shutdown
+from dlscale.bench.synthetic import run_bench, write_run
+from dlscale.cli.common import add_strategy_arguments, strategy_from_args
+from dlscale.config import PRECISIONS, BenchConfig, StrategyConfig
+from dlscale.distributed import DistEnv, shutdown
 from dlscale.metrics.run import to_jsonable
-from dlscale.precision import PRECISIONS, default_precision
+from dlscale.precision import default_precision
 from dlscale.speed import SpeedOptions
-from dlscale.strategies.flags import add_strategy_arguments, strategy_from_args
 
 # Used when no --model is given on a machine without a GPU: finishes in well under two minutes
 # on 2 cores (docs/benchmarks.md has the measured time).

@@ -1,12 +1,23 @@
-"""Flags shared by the commands that take a training configuration."""
+"""Flags that several commands share, and re-parsing another command's flags.
+
+`add_config_arguments` / `resolve_config`: the training configuration (train, config, profile
+train). `add_strategy_arguments` / `strategy_from_args`: the strategy flags of bench and train,
+named as in BlueFog's benchmark. `parse_command_flags`: the flags of a command that `dlscale
+scale` sweeps or `dlscale slurm` submits, checked by that command's own parser before anything
+starts.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+from collections.abc import Sequence
 from dataclasses import replace
 
-from dlscale.config import TrainConfig, load_config
-from dlscale.strategies.flags import add_strategy_arguments, strategy_from_args
+from dlscale.cli import COMMANDS
+from dlscale.config import StrategyConfig, TrainConfig, load_config
+from dlscale.errors import ConfigError
+from dlscale.strategies import STRATEGIES, TOPOLOGIES
 
 
 def add_config_arguments(p: argparse.ArgumentParser, *, positional: bool = False) -> None:
@@ -37,3 +48,53 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, str]:
         overrides.append(f"pg_timeout_s={args.pg_timeout}")
     cfg, name = load_config(args.config, overrides)
     return replace(cfg, strategy=strategy_from_args(args, cfg.strategy)), name
+
+
+def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dist-optimizer", choices=sorted(STRATEGIES), default=None,
+                   help="allreduce (DDP, default), gradient_allreduce, neighbor_allreduce, "
+                        "hierarchical_neighbor_allreduce")
+    p.add_argument("--topology", choices=sorted(TOPOLOGIES), default=None,
+                   help="graph of the neighbor strategies (exp2: exponential-2, BlueFog's default)")
+    p.add_argument("--atc-style", action="store_true", default=None,
+                   help="adapt-then-combine: step, then mix with neighbours (default: adapt-with-combine)")
+    p.add_argument("--disable-dynamic-topology", action="store_true", default=None,
+                   help="exchange with every neighbour each time instead of one rotating peer")
+    p.add_argument("--num-steps-per-communication", type=int, default=None, metavar="N",
+                   help="local steps between neighbour exchanges (1)")
+    p.add_argument("--global-average-every", type=int, default=None, metavar="N",
+                   help="average parameters over all ranks every N steps (0: never)")
+
+
+def strategy_from_args(args: argparse.Namespace, base: StrategyConfig) -> StrategyConfig:
+    """base with whatever strategy flags were given on the command line."""
+    given = {
+        "dist_optimizer": args.dist_optimizer,
+        "topology": args.topology,
+        "atc_style": args.atc_style,
+        "dynamic_topology": None if args.disable_dynamic_topology is None else not args.disable_dynamic_topology,
+        "num_steps_per_communication": args.num_steps_per_communication,
+        "global_average_every": args.global_average_every,
+    }
+    return replace(base, **{k: v for k, v in given.items() if v is not None})
+
+
+class _ArgumentError(Exception):
+    pass
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise _ArgumentError(message)
+
+
+def parse_command_flags(command: str, args: Sequence[str], *, where: str) -> argparse.Namespace:
+    """`dlscale COMMAND ARGS` parsed by that command's own parser; a bad flag is a ConfigError
+    naming `where` the arguments came from ("the arguments after --")."""
+    parser = _RaisingParser(prog="dlscale")
+    sub = parser.add_subparsers(dest="command", parser_class=_RaisingParser)
+    importlib.import_module(COMMANDS[command]).add_parser(sub)
+    try:
+        return parser.parse_args([command, *args])
+    except _ArgumentError as error:
+        raise ConfigError(f"{where} are not valid for dlscale {command}: {error}") from None

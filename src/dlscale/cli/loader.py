@@ -7,13 +7,14 @@ from pathlib import Path
 
 import torch
 
-from dlscale import loader_bench
-from dlscale.data import DataConfig
-from dlscale.data.config import DATASET_NAMES, DECODE_MODES
+from dlscale.bench import loader as loader_bench
+from dlscale.config import DataConfig
+from dlscale.config.sections import DATASET_NAMES, DECODE_MODES
 from dlscale.data.transforms import pillow_build
+from dlscale.distributed import DistEnv
 from dlscale.errors import ConfigError, DeviceError
-from dlscale.metrics.run import RunDir, default_run_name, environment_info
-from dlscale.profiling import available_cores
+from dlscale.metrics.hardware import available_cores
+from dlscale.metrics.run import RunDir, default_run_name
 
 
 def add_parser(subparsers) -> None:
@@ -107,8 +108,7 @@ def _write(out: RunDir, args, device, rows: list[dict], table: str) -> None:
                 "repeats": args.repeats,
                 "warmup_batches": args.warmup_batches, "image_size": args.image_size, "decode": args.decode,
                 "device": args.device, "prewarm": args.prewarm, "workers": [row["workers"] for row in rows]}
-    out.write_json("config.json", {"kind": "loader", **settings})
-    out.write_json("env.json", environment_info(1, device or torch.device("cpu")))
+    out.write_setup({"kind": "loader", **settings}, DistEnv(), device or torch.device("cpu"))
     out.write_json("summary.json", {"kind": "loader", **settings, "world_size": 1, "pillow": pillow_build(),
                                     "cores": available_cores(), "settings": rows,
                                     "columns": [key for _, key, _ in loader_bench.COLUMNS]})

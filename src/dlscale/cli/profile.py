@@ -21,12 +21,17 @@ import torch
 import torch.distributed as dist
 
 from dlscale import profiling
-from dlscale.bench import build_bench_parts
+from dlscale.bench.synthetic import build_bench
 from dlscale.cli import bench as bench_cli
 from dlscale.cli.common import add_config_arguments, resolve_config
-from dlscale.dist import DistEnv, init_process_group, select_device, shutdown
+from dlscale.data import DevicePrefetcher
+from dlscale.distributed import DistEnv, init_process_group, select_device, shutdown
 from dlscale.errors import ConfigError
-from dlscale.metrics.run import RunDir, default_run_name, environment_info
+from dlscale.launch.local import nsys_command
+from dlscale.metrics.hardware import available_cores
+from dlscale.metrics.input_bound import input_bound_warning
+from dlscale.metrics.run import RunDir, default_run_name
+from dlscale.train.loop import build_run
 
 BENCH_ONLY = {"num_warmup_batches": "--warmup", "num_batches_per_iter": "--steps", "num_iters": "--steps",
               "json": "--out"}
@@ -96,9 +101,7 @@ class LoaderBatches:
     """Training batches through DevicePrefetcher, epoch after epoch (set_epoch before each)."""
 
     def __init__(self, loader, device: torch.device, normalizer):
-        from dlscale.data import DevicePrefetcher
-
-        self.loader, self.device, self.normalizer = loader, device, normalizer
+        self.loader = loader
         self.prefetcher = DevicePrefetcher(loader, device, normalizer)
         self.epoch, self._batches, self._left = 0, None, 0
 
@@ -123,7 +126,6 @@ def run_bench(args: argparse.Namespace) -> int:
     _check_window(args)
     env = DistEnv.from_env()
     cfg, note = bench_cli.config_from_args(args, has_gpu=args.device != "cpu" and torch.cuda.is_available())
-    cfg.validate()
     if note and env.is_main:
         print(f"No --model given: profiling {cfg.model}, batch {cfg.batch_size}, {cfg.image_size} px, "
               f"{cfg.precision}, chosen for this machine as `dlscale bench` chooses.", flush=True)
@@ -137,11 +139,10 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def _profile_bench(args, cfg, env: DistEnv, device: torch.device) -> None:
-    parts = build_bench_parts(cfg, env, device)
-    step_parts = profiling.StepParts(parts.model, parts.optimizer, parts.precision, parts.strategy, parts.loss_fn)
+    setup = build_bench(cfg, env, device)
     described = {"model": cfg.model, "batch_size": cfg.batch_size, "image_size": cfg.image_size,
                  "precision": cfg.precision, "dist_optimizer": cfg.strategy.dist_optimizer, **asdict(cfg.speed)}
-    _profile(args, env, device, step_parts, PoolBatches(parts.pool), described, loader=None)
+    _profile(args, env, device, setup.parts, PoolBatches(setup.pool), described, loader=None)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -158,36 +159,44 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _profile_train(args, cfg, preset: str, env: DistEnv, device: torch.device) -> None:
-    parts, batches, plan, info = _train_parts(cfg, env, device, _out_dir(args, env, cfg.model.name))
-    if cfg.optim.accumulation_steps > 1 and env.is_main:
-        print(f"note: optim.accumulation_steps={cfg.optim.accumulation_steps}; each profiled step is one "
-              "micro-batch with its optimizer step", flush=True)
+    run = build_run(cfg, env, device, RunDir(_out_dir(args, env, cfg.model.name)))
+    plan, info = run.plan, run.info
+    batches = LoaderBatches(run.train_loader, device, run.normalizer)
     described = {"preset": preset, "model": cfg.model.name, "data": cfg.data.name,
                  "batch_size": plan.per_rank_batch, "image_size": info.image_size,
                  "precision": cfg.precision, "dist_optimizer": cfg.strategy.dist_optimizer,
                  "num_workers": cfg.data.num_workers, "decode": cfg.data.decode, **asdict(cfg.speed)}
     loader = {"workers": cfg.data.num_workers,
               "decode": cfg.data.decode if cfg.data.name == "imagefolder" else "not JPEG"}
-    _profile(args, env, device, parts, batches, described, loader=loader)
-
-
-def _train_parts(cfg, env: DistEnv, device: torch.device, out: Path):
-    """The model, optimizer, precision, strategy, loss and batches exactly as `dlscale train` builds them."""
-    from dlscale.train.loop import build_run
-
-    run = build_run(cfg, env, device, RunDir(out))
-    parts = profiling.StepParts(run.wrapped, run.optimizer, run.precision, run.strategy, run.loss)
-    return parts, LoaderBatches(run.train_loader, device, run.normalizer), run.plan, run.info
+    _profile(args, env, device, run.parts, batches, described, loader=loader,
+             accumulation_steps=plan.accumulation_steps)
 
 
 # ------------------------------------------------------------------------ window and output
 
 
-def _profile(args, env: DistEnv, device: torch.device, parts, batches, described: dict, *, loader: dict | None) -> None:
+def _profile(
+    args,
+    env: DistEnv,
+    device: torch.device,
+    parts,
+    batches,
+    described: dict,
+    *,
+    loader: dict | None,
+    accumulation_steps: int = 1,
+) -> None:
     out = _out_dir(args, env, described["model"])
     result = profiling.profile_window(
-        parts, batches, device, warmup=args.warmup, steps=args.steps, trace_steps=args.trace_steps,
-        trace_path=out / "trace" / f"rank{env.rank}.pt.trace.json", sync=not args.no_sync,
+        parts,
+        batches,
+        device,
+        warmup=args.warmup,
+        steps=args.steps,
+        trace_steps=args.trace_steps,
+        trace_path=out / "trace" / f"rank{env.rank}.pt.trace.json",
+        sync=not args.no_sync,
+        accumulation_steps=accumulation_steps,
     )
     rows = profiling.gather_breakdowns(result["breakdown"], device)
     if not env.is_main:
@@ -198,12 +207,18 @@ def _profile(args, env: DistEnv, device: torch.device, parts, batches, described
     warning = None
     if loader is not None:
         worst = max(rows, key=lambda row: row["data_ms"] / row["step_ms"])
-        cores = max(profiling.available_cores() // env.local_world_size, 1)
-        warning = profiling.input_bound_warning(worst["data_ms"] / 1000, worst["step_ms"] / 1000, cores=cores,
-                                                batch_size=described["batch_size"], **loader)
-    nsys = profiling.nsys_command(_cli_argv(), out_dir=out, world_size=env.world_size,
-                                  local_world_size=env.local_world_size, num_nodes=env.num_nodes,
-                                  rendezvous=f"{env.master_addr}:{env.master_port}")
+        cores = max(available_cores() // env.local_world_size, 1)
+        warning = input_bound_warning(
+            worst["data_ms"] / 1000, worst["step_ms"] / 1000, cores=cores, batch_size=described["batch_size"], **loader
+        )
+    nsys = nsys_command(
+        _cli_argv(),
+        out_dir=out,
+        world_size=env.world_size,
+        local_world_size=env.local_world_size,
+        num_nodes=env.num_nodes,
+        rendezvous=f"{env.master_addr}:{env.master_port}",
+    )
     _write(out, args, env, device, described, rows, result, table, warning, nsys)
     print(table, flush=True)
     if warning:
@@ -229,20 +244,29 @@ def _out_dir(args, env: DistEnv, model: str) -> Path:
 def _cli_argv() -> list[str]:
     """This process's dlscale arguments from `profile` on (what the nsys line reruns)."""
     argv = sys.argv[1:]
-    return argv[argv.index("profile"):] if "profile" in argv else ["profile", "<your profile arguments>"]
+    return argv[argv.index("profile") :] if "profile" in argv else ["profile", "<your profile arguments>"]
 
 
 def _write(out: Path, args, env: DistEnv, device, described, rows, result, table, warning, nsys) -> None:
     run = RunDir(out)
     window = {"warmup": args.warmup, "steps": args.steps, "trace_steps": args.trace_steps, "sync": not args.no_sync}
-    run.write_json("config.json", {"kind": "profile", "mode": args.mode, **described, **window,
-                                   "world_size": env.world_size, "argv": _cli_argv()})
-    run.write_json("env.json", environment_info(env.world_size, device, env.launcher))
+    run.write_setup(
+        {
+            "kind": "profile",
+            "mode": args.mode,
+            **described,
+            **window,
+            "world_size": env.world_size,
+            "argv": _cli_argv(),
+        },
+        env,
+        device,
+    )
     (out / "breakdown.txt").write_text(table + "\n")
     (out / "metrics.jsonl").unlink(missing_ok=True)
     for record in result["steps"]:  # rank 0's steps, in ms
-        run.append_metrics({(k[:-2] + "_ms" if k.endswith("_s") else k): (v * 1000 if k.endswith("_s") and v is not None else v)
-                            for k, v in record.items()})
+        run.append_metrics({(k[:-2] + "_ms" if k.endswith("_s") else k):
+                            (v * 1000 if k.endswith("_s") and v is not None else v) for k, v in record.items()})
     top = profiling.slowest(rows)
     run.write_json("summary.json", {
         "kind": "profile", "mode": args.mode, **described, **window, "world_size": env.world_size,

@@ -7,10 +7,10 @@ import shlex
 from pathlib import Path
 
 from dlscale.errors import ConfigError
+from dlscale.report import DEFAULT_TOLERANCE_PTS, build_report
 
 
 def add_parser(subparsers) -> None:
-    from dlscale.report import DEFAULT_TOLERANCE_PTS
 
     p = subparsers.add_parser(
         "report", help="report.md, CSV files and PNG plots from run and sweep directories",
@@ -30,8 +30,6 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlscale.report import build_report
-
     if args.top1_tolerance < 0:
         raise ConfigError(f"--top1-tolerance must be >= 0 percentage points, got {args.top1_tolerance:g}")
     words = ["dlscale", "report", *args.paths, "-o", str(args.output_dir),

@@ -11,18 +11,23 @@ import shlex
 import time
 from pathlib import Path
 
+from dlscale.cli.common import parse_command_flags, resolve_config
 from dlscale.cli.slurm import add_job_arguments, job_options
 from dlscale.errors import ConfigError
-from dlscale.sweep import (
-    LAUNCHERS,
+from dlscale.report.load import load
+from dlscale.report.scaling import build_series
+from dlscale.report.tables import SCALING_HEADERS, markdown, scaling_table
+from dlscale.sweep.plan import (
+    COMMANDS,
     MODES,
-    SLURM,
+    SWEPT,
+    CommandFacts,
     SweepSpec,
-    parse_ints,
-    parse_names,
-    run_sweep,
-    split_command,
+    check_spec,
+    given,
+    plan_points,
 )
+from dlscale.sweep.run import LAUNCHERS, run_sweep
 
 
 def add_parser(subparsers) -> None:
@@ -43,7 +48,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--dist-optimizer", default=None, metavar="NAME,NAME",
                    help="strategies to sweep, e.g. allreduce,neighbor_allreduce")
     p.add_argument("--precision", default=None, metavar="NAME,NAME", help="precisions to sweep, e.g. fp32,amp_bf16")
-    p.add_argument("--launcher", choices=[*sorted(LAUNCHERS), SLURM], default="torchrun",
+    p.add_argument("--launcher", choices=sorted(LAUNCHERS), default="torchrun",
                    help="how points start: torchrun on this host (default), or slurm: one sbatch job per point")
     p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                    help="how long one point may run before it is stopped and recorded as a timeout (3600); "
@@ -69,23 +74,73 @@ SLURM_ONLY = ("--gpus", "--gpus-per-node", "--no-wait", "--poll", "--partition",
               "--cpus-per-task", "--cpu-only", "--signal-seconds", "--max-restarts", "--sbatch-option", "--python")
 
 
+def parse_ints(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(f"{flag} {text!r} must be whole numbers separated by commas, e.g. {flag} 1,2,4") from None
+    if not values or any(v < 1 for v in values):
+        raise ConfigError(f"{flag} {text!r} must list positive numbers, e.g. {flag} 1,2,4")
+    return tuple(dict.fromkeys(values))
+
+
+def parse_names(text: str | None) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(v.strip() for v in (text or "").split(",") if v.strip()))
+
+
+def split_command(rest: list[str]) -> tuple[str, tuple[str, ...]]:
+    """`bench --model resnet18 ...` -> ('bench', (...)); flags alone mean bench."""
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    if not rest or rest[0].startswith("-"):
+        return "bench", tuple(rest)
+    if rest[0] not in COMMANDS:
+        raise ConfigError(f"`dlscale scale -- {rest[0]} ...`: the command to sweep must be bench or train")
+    return rest[0], tuple(rest[1:])
+
+
+def command_facts(command: str, args: tuple[str, ...]) -> CommandFacts:
+    """What the swept command's flags resolve to, checked by its own parser (and for train, by
+    resolving its configuration) before anything starts."""
+    ns = parse_command_flags(command, args, where="the arguments after --")
+    keys = {o.partition("=")[0].strip() for o in getattr(ns, "overrides", [])}
+    flags = {setting: flag for setting, flag in SWEPT.values()}
+    set_keys = {"dist_optimizer": "strategy.dist_optimizer", "precision": "precision"}
+    fixed = frozenset(s for s, flag in flags.items() if given(args, flag) or set_keys[s] in keys)
+    if command == "bench":
+        return CommandFacts(batch_size=ns.batch_size, fixed=fixed)
+    cfg, _ = resolve_config(ns)
+    return CommandFacts(batch_size=cfg.batch_size, global_batch_size=cfg.global_batch_size,
+                        accumulation_steps=cfg.optim.accumulation_steps, fixed=fixed)
+
+
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
     command, rest = split_command(args.rest)
     if args.timeout <= 0:
         raise ConfigError(f"--timeout must be positive seconds, got {args.timeout:g}")
     common = dict(command=command, args=rest, mode=args.mode, dist_optimizers=parse_names(args.dist_optimizer),
                   precisions=parse_names(args.precision), launcher=args.launcher, timeout_s=args.timeout)
-    if args.launcher == SLURM:
-        return SweepSpec(nproc=_slurm_worlds(args), **common, launcher_options={
-            "gpus_per_node": args.gpus_per_node, "wait": not args.no_wait, "poll_s": args.poll,
-            "job": job_options(args)})
-    given = [flag for flag in SLURM_ONLY if _differs(args, flag)]
-    if given:
-        raise ConfigError(f"{given[0]} is for --launcher slurm; add --launcher slurm or remove {given[0]}")
+    return LAUNCHER_SPECS[args.launcher](args, common)
+
+
+def _torchrun_spec(args: argparse.Namespace, common: dict) -> SweepSpec:
+    given_flags = [flag for flag in SLURM_ONLY if _differs(args, flag)]
+    if given_flags:
+        raise ConfigError(f"{given_flags[0]} is for --launcher slurm; add --launcher slurm or remove {given_flags[0]}")
     if args.nproc is None:
         raise ConfigError("give --nproc N,N,... (processes per node to sweep), or --launcher slurm --gpus N,N,...")
     return SweepSpec(nproc=parse_ints(args.nproc, "--nproc"), nnodes=parse_ints(args.nnodes or "1", "--nnodes"),
                      **common)
+
+
+def _slurm_spec(args: argparse.Namespace, common: dict) -> SweepSpec:
+    return SweepSpec(nproc=_slurm_worlds(args), **common, launcher_options={
+        "gpus_per_node": args.gpus_per_node, "wait": not args.no_wait, "poll_s": args.poll,
+        "job": job_options(args)})
+
+
+LAUNCHER_SPECS = {"torchrun": _torchrun_spec, "slurm": _slurm_spec}
+"""--launcher -> how its flags become a SweepSpec (one line per launcher in dlscale.sweep.run.LAUNCHERS)."""
 
 
 def _differs(args: argparse.Namespace, flag: str) -> bool:
@@ -111,15 +166,14 @@ def _slurm_worlds(args: argparse.Namespace) -> tuple[int, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlscale.report.load import load
-    from dlscale.report.scaling import build_series
-    from dlscale.report.tables import SCALING_HEADERS, markdown, scaling_table
-
     spec = spec_from_args(args)
+    check_spec(spec)  # the sweep's own flags first, then the swept command's
+    points = plan_points(spec, command_facts(spec.command, spec.args))
     sweep_dir = args.output_dir / (args.name or time.strftime("sweep-%Y%m%d-%H%M%S"))
-    points = run_sweep(spec, sweep_dir, out=lambda line: print(line, flush=True))
-    if spec.launcher == SLURM and not spec.launcher_options["wait"]:
-        ids = ",".join(p.job_id for p in points)
+    points = run_sweep(spec, points, sweep_dir, out=lambda line: print(line, flush=True))
+    submitted = [p for p in points if p.status == "submitted"]
+    if submitted:  # the jobs run on without the sweep
+        ids = ",".join(p.job_id for p in submitted)
         print(f"\nSubmitted {len(points)} jobs; follow them with: squeue -j {ids}")
         print(f"When they have ended: dlscale report {shlex.quote(str(sweep_dir))} -o "
               f"{shlex.quote(str(sweep_dir / 'report'))}")

@@ -8,13 +8,14 @@ come before it (scale has flags of its own).
 from __future__ import annotations
 
 import argparse
-import importlib
 import shlex
 import sys
 from pathlib import Path
 
-from dlscale.dist.launch import COMMANDS, LAUNCHERS, SlurmJob, sbatch_script, submit, write_script
+from dlscale.cli.common import parse_command_flags, resolve_config
 from dlscale.errors import ConfigError
+from dlscale.launch.local import without_option
+from dlscale.launch.slurm import COMMANDS, LAUNCHERS, SlurmJob, sbatch_script, submit, write_script
 
 RUN_FLAGS = ("--output-dir", "--name")
 
@@ -49,7 +50,8 @@ def _layout_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--launcher", choices=LAUNCHERS, default="torchrun",
                    help="torchrun: one task per node running torchrun; srun: one task per GPU, no torchrun")
     p.add_argument("--job-name", default=None, help="SLURM job name (default: dlscale-<run name>)")
-    p.add_argument("--script", type=Path, default=None, help="where to write the script (default: in the run directory)")
+    p.add_argument("--script", type=Path, default=None,
+                   help="where to write the script (default: in the run directory)")
     p.add_argument("--submit", action="store_true", help="submit the script with sbatch after printing it")
 
 
@@ -95,30 +97,10 @@ def _split(args: argparse.Namespace) -> tuple[str, list[str]]:
 
 def _parse_command(command: str, extra: list[str]) -> argparse.Namespace:
     """The command's flags, checked by its own parser before anything is written."""
-    from dlscale.cli import COMMANDS as CLI
-
-    parser = _RaisingParser(prog="dlscale")
-    sub = parser.add_subparsers(dest="command", parser_class=_RaisingParser)
-    importlib.import_module(CLI[command]).add_parser(sub)
-    ns = parser.parse_args([command, *extra])
+    ns = parse_command_flags(command, extra, where="the arguments of the job's command")
     if command == "train":  # a preset or --set that does not resolve fails here, not in the queue
-        from dlscale.cli.common import resolve_config
-
         resolve_config(ns)
     return ns
-
-
-def _without(extra: list[str], flags: tuple[str, ...]) -> list[str]:
-    """extra minus each `--flag VALUE` / `--flag=VALUE` in flags."""
-    out, skip = [], False
-    for word in extra:
-        if skip:
-            skip = False
-        elif word in flags:
-            skip = True
-        elif not word.startswith(tuple(f + "=" for f in flags)):
-            out.append(word)
-    return out
 
 
 def build_job(args: argparse.Namespace) -> tuple[SlurmJob, Path]:
@@ -130,9 +112,9 @@ def build_job(args: argparse.Namespace) -> tuple[SlurmJob, Path]:
     run_flags = ["--output-dir", str(root), "--name", name]
     if command == "scale":  # the sweep's own flags go before the swept command
         cut = extra.index("--") if "--" in extra else len(extra)
-        program = [command, *run_flags, *_without(extra[:cut], RUN_FLAGS), *extra[cut:]]
+        program = [command, *run_flags, *without_option(extra[:cut], *RUN_FLAGS), *extra[cut:]]
     else:
-        program = [command, *_without(extra, RUN_FLAGS), *run_flags]
+        program = [command, *without_option(extra, *RUN_FLAGS), *run_flags]
     if command == "train" and not any(w == "--resume" or w.startswith("--resume=") for w in extra):
         program += ["--resume", "auto"]  # a requeued job continues from the run's checkpoints
     job = SlurmJob(program=tuple(program), run_dir=root / name, log=root / name / "slurm-%j.log",

@@ -6,7 +6,8 @@ import argparse
 from dataclasses import replace
 
 from dlscale.cli.common import add_config_arguments, resolve_config
-from dlscale.dist import DistEnv, shutdown
+from dlscale.distributed import DistEnv, shutdown
+from dlscale.train.loop import fit
 
 
 def add_parser(subparsers) -> None:
@@ -29,8 +30,6 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlscale.train.loop import fit
-
     env = DistEnv.from_env()
     cfg, preset = resolve_config(args)
     if args.target_accuracy is not None:

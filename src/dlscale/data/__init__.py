@@ -8,7 +8,6 @@
             ...  # len(skipped): samples replaced because their file could not be decoded
 """
 
-from dlscale.data.config import DataConfig
 from dlscale.data.dataset import (
     BadSampleError,
     Batch,
@@ -29,7 +28,6 @@ from dlscale.data.sampler import (
 __all__ = [
     "BadSampleError",
     "Batch",
-    "DataConfig",
     "DatasetInfo",
     "DeviceNormalizer",
     "DevicePrefetcher",

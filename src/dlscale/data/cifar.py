@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dlscale.data.dataset import ArraySource
+from dlscale.data.source import ArraySource
 from dlscale.errors import DataError
 
 try:  # numpy >= 2 (numpy.core is a deprecated alias there)

@@ -9,25 +9,16 @@ the sample carries the skipped path to the main process inside the batch.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from dlscale.data.source import BadSample, Source
 from dlscale.data.transforms import Compose, to_uint8_chw
 from dlscale.errors import DataError
-
-
-class BadSample(Exception):
-    """Raised by a source's load() for a file that cannot be decoded."""
-
-    def __init__(self, path: str, reason: str):
-        reason = " ".join(reason.split())  # one line, whatever the decoder said
-        super().__init__(f"{path}: {reason}")
-        self.path = path
-        self.reason = reason
 
 
 class BadSampleError(DataError):
@@ -44,26 +35,8 @@ class BadSampleError(DataError):
         super().__init__(message)
 
 
-class Source(Protocol):
-    def __len__(self) -> int: ...
-
-    def load(self, index: int) -> tuple[Image.Image | torch.Tensor, int]: ...
 
 
-class ArraySource:
-    """A split held in memory as uint8 arrays, (N, H, W, 3) or grayscale (N, H, W), served as RGB
-    PIL images (CIFAR, digits)."""
-
-    def __init__(self, images: np.ndarray, labels: np.ndarray):
-        self.images = images
-        self.labels = labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def load(self, index: int) -> tuple[Image.Image, int]:
-        image = Image.fromarray(self.images[index])
-        return (image if image.mode == "RGB" else image.convert("RGB")), int(self.labels[index])
 
 
 class Sample(NamedTuple):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dlscale.data.dataset import ArraySource
+from dlscale.data.source import ArraySource
 from dlscale.errors import DataError
 
 DIGITS_SIZE = 1797

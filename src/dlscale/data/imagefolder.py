@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from dlscale.data.config import DECODE_MODES
-from dlscale.data.dataset import BadSample
+from dlscale.config.sections import DECODE_MODES
+from dlscale.data.source import BadSample
 from dlscale.errors import ConfigError, DataError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from dlscale.config.sections import DataConfig
 from dlscale.data import transforms as T
 from dlscale.data.cifar import (
     CIFAR10,
@@ -20,8 +21,7 @@ from dlscale.data.cifar import (
     CIFAR100_STD,
     cifar_sources,
 )
-from dlscale.data.config import DataConfig
-from dlscale.data.dataset import ImageDataset, Source, collate_samples
+from dlscale.data.dataset import ImageDataset, collate_samples
 from dlscale.data.digits import DIGITS_CLASSES, digits_sources
 from dlscale.data.imagefolder import (
     IMAGENET_MEAN,
@@ -30,6 +30,7 @@ from dlscale.data.imagefolder import (
     quiet_exif_warnings,
 )
 from dlscale.data.sampler import ExactShardSampler, ShardedTrainSampler
+from dlscale.data.source import Source
 from dlscale.data.synthetic import SYNTHETIC_MEAN, SYNTHETIC_STD, SyntheticSource
 from dlscale.errors import ConfigError, DataError
 

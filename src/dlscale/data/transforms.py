@@ -28,7 +28,8 @@ import torch
 from PIL import Image
 from torch.nn import functional as F
 
-from dlscale.data.config import DECODE_MODES
+from dlscale.config.sections import DECODE_MODES
+from dlscale.data.source import BadSample
 from dlscale.errors import ConfigError
 
 Transform = Callable[[Image.Image, torch.Generator], Image.Image]
@@ -157,8 +158,6 @@ def decode_at(img: Image.Image, reduction: int) -> tuple[Image.Image, float]:
     try:
         img.load()
     except Exception as err:  # decode errors of a file the source could only check, not decode
-        from dlscale.data.dataset import BadSample  # dataset imports this module
-
         # ImageDataset skips it (or stops, with data.on_bad_sample=error) like any unreadable file.
         path = getattr(img, "filename", "") or "an image"
         raise BadSample(path, f"{type(err).__name__}: {' '.join(str(err).split())}") from None

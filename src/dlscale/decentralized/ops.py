@@ -2,7 +2,8 @@
 
 Each rank sends flat byte views of its tensor with ``dist.batch_isend_irecv`` (gloo and NCCL
 both run it), so any dtype travels bit-exact and only the weighting does arithmetic.
-Semantics follow BlueFog's mpi_ops.py (Bluefog-Lib/bluefog@9ee376a7; references.md 2.2-2.4):
+Semantics follow BlueFog's mpi_ops.py (Bluefog-Lib/bluefog@9ee376a7;
+docs/references.md#bluefog-neighbor-allreduce, docs/references.md#bluefog-hierarchical):
 
     y_i = self_weight * x_i + sum_{j in src} src_weights[j] * dst_weight(j -> i) * x_j
 
@@ -309,7 +310,8 @@ def broadcast_parameters(module: torch.nn.Module, root: int = 0) -> None:
             dist.broadcast(on_wire.view(torch.uint8), src=root)
             _count_collective(on_wire)
             if dist.get_rank() != root:
-                for t, chunk in zip(members, on_wire.to(packed.device).split([m.numel() for m in members]), strict=True):
+                chunks = on_wire.to(packed.device).split([m.numel() for m in members])
+                for t, chunk in zip(members, chunks, strict=True):
                     t.copy_(chunk.view(t.shape))
 
 

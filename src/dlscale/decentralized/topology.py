@@ -319,7 +319,8 @@ def plan_exchange(W, node: int, *, is_weighted: bool = False, self_weight: float
                   src_weights: Mapping[int, float] | None = None,
                   dst_weights: Sequence[int] | Mapping[int, float] | None = None,
                   names: tuple[str, str] = ("src_weights", "dst_weights")) -> ExchangePlan:
-    """Who node sends to and receives from, with which weights (BlueFog's rules, references.md 2.2).
+    """Who node sends to and receives from, with which weights (BlueFog's rules,
+    docs/references.md#bluefog-neighbor-allreduce).
 
     No weights: send to all out-neighbors, receive from all in-neighbors, weigh uniformly
     1/(in-degree + 1), or by column node of W when is_weighted. self_weight with src_weights:

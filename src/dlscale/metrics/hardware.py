@@ -9,6 +9,8 @@ devices in this table; anything else gets None rather than a guess.
 
 from __future__ import annotations
 
+import os
+
 PEAK_TFLOPS: dict[str, dict[str, float]] = {
     "H200": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4},
     "H100 NVL": {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5},
@@ -32,3 +34,8 @@ def mfu(images_per_s: float, train_flops_per_image: float, device_name: str, dty
     if peak is None:
         return None
     return images_per_s * train_flops_per_image / peak
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, as SLURM and taskset set it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

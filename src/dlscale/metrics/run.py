@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 import dlscale
+from dlscale.distributed.env import DistEnv
 
 
 class RunDir:
@@ -43,6 +44,13 @@ class RunDir:
         tmp.write_text(json.dumps(to_jsonable(data), indent=2, sort_keys=False) + "\n")
         os.replace(tmp, target)
         return target
+
+    def write_setup(self, config: dict, env: DistEnv, device: torch.device) -> None:
+        """config.json (what the run was asked to do, `kind` first) and env.json (what it ran on):
+        every kind of run writes both with this call."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.write_json("config.json", config)
+        self.write_json("env.json", environment_info(env.world_size, device, env.launcher))
 
     def append_metrics(self, record: dict) -> None:
         with open(self.path / "metrics.jsonl", "a") as f:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlscale.errors import ConfigError
+from dlscale.report.loader import LoaderRun
 
 KINDS = ("bench", "train")
 SPEED_FLAGS = ("channels_last", "fused_optimizer", "cudnn_benchmark", "compile")
@@ -171,8 +172,6 @@ def _add_run(path: Path, found: Collection, seen: set[Path], sweep: str | None =
     seen.add(key)
     summary = read_json(path / "summary.json")
     if summary.get("kind") == "loader":
-        from dlscale.report.loader import LoaderRun
-
         found.loaders.append(LoaderRun(path, summary))
         return
     if summary.get("kind") not in KINDS or "world_size" not in summary:

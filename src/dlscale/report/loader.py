@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlscale.report import plots
+from dlscale.report.figure import figure, legend, save
 from dlscale.report.references import Reference
 
 HEADERS = ["run", "decode", "workers", "img/s", "speedup", "files/s", "file GB/s", "storage GB/s", "CPU busy"]
@@ -48,7 +48,7 @@ def speedup_plot(path: Path, loaders: list[LoaderRun], references: list[Referenc
     """Speedup over each run's first worker count, against workers, with Marconi100's if selected."""
     if not loaders:
         return "needs runs of dlscale loader"
-    fig, (ax,) = plots._figure("Input pipeline: speedup vs DataLoader workers",
+    fig, (ax,) = figure("Input pipeline: speedup vs DataLoader workers",
                                "speedup over each run's first setting; img/s of the pipeline alone")
     workers: list[int] = []
     for run in loaders:
@@ -69,6 +69,6 @@ def speedup_plot(path: Path, loaders: list[LoaderRun], references: list[Referenc
     ax.set_xticklabels([str(t) for t in ticks])
     ax.set_xlabel("DataLoader worker processes (0: loading in the main process)")
     ax.set_ylabel("speedup over the first setting (x)")
-    plots._legend(ax)
-    plots._save(fig, path)
+    legend(ax)
+    save(fig, path)
     return None

@@ -1,4 +1,4 @@
-"""PNG plots of a report, drawn headless (matplotlib's Agg canvas, no pyplot state).
+"""PNG plots of a report (the style of report/figure.py).
 
 Every figure is 800 x 500 pixels with a title, axis labels with units and a legend. Each
 function returns None when it drew its file, or the reason it did not (no data for it).
@@ -13,63 +13,17 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-import matplotlib
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
-matplotlib.use("Agg")  # headless: before anything draws
+from dlscale.report.compare import CompareRow
+from dlscale.report.figure import figure, legend, log2_axis, save
+from dlscale.report.references import Reference, RefSeries
+from dlscale.report.scaling import AccuracyRow, Series
 
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullLocator  # noqa: E402
-
-from dlscale.report.compare import CompareRow  # noqa: E402
-from dlscale.report.references import Reference, RefSeries  # noqa: E402
-from dlscale.report.scaling import AccuracyRow, Series  # noqa: E402
-
-WIDTH_IN, HEIGHT_IN, DPI = 8.0, 5.0, 100
-"""Every PNG is 800 x 500 pixels."""
 REF_COLORS = ("#7f7f7f", "#8c564b", "#bcbd22", "#17becf", "#9467bd", "#e377c2", "#2ca02c")
 """One colour per reference system; its series differ by marker. Our runs use the default cycle."""
 REF_MARKERS = ("s", "^", "v", "D", "P", "X", "<", ">", "h", "p")
 SCALED_NOTE = "references: other hardware, scaled so their first point matches ours"
-MAX_INSIDE_LEGEND = 8
-
-
-def _figure(title: str, subtitle: str = "", ncols: int = 1):
-    fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI, layout="constrained")
-    axes = fig.subplots(1, ncols, squeeze=False)[0]
-    fig.suptitle(title, fontsize=12)
-    if subtitle and ncols == 1:
-        axes[0].set_title(subtitle, fontsize=8, color="#555555")
-    for ax in axes:
-        ax.grid(True, alpha=0.3)
-    return fig, axes
-
-
-def _save(fig: Figure, path: Path) -> None:
-    fig.savefig(path, dpi=DPI)
-
-
-def _legend(ax, fig: Figure | None = None) -> None:
-    """Inside the axes when short; right of the plot when a long reference list needs room."""
-    handles, labels = ax.get_legend_handles_labels()
-    if not handles:
-        return
-    if fig is not None and len(handles) > MAX_INSIDE_LEGEND:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=6, borderaxespad=0)
-    else:
-        ax.legend(fontsize=7, loc="best")
-
-
-def _log2_axis(ax, values, label: str) -> None:
-    """A base-2 log axis ticked at the values, or at powers of two where values would crowd."""
-    ticks = sorted({int(v) for v in values if v})
-    if len(ticks) > 10 or any(b / a < 1.25 for a, b in zip(ticks, ticks[1:], strict=False)):
-        ticks = [2**k for k in range(ticks[0].bit_length() - 1, ticks[-1].bit_length() + 1)
-                 if ticks[0] <= 2**k * 1.5 and 2**k <= ticks[-1] * 1.5]
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(ticks)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xlabel(label)
 
 
 DEVICES = "devices (ranks; GPUs in the references)"
@@ -126,7 +80,7 @@ def throughput(path: Path, series: list[Series], references: list[Reference], fl
     if not drawn and not refs:
         return "no run with a measured throughput"
     main = _main_series(drawn)
-    fig, (ax,) = _figure("Training throughput vs devices", SCALED_NOTE if refs and main else "")
+    fig, (ax,) = figure("Training throughput vs devices", SCALED_NOTE if refs and main else "")
     xs = []
     for i, s in enumerate(drawn):
         rows = s.ok_rows
@@ -149,12 +103,12 @@ def throughput(path: Path, series: list[Series], references: list[Reference], fl
         ax.plot([d for d, _ in curve], [v * factor for _, v in curve], **_ref_style(s, references),
                 label=_ref_label(s))
         xs += [d for d, _ in curve]
-    _log2_axis(ax, xs, DEVICES)
+    log2_axis(ax, xs, DEVICES)
     if refs:
         _log_y(ax)
     ax.set_ylabel("throughput (images/s, all ranks)")
-    _legend(ax, fig)
-    _save(fig, path)
+    legend(ax, fig)
+    save(fig, path)
     return None
 
 
@@ -165,7 +119,7 @@ def efficiency(path: Path, series: list[Series], references: list[Reference]) ->
     curves = [(s, c) for s, c in curves if len(c) >= 2 or (c and s.kind == "efficiency")]
     if not drawn and not curves:
         return "needs one series with two or more world sizes"
-    fig, (ax,) = _figure("Scaling efficiency vs devices", "efficiency = (T_N / N) / (T_base / N_base), "
+    fig, (ax,) = figure("Scaling efficiency vs devices", "efficiency = (T_N / N) / (T_base / N_base), "
                          "T = total images/s, base = smallest world size")
     xs = []
     for s in drawn:
@@ -177,11 +131,11 @@ def efficiency(path: Path, series: list[Series], references: list[Reference]) ->
                 **_ref_style(s, references, star=s.kind == "efficiency"), label=_ref_label(s))
         xs += [d for d, _ in curve]
     ax.axhline(100, color="black", linestyle="--", linewidth=1, label="ideal (100%)")
-    _log2_axis(ax, xs, DEVICES)
+    log2_axis(ax, xs, DEVICES)
     ax.set_ylim(0, max(115, ax.get_ylim()[1]))
     ax.set_ylabel("scaling efficiency (% of linear, per device)")
-    _legend(ax, fig)
-    _save(fig, path)
+    legend(ax, fig)
+    save(fig, path)
     return None
 
 
@@ -191,7 +145,7 @@ def time_to_solution(path: Path, series: list[Series], references: list[Referenc
     if not drawn:
         return "needs train runs at two or more world sizes"
     refs = _ref_curves(references, "time_s")
-    fig, (ax,) = _figure("Time to solution vs devices", "training time of the whole run"
+    fig, (ax,) = figure("Time to solution vs devices", "training time of the whole run"
                          + ("; " + SCALED_NOTE if refs else ""))
     xs = []
     for i, s in enumerate(drawn):
@@ -208,11 +162,11 @@ def time_to_solution(path: Path, series: list[Series], references: list[Referenc
         ax.plot([d for d, _ in curve], [v * factor for _, v in curve], **_ref_style(s, references),
                 label=_ref_label(s))
         xs += [d for d, _ in curve]
-    _log2_axis(ax, xs, DEVICES)
+    log2_axis(ax, xs, DEVICES)
     _log_y(ax)
     ax.set_ylabel("time to solution (s)")
-    _legend(ax, fig)
-    _save(fig, path)
+    legend(ax, fig)
+    save(fig, path)
     return None
 
 
@@ -223,20 +177,21 @@ def top1_curves(path: Path, runs, flagged: set, x: str) -> str | None:
     if not trained:
         return "no train run with epoch records"
     by_epoch = x == "epoch"
-    fig, (ax,) = _figure("Validation top-1 vs " + ("epoch" if by_epoch else "wall-clock time"),
+    fig, (ax,) = figure("Validation top-1 vs " + ("epoch" if by_epoch else "wall-clock time"),
                          "one line per run; dashed: final top-1 below the tolerance")
     for run in trained:
         points = [(e[x] + (1 if by_epoch else 0), e["val_top1_pct"]) for e in run.epochs
                   if e.get(x) is not None and e.get("val_top1_pct") is not None]
         if points:
-            ax.plot(*zip(*points, strict=True), marker="o", markersize=3, linestyle="--" if run.path in flagged else "-",
+            ax.plot(*zip(*points, strict=True), marker="o", markersize=3,
+                    linestyle="--" if run.path in flagged else "-",
                     label=f"global batch {run.global_batch}, {_rank_word(run.world_size)} ({run.name})")
     ax.set_xlabel("epochs completed" if by_epoch else "wall-clock time since training start (s)")
     if by_epoch:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("validation top-1 (%)")
-    _legend(ax, fig)
-    _save(fig, path)
+    legend(ax, fig)
+    save(fig, path)
     return None
 
 
@@ -246,8 +201,10 @@ def accuracy_vs_batch(path: Path, rows: list[AccuracyRow], tolerance: float,
             if len([p for p in s.points if "final_top1_pct" in p and "global_batch" in p]) >= 2]
     if len({r.run.global_batch for r in rows}) < 2 and not refs:
         return "needs train runs with two or more global batch sizes"
-    fig, (ax,) = _figure("Final top-1 vs global batch", "change against the smallest global batch of the "
-                         "same model and data; below the red line a run is flagged")
+    fig, (ax,) = figure(
+        "Final top-1 vs global batch",
+        "change against the smallest global batch of the same model and data; below the red line a run is flagged",
+    )
     xs = []
     groups = defaultdict(list)
     for r in rows:
@@ -264,10 +221,10 @@ def accuracy_vs_batch(path: Path, rows: list[AccuracyRow], tolerance: float,
         xs += [b for b, _ in pts]
     ax.axhline(0, color="black", linewidth=1)
     ax.axhline(-tolerance, color="red", linestyle="--", linewidth=1, label=f"tolerance: -{tolerance:g} points")
-    _log2_axis(ax, xs, "global batch (images per optimizer step)")
+    log2_axis(ax, xs, "global batch (images per optimizer step)")
     ax.set_ylabel("final top-1 change (percentage points)")
-    _legend(ax, fig)
-    _save(fig, path)
+    legend(ax, fig)
+    save(fig, path)
     return None
 
 
@@ -292,7 +249,7 @@ def progression(path: Path, rows: list[CompareRow], references: list[Reference])
     mine = [r for r in rows if r.group == first]
     if not mine and not refs:
         return "needs runs that differ only in precision or speed options"
-    fig, axes = _figure("Throughput over precision and speed settings", ncols=2 if mine and refs else 1)
+    fig, axes = figure("Throughput over precision and speed settings", ncols=2 if mine and refs else 1)
     if mine:
         ax = axes[0]
         worlds = sorted({r.world_size for r in mine})
@@ -304,7 +261,7 @@ def progression(path: Path, rows: list[CompareRow], references: list[Reference])
         ax.set_title(f"ours: {first}", fontsize=8)
         ax.set_xlabel("setting (label: speedup over the first; bars: 95% interval)")
         ax.set_ylabel("throughput (images/s, all ranks)")
-        _legend(ax)
+        legend(ax)
     if refs:
         ax = axes[-1]
         names, ratios, colors = [], [], []
@@ -320,7 +277,7 @@ def progression(path: Path, rows: list[CompareRow], references: list[Reference])
         ax.invert_yaxis()
         ax.set_title("published, 1 GPU (ranges: middle value)", fontsize=8)
         ax.set_xlabel("throughput over the series' first setting (x)")
-    _save(fig, path)
+    save(fig, path)
     return None
 
 
@@ -329,7 +286,7 @@ def dist_optimizers(path: Path, rows: list[CompareRow], references: list[Referen
     mine = [r for r in rows if r.group == first]
     if not mine:
         return "needs runs that differ only in --dist-optimizer"
-    fig, (left, right) = _figure(f"Gradient synchronisation strategies: {first}", ncols=2)
+    fig, (left, right) = figure(f"Gradient synchronisation strategies: {first}", ncols=2)
     worlds = sorted({r.world_size for r in mine})
     names = list(dict.fromkeys(r.setting for r in mine))
     values = {(r.world_size, r.setting): r.run.total_ips for r in mine}
@@ -337,7 +294,7 @@ def dist_optimizers(path: Path, rows: list[CompareRow], references: list[Referen
     _bars(left, worlds, names, values, notes, {(r.world_size, r.setting): r.run.total_ci95 for r in mine})
     left.set_xlabel("devices (ranks); label: over the first strategy; bars: 95%")
     left.set_ylabel("throughput (images/s, all ranks)")
-    _legend(left)
+    legend(left)
     xs = list(worlds)
     for name in names:
         pts = sorted((r.world_size, 100 * r.efficiency) for r in mine if r.setting == name and r.efficiency)
@@ -350,9 +307,9 @@ def dist_optimizers(path: Path, rows: list[CompareRow], references: list[Referen
                        label=s.label)
             xs += [d for d, _ in curve]
     right.axhline(100, color="black", linestyle="--", linewidth=1, label="ideal (100%)")
-    _log2_axis(right, xs, "devices (ranks)")
+    log2_axis(right, xs, "devices (ranks)")
     right.set_ylim(0, max(115, right.get_ylim()[1]))
     right.set_ylabel("scaling efficiency (%)")
-    _legend(right)
-    _save(fig, path)
+    legend(right)
+    save(fig, path)
     return None

@@ -4,21 +4,30 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from dlscale.config.sections import StrategyConfig
+from dlscale.distributed.env import DistEnv
 from dlscale.errors import ConfigError
 from dlscale.strategies.allreduce import AllreduceStrategy
 from dlscale.strategies.base import Strategy
-from dlscale.strategies.decentralized import GradientAllreduceStrategy, NeighborAllreduceStrategy
+from dlscale.strategies.gradient_allreduce import GradientAllreduceStrategy
+from dlscale.strategies.neighbor_allreduce import (
+    TOPOLOGIES,
+    HierarchicalNeighborAllreduceStrategy,
+    NeighborAllreduceStrategy,
+)
 
-STRATEGIES: dict[str, Callable[..., Strategy]] = {
+STRATEGIES: dict[str, Callable[[StrategyConfig, DistEnv], Strategy]] = {
     "allreduce": AllreduceStrategy,
     "gradient_allreduce": GradientAllreduceStrategy,
     "neighbor_allreduce": NeighborAllreduceStrategy,
-    "hierarchical_neighbor_allreduce": lambda world_size, **options: NeighborAllreduceStrategy(
-        world_size, hierarchical=True, **options),
+    "hierarchical_neighbor_allreduce": HierarchicalNeighborAllreduceStrategy,
 }
 
+__all__ = ["STRATEGIES", "TOPOLOGIES", "Strategy", "build_strategy"]
 
-def build_strategy(name: str, world_size: int, **options) -> Strategy:
-    if name not in STRATEGIES:
-        raise ConfigError(f"unknown --dist-optimizer {name!r}; choose one of {', '.join(STRATEGIES)}")
-    return STRATEGIES[name](world_size=world_size, **options)
+
+def build_strategy(cfg: StrategyConfig, env: DistEnv) -> Strategy:
+    """The strategy cfg.dist_optimizer names, for this rank of the job."""
+    if cfg.dist_optimizer not in STRATEGIES:
+        raise ConfigError(f"unknown --dist-optimizer {cfg.dist_optimizer!r}; choose one of {', '.join(STRATEGIES)}")
+    return STRATEGIES[cfg.dist_optimizer](cfg, env)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from dlscale.strategies.decentralized import ring_allreduce_wire_bytes
+from dlscale.config.sections import StrategyConfig
+from dlscale.distributed.env import DistEnv
+from dlscale.strategies.base import Strategy
+from dlscale.strategies.comm import ring_allreduce_wire_bytes
 
 
-class AllreduceStrategy:
+class AllreduceStrategy(Strategy):
     """DDP: each bucket of gradients is averaged across ranks as soon as backward fills it.
 
     Parameters start identical because DDP broadcasts rank 0's state at construction.
@@ -21,18 +26,23 @@ class AllreduceStrategy:
 
     name = "allreduce"
 
-    def __init__(self, world_size: int, **_) -> None:
-        self.world_size = world_size
+    def __init__(self, cfg: StrategyConfig, env: DistEnv) -> None:
+        self.world_size = env.world_size
         self.payload_bytes = 0
         self.steps = 0
+        self.ddp: DistributedDataParallel | None = None
 
     def wrap(self, model: nn.Module, device: torch.device) -> nn.Module:
         if self.world_size == 1:
             return model
         device_ids = [device.index] if device.type == "cuda" else None
-        ddp = DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
-        ddp.register_comm_hook(state=self, hook=_counting_allreduce)
-        return ddp
+        self.ddp = DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
+        self.ddp.register_comm_hook(state=self, hook=_counting_allreduce)
+        return self.ddp
+
+    def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager:
+        # The DDP object itself, also when the step runs a torch.compile wrapper of it.
+        return self.ddp.no_sync() if self.ddp is not None else contextlib.nullcontext()
 
     def after_backward(self, model: nn.Module) -> None:
         pass

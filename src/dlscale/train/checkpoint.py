@@ -1,6 +1,6 @@
 """Single-file checkpoints written atomically, rotated, and loaded with weights_only=True.
 
-The protocol follows /work/shared/reference/ecosystem.md 1.3 and requirements R4, R6, R7:
+The protocol follows docs/references.md#checkpoint-protocol and dlscale's rules in docs/references.md#rule-checkpoints:
 * the training loop calls `save` on rank 0 only (DDP replicas are identical);
 * the file is written to `ckpt.tmp.<pid>`, flushed and fsynced, checked to load with
   `weights_only=True`, renamed with `os.replace` to `checkpoint-<step:09d>.pt`, and the

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dlscale.config import TrainConfig
+from dlscale.config.sections import TrainConfig
 from dlscale.data import (
     DatasetInfo,
     DeviceNormalizer,
@@ -25,43 +25,23 @@ from dlscale.data import (
     all_reduce_eval_sums,
     build_loaders,
 )
-from dlscale.dist import DistEnv, init_process_group, select_device
+from dlscale.distributed import DistEnv, init_process_group, select_device
 from dlscale.errors import ConfigError
-from dlscale.metrics.run import RunDir, environment_info, to_jsonable
+from dlscale.metrics.hardware import available_cores
+from dlscale.metrics.input_bound import input_bound_warning
+from dlscale.metrics.records import Records
+from dlscale.metrics.run import RunDir, to_jsonable
 from dlscale.metrics.timing import format_duration
 from dlscale.models import build_model
-from dlscale.precision import Precision, build_precision
-from dlscale.profiling import available_cores, input_bound_warning
-from dlscale.strategies import build_strategy
-from dlscale.strategies.base import Strategy
-from dlscale.strategies.decentralized import consensus_distance
-from dlscale.train.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
-from dlscale.train.optim import build_optimizer, loss_fn
+from dlscale.precision import build_precision
+from dlscale.train.checkpoint import CheckpointManager
+from dlscale.train.optim import loss_fn
 from dlscale.train.plan import Plan, make_plan, per_rank_batch
-from dlscale.train.records import Records
+from dlscale.train.replica import build_replica
 from dlscale.train.schedule import LRSchedule
 from dlscale.train.signals import PreemptionHandler
-from dlscale.train.step import accumulation_step, train_step
-
-
-@dataclass
-class Progress:
-    """What a checkpoint must carry besides model, optimizer and schedule to continue exactly."""
-
-    epoch: int = 0
-    epoch_step: int = 0
-    """Optimizer steps done in `epoch`."""
-    step: int = 0
-    """Optimizer steps done in total."""
-    elapsed_s: float = 0.0
-    """Wall time spent training and evaluating, summed over attempts."""
-    best_top1_pct: float = -1.0
-    best_top5_pct: float = -1.0
-    best_epoch: int = -1
-    time_to_target_s: float | None = None
-    history: list = field(default_factory=list)
-    """Per-epoch records (validation metrics, throughput)."""
-    skipped_samples: int = 0
+from dlscale.train.state import Progress, RunState
+from dlscale.train.step import StepParts, train_step
 
 
 @dataclass
@@ -74,18 +54,15 @@ class Run:
     plan: Plan
     model: nn.Module
     """The unwrapped model: evaluated and checkpointed."""
-    wrapped: nn.Module
-    """What the step runs: DDP-wrapped and/or compiled."""
-    optimizer: torch.optim.Optimizer
+    parts: StepParts
+    """What the train step runs: the wrapped model, optimizer, precision, strategy, loss."""
     schedule: LRSchedule
-    precision: Precision
-    strategy: Strategy
-    loss: nn.Module
     normalizer: DeviceNormalizer
     train_loader: object
     val_loader: object
     info: DatasetInfo
-    checkpoints: CheckpointManager
+    state: RunState
+    """What checkpoints save and restore."""
     records: Records = field(default_factory=lambda: Records(None, enabled=False))
     preemption: PreemptionHandler | None = None
     warned_epoch: int = -1
@@ -107,10 +84,8 @@ def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path
     run = build_run(cfg, env, device, run_dir)
     progress = _resume(run, run_dir, resume)
     if env.is_main:
-        run_dir.path.mkdir(parents=True, exist_ok=True)
-        run_dir.write_json("config.json", {"kind": "train", "preset": run_name, **to_jsonable(cfg),
-                                           "plan": asdict(run.plan)})
-        run_dir.write_json("env.json", environment_info(env.world_size, device, env.launcher))
+        run_dir.write_setup({"kind": "train", "preset": run_name, **to_jsonable(cfg), "plan": asdict(run.plan)},
+                            env, device)
     run.records = Records(run_dir, enabled=env.is_main, resume_step=progress.step, raport_file=raport_file)
     run.records.parameters({"preset": run_name, **asdict(run.plan), "precision": cfg.precision,
                             "model": cfg.model.name, "world_size": env.world_size})
@@ -145,25 +120,18 @@ def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: Run
                           "drop it, or use --set model.norm=group for per-sample normalisation")
     if cfg.sync_batchnorm and env.is_distributed:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    model = cfg.speed.place_model(model, device)
-    strategy = build_strategy(cfg.strategy.dist_optimizer, env.world_size, **_strategy_options(cfg, env))
-    wrapped = cfg.speed.maybe_compile(strategy.wrap(model, device))
-    optimizer = build_optimizer(model, cfg.optim, global_batch=plan.global_batch,
-                                fused=True if cfg.speed.fused_optimizer else None)
+    replica = build_replica(model, env=env, device=device, speed=cfg.speed, strategy=cfg.strategy, optim=cfg.optim,
+                            global_batch=plan.global_batch, precision=precision, loss_fn=loss_fn(cfg.optim))
+    optimizer = replica.parts.optimizer
     schedule = LRSchedule(cfg.schedule, peak_lr=plan.peak_lr, steps_per_epoch=plan.steps_per_epoch,
                           optimizer=optimizer)
+    checkpoints = CheckpointManager(run_dir.path / "checkpoints", keep_last=cfg.checkpoint.keep_last)
     return Run(
-        cfg=cfg, env=env, device=device, plan=plan, model=model, wrapped=wrapped, optimizer=optimizer,
-        schedule=schedule, precision=precision, strategy=strategy, loss=loss_fn(cfg.optim),
+        cfg=cfg, env=env, device=device, plan=plan, model=replica.model, parts=replica.parts, schedule=schedule,
         normalizer=DeviceNormalizer(info.mean, info.std, device, channels_last=cfg.speed.channels_last),
         train_loader=train_loader, val_loader=val_loader, info=info,
-        checkpoints=CheckpointManager(run_dir.path / "checkpoints", keep_last=cfg.checkpoint.keep_last),
+        state=RunState(replica.model, optimizer, schedule, precision, train_loader.sampler, checkpoints),
     )
-
-
-def _strategy_options(cfg: TrainConfig, env: DistEnv) -> dict:
-    options = {k: v for k, v in asdict(cfg.strategy).items() if k != "dist_optimizer"}
-    return {**options, "local_world_size": env.local_world_size}
 
 
 def _seed(seed: int, deterministic: bool) -> None:
@@ -210,7 +178,7 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
     started, first_step = time.perf_counter(), progress.epoch_step
     consumed = progress.epoch_step * plan.accumulation_steps * plan.per_rank_batch
     run.train_loader.sampler.set_epoch(progress.epoch, start_index=consumed * run.env.world_size)
-    run.wrapped.train()
+    run.parts.model.train()
     batches = iter(DevicePrefetcher(run.train_loader, run.device, run.normalizer))
     window = _Window(time.perf_counter(), first=True)
     skipped: list[str] = []
@@ -224,10 +192,7 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
             window.data_s += time.perf_counter() - fetch
             skipped.extend(batch.skipped)
             micro.append((batch.images, batch.labels))
-        if plan.accumulation_steps == 1:
-            loss = train_step(run.wrapped, *micro[0], run.optimizer, run.precision, run.strategy, run.loss)
-        else:
-            loss = accumulation_step(run.wrapped, micro, run.optimizer, run.precision, run.strategy, run.loss)
+        loss = train_step(run.parts, micro)
         window.add(loss, plan.global_batch // run.env.world_size)
         progress.step += 1
         progress.epoch_step += 1
@@ -282,7 +247,7 @@ def _log(run: Run, progress: Progress, window: _Window) -> bool:
     loss_sum, rate, compute_rate, stop = local.tolist()  # the one host sync of the window
     record = {
         "epoch": progress.epoch, "step": progress.step, "iteration": progress.epoch_step,
-        "train_loss": loss_sum / run.env.world_size, "lr": run.optimizer.param_groups[0]["lr"],
+        "train_loss": loss_sum / run.env.world_size, "lr": run.parts.optimizer.param_groups[0]["lr"],
         "throughput_img_per_s": rate, "compute_img_per_s": compute_rate,
         "data_time_ms": 1000 * window.data_s / window.steps, "step_time_ms": 1000 * elapsed / window.steps,
         **_strategy_metrics(run),
@@ -302,13 +267,11 @@ def _log(run: Run, progress: Progress, window: _Window) -> bool:
 def _strategy_metrics(run: Run) -> dict:
     """Communication per step since the last log step, and, for strategies whose replicas drift
     apart, the consensus distance (one allreduce of the model: only on log steps)."""
-    stats = run.strategy.comm_stats()
-    run.strategy.reset_stats()
-    metrics = {"comm_time_ms_per_step": stats["comm_time_ms_per_step"],
-               "comm_bytes_per_step": stats["comm_bytes_per_step"]}
-    if run.strategy.name.endswith("neighbor_allreduce"):
-        metrics["consensus_distance"] = consensus_distance(run.model)
-    return metrics
+    strategy = run.parts.strategy
+    stats = strategy.comm_stats()
+    strategy.reset_stats()
+    return {"comm_time_ms_per_step": stats["comm_time_ms_per_step"],
+            "comm_bytes_per_step": stats["comm_bytes_per_step"], **strategy.metrics(run.model)}
 
 
 def _count_skipped(run: Run, skipped: list[str]) -> int:
@@ -333,7 +296,7 @@ def evaluate(run: Run) -> dict:
     zero = torch.zeros((), dtype=torch.float64, device=run.device)
     correct1, correct5, loss_sum, count = zero.clone(), zero.clone(), zero.clone(), zero.clone()
     for images, labels, _ in DevicePrefetcher(run.val_loader, run.device, run.normalizer):
-        with run.precision.autocast():
+        with run.parts.precision.autocast():
             logits = run.model(images)
         loss_sum += nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
         top = logits.topk(min(5, logits.shape[1]), dim=1).indices
@@ -351,7 +314,7 @@ def _end_epoch(run: Run, progress: Progress, evaluation: dict, throughput: float
     if run.cfg.schedule.name == "plateau":
         run.schedule.observe(evaluation["val_loss"], epoch=progress.epoch)
     record = {"epoch": progress.epoch, "step": progress.step, **evaluation, "elapsed_s": progress.elapsed_s,
-              "throughput_img_per_s": throughput, "lr": run.optimizer.param_groups[0]["lr"],
+              "throughput_img_per_s": throughput, "lr": run.parts.optimizer.param_groups[0]["lr"],
               "global_batch": run.plan.global_batch}
     if evaluation["val_top1_pct"] > progress.best_top1_pct:
         progress.best_top1_pct, progress.best_top5_pct = evaluation["val_top1_pct"], evaluation["val_top5_pct"]
@@ -364,51 +327,18 @@ def _end_epoch(run: Run, progress: Progress, evaluation: dict, throughput: float
 
 
 def _save(run: Run, progress: Progress, *, reason: str) -> None:
-    """Rank 0 writes; every rank waits so that nobody reads or deletes a half-written state."""
     progress.elapsed_s = run.elapsed_s()
-    if run.env.is_main:
-        consumed = progress.epoch_step * run.plan.accumulation_steps * run.plan.per_rank_batch
-        state = {
-            "model": run.model.state_dict(),
-            "optimizer": run.optimizer.state_dict(),
-            "schedule": run.schedule.state_dict(),
-            "scaler": run.precision.state_dict(),
-            "sampler": run.train_loader.sampler.state_dict(consumed),
-            "progress": to_jsonable(asdict(progress)),
-            "rng": capture_rng_state(),
-            "reason": reason,
-            "torch": str(torch.__version__),
-        }
-        path = run.checkpoints.save(state, epoch=progress.epoch, step=progress.step)
+    consumed = progress.epoch_step * run.plan.accumulation_steps * run.plan.per_rank_batch
+    path = run.state.save(progress, consumed=consumed, reason=reason, is_main=run.env.is_main)
+    if path is not None:
         run.records.message(f"checkpoint ({reason}): {path}")
-    if dist.is_initialized():
-        dist.barrier()
 
 
 def _resume(run: Run, run_dir: RunDir, resume: str) -> Progress:
     """Continue from the checkpoint directory alone (never from restart counters)."""
-    if resume == "none":
-        if run.checkpoints.checkpoints():
-            raise ConfigError(f"{run_dir.path} already holds checkpoints; resume with --resume auto, "
-                              "or choose another --name")
+    progress = run.state.resume(resume, run.device)
+    if progress is None:
         return Progress()
-    if resume == "auto":
-        state = run.checkpoints.load_latest(map_location=run.device)
-    elif Path(resume).is_file():
-        state = torch.load(resume, map_location=run.device, weights_only=True)
-    else:
-        raise ConfigError(f"--resume {resume}: no such checkpoint file (or use auto / none)")
-    if state is None:
-        return Progress()
-    run.model.load_state_dict(state["model"])
-    run.optimizer.load_state_dict(state["optimizer"])
-    run.schedule.load_state_dict(state["schedule"])
-    run.precision.load_state_dict(state["scaler"])
-    run.train_loader.sampler.load_state_dict(state["sampler"])
-    restore_rng_state(state["rng"])
-    progress = Progress(**state["progress"])
-    if dist.is_initialized():
-        dist.barrier()  # every rank has read it before rank 0 may rotate files
     if run.env.is_main:
         print(f"resumed at epoch {progress.epoch} step {progress.step} from {run_dir.path / 'checkpoints'}",
               flush=True)

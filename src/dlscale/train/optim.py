@@ -1,6 +1,7 @@
 """SGD with momentum, learning-rate scaling rules and the weight-decay split.
 
-Sources (see /work/shared/reference/references.md):
+Sources (docs/references.md#goyal-2017, #hal-lr-schedule, #sc20-presets, #ngc-bn-weight-decay,
+#ngc-label-smoothing):
 * linear scaling `lr = base * B / 256`: Goyal et al. 2017, "Accurate, Large Minibatch SGD";
   HAL (richardkxu/distributed-pytorch) uses it with base 0.1: 208 x 64 ranks -> 5.2.
 * square-root scaling `0.1 * sqrt(B / 128)`: the NERSC SC20 tutorial presets
@@ -12,17 +13,13 @@ Sources (see /work/shared/reference/references.md):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
+from dlscale.config.sections import LR_SCALING_RULES, OptimConfig
 from dlscale.errors import ConfigError
-
-LrScaling = Literal["none", "linear", "sqrt"]
-LR_SCALING_RULES = ("none", "linear", "sqrt")
 
 # Modules whose parameters (affine scale and shift) never get weight decay when the
 # exclusion is on. `_NormBase` covers every BatchNorm (incl. SyncBatchNorm, lazy ones)
@@ -33,54 +30,6 @@ NORM_MODULE_TYPES: tuple[type[nn.Module], ...] = (
     nn.GroupNorm,
     nn.LayerNorm,
 ) + ((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ())
-
-
-@dataclass(frozen=True, kw_only=True)
-class OptimConfig:
-    """SGD settings. The learning rate is given for `reference_batch` images per step."""
-
-    lr: float = 0.1
-    """Learning rate for a global batch of `reference_batch` images; scaled by `lr_scaling`."""
-    momentum: float = 0.9
-    """SGD momentum (HAL, SC20 and NVIDIA ConvNets all use 0.9; NVIDIA's ResNet presets 0.875)."""
-    nesterov: bool = False
-    """Use Nesterov momentum (needs momentum > 0)."""
-    weight_decay: float = 1e-4
-    """L2 penalty added to the gradient (1e-4 for ImageNet ResNet-50, SC20 uses 5e-4 on CIFAR)."""
-    exclude_bn_and_bias_from_weight_decay: bool = False
-    """Give normalisation-layer parameters and all biases zero weight decay (NVIDIA's default)."""
-    lr_scaling: LrScaling = "none"
-    """How `lr` grows with the global batch: "none", "linear" (Goyal et al. 2017) or "sqrt"."""
-    reference_batch: int = 256
-    """Global batch (images per optimizer step) that `lr` was tuned for."""
-    label_smoothing: float = 0.0
-    """Cross-entropy label smoothing in [0, 1) (NVIDIA's ResNet-50 presets use 0.1)."""
-    accumulation_steps: int = 1
-    """Micro-batches whose gradients are summed before one optimizer step (>= 1)."""
-
-    def __post_init__(self) -> None:
-        _check(self.lr > 0, f"optim.lr={self.lr} must be > 0")
-        _check(0 <= self.momentum < 1, f"optim.momentum={self.momentum} must be in [0, 1)")
-        _check(
-            not self.nesterov or self.momentum > 0,
-            "optim.nesterov=true needs optim.momentum > 0; set a momentum or turn nesterov off",
-        )
-        _check(self.weight_decay >= 0, f"optim.weight_decay={self.weight_decay} must be >= 0")
-        _check(
-            self.lr_scaling in LR_SCALING_RULES,
-            f"optim.lr_scaling={self.lr_scaling!r} is unknown; use one of {LR_SCALING_RULES}",
-        )
-        _check(self.reference_batch >= 1, "optim.reference_batch must be a positive integer")
-        _check(
-            0 <= self.label_smoothing < 1,
-            f"optim.label_smoothing={self.label_smoothing} must be in [0, 1)",
-        )
-        _check(self.accumulation_steps >= 1, "optim.accumulation_steps must be >= 1")
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
 
 
 def images_per_step(per_rank_batch: int, world_size: int, accumulation_steps: int = 1) -> int:

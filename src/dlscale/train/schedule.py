@@ -4,7 +4,8 @@
 and (for "plateau") the reductions recorded so far, so the config printer can show a
 schedule without training. `apply(step)` writes that value into the optimizer.
 
-Formulas (see /work/shared/reference/references.md), with E = epochs, W = warm-up epochs,
+Formulas (docs/references.md#hal-lr-schedule, #sc20-lr-schedule, #ngc-lr-schedule), with E = epochs,
+W = warm-up epochs,
 e = step / steps_per_epoch (fractional epoch), base = the peak LR:
 * warm-up per iteration (HAL): `base * (1 + step) / (W * steps_per_epoch)`;
 * warm-up per epoch (SC20, NVIDIA ConvNets): `base * (epoch + 1) / W` for epoch < W;
@@ -20,94 +21,12 @@ and equal NVIDIA's per-epoch values at each epoch's first step.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
+from dlscale.config.sections import ScheduleConfig
 from dlscale.errors import ConfigError
-
-ScheduleName = Literal["constant", "step", "cosine", "linear", "plateau"]
-SCHEDULE_NAMES = ("constant", "step", "cosine", "linear", "plateau")
-WARMUP_UNITS = ("iteration", "epoch")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ScheduleConfig:
-    """Shape of the learning rate over training; the peak comes from `OptimConfig`."""
-
-    name: ScheduleName = "step"
-    """One of "constant", "step", "cosine", "linear", "plateau"."""
-    epochs: int = 90
-    """Length of training in epochs; cosine and linear reach `end_lr` here."""
-    warmup_epochs: float = 0.0
-    """Linear warm-up length (HAL 5, NVIDIA 8, SC20 8 or 16); 0 turns warm-up off."""
-    warmup_per: Literal["iteration", "epoch"] = "iteration"
-    """Warm-up granularity: "iteration" (HAL) or "epoch" (SC20, NVIDIA; needs whole epochs)."""
-    milestones: tuple[int, ...] = (30, 60, 80)
-    """Epochs at which "step" multiplies the LR by `gamma` (HAL, NVIDIA: 30, 60, 80)."""
-    gamma: float = 0.1
-    """Factor applied at each milestone of "step"."""
-    end_lr: float = 0.0
-    """Final LR of "cosine" and "linear" (NVIDIA `--end-lr`, default 0)."""
-    plateau_factor: float = 0.2
-    """Plateau: LR multiplier on each reduction (SC20: 0.2)."""
-    plateau_patience: int = 10
-    """Plateau: bad epochs tolerated; the LR drops after `patience + 1` (SC20: 10)."""
-    plateau_mode: Literal["min", "max"] = "min"
-    """Plateau: "min" for a loss, "max" for an accuracy."""
-    plateau_threshold: float = 1e-4
-    """Plateau: relative improvement that counts as better (torch's default 1e-4)."""
-
-    def __post_init__(self) -> None:
-        _check(
-            self.name in SCHEDULE_NAMES, f"schedule.name={self.name!r}: use one of {SCHEDULE_NAMES}"
-        )
-        _check(self.epochs >= 1, f"schedule.epochs={self.epochs} must be >= 1")
-        _check(self.warmup_epochs >= 0, "schedule.warmup_epochs must be >= 0")
-        _check(
-            self.warmup_per in WARMUP_UNITS,
-            f"schedule.warmup_per={self.warmup_per!r}: use one of {WARMUP_UNITS}",
-        )
-        _check(
-            self.warmup_per != "epoch" or float(self.warmup_epochs).is_integer(),
-            f"schedule.warmup_epochs={self.warmup_epochs} is fractional; per-epoch warm-up "
-            "needs whole epochs (or set schedule.warmup_per=iteration)",
-        )
-        if self.name in ("cosine", "linear"):
-            _check(
-                self.epochs > self.warmup_epochs,
-                f"schedule.epochs={self.epochs} must exceed warmup_epochs={self.warmup_epochs}",
-            )
-            _check(self.end_lr >= 0, "schedule.end_lr must be >= 0")
-        if self.name == "step":
-            self._check_milestones()
-        if self.name == "plateau":
-            self._check_plateau()
-
-    def _check_milestones(self) -> None:
-        ms = self.milestones
-        _check(
-            all(b > a for a, b in zip(ms, ms[1:], strict=False)),
-            f"schedule.milestones={ms} must be strictly increasing",
-        )
-        _check(
-            not ms or ms[0] >= self.warmup_epochs,
-            f"schedule.milestones={ms} start inside the warm-up; move them past epoch "
-            f"{self.warmup_epochs}",
-        )
-        _check(0 < self.gamma <= 1, f"schedule.gamma={self.gamma} must be in (0, 1]")
-
-    def _check_plateau(self) -> None:
-        _check(0 < self.plateau_factor < 1, "schedule.plateau_factor must be in (0, 1)")
-        _check(self.plateau_patience >= 0, "schedule.plateau_patience must be >= 0")
-        _check(self.plateau_mode in ("min", "max"), "schedule.plateau_mode must be min or max")
-        _check(self.plateau_threshold >= 0, "schedule.plateau_threshold must be >= 0")
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
 
 
 class LRSchedule:

@@ -3,7 +3,7 @@
 SLURM sends SIGUSR1 ahead of preemption or the time limit (`#SBATCH --signal=B:USR1@N`,
 "up to 60 seconds earlier than specified", sbatch(1)) and SIGTERM when it cancels a job;
 torchrun's agent sends SIGTERM to its workers. The handler only records the signal:
-no I/O, no collectives and no checkpoint inside it (ecosystem.md R11). The loop checks
+no I/O, no collectives and no checkpoint inside it (docs/references.md#rule-signals). The loop checks
 `requested` between optimizer steps, agrees on it across ranks (an all-reduce of the
 flag, because a signal may reach only some ranks), checkpoints and exits cleanly.
 """

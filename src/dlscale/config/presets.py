@@ -1,12 +1,12 @@
-"""Training configuration: a frozen dataclass tree, YAML presets with inheritance, --set overrides.
+"""Preset files, inheritance and --set: a checked TrainConfig from `FILE_OR_NAME:PRESET` and overrides.
 
     dlscale train --config cifar100:bs256-amp --set optim.lr=0.2 --set schedule.epochs=10
 
 `cifar100:bs256-amp` names preset `bs256-amp` of the shipped file presets/cifar100.yaml; a path
 to a YAML file of the same form works too (`my.yaml:fast`). Every preset inherits from the
 file's `default` entry, or from the preset named by its `base` key; nested sections merge key by
-key. Values are checked against the dataclass field types, so a typo is an error that lists the
-keys that exist, not a silently ignored setting.
+key. Values are checked against the dataclass field types (sections.py), so a typo is an error
+that lists the keys that exist, not a silently ignored setting.
 """
 
 from __future__ import annotations
@@ -14,95 +14,14 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
-from dlscale.data.config import DataConfig
+from dlscale.config.sections import TrainConfig
 from dlscale.errors import ConfigError
-from dlscale.speed import SpeedOptions
-from dlscale.train.optim import OptimConfig
-from dlscale.train.schedule import ScheduleConfig
-
-
-@dataclass(frozen=True, kw_only=True)
-class ModelConfig:
-    name: str = "resnet50"
-    """Model name from `dlscale models`."""
-    width: int = 64
-    """Base channel count; 64 is the standard ResNet."""
-    zero_init_residual: bool = False
-    """Zero the last BN gamma of every residual block (Goyal et al. 2017)."""
-    norm: Literal["batch", "group"] = "batch"
-    """BatchNorm, or GroupNorm (per sample: results do not depend on the split over ranks)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class StrategyConfig:
-    dist_optimizer: str = "allreduce"
-    """allreduce (DDP), gradient_allreduce, neighbor_allreduce or hierarchical_neighbor_allreduce."""
-    topology: str = "exp2"
-    """Graph of the decentralized strategies: exp2, ring, mesh, star or full."""
-    atc_style: bool = False
-    """Adapt-then-combine (step, then mix with neighbours); default adapt-with-combine (DGD)."""
-    dynamic_topology: bool = True
-    """One peer per step, rotating through the graph's out-neighbours (BlueFog's default)."""
-    num_steps_per_communication: int = 1
-    """Local steps between two neighbour exchanges."""
-    global_average_every: int = 0
-    """Average parameters over all ranks every N steps (0: never); a BlueFog accuracy trick."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class CheckpointConfig:
-    enabled: bool = True
-    """Write checkpoints at all."""
-    every_epochs: int = 1
-    """Checkpoint at the end of every N-th epoch."""
-    every_steps: int = 0
-    """Also checkpoint every N optimizer steps inside an epoch (0: only at epoch ends)."""
-    keep_last: int = 3
-    """Checkpoints kept on disk; older ones are deleted."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
-    strategy: StrategyConfig = field(default_factory=StrategyConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    speed: SpeedOptions = field(default_factory=SpeedOptions)
-    precision: Literal["fp32", "tf32", "amp_fp16", "amp_bf16"] = "fp32"
-    """Numeric precision (see `dlscale bench --help`)."""
-    batch_size: int | None = None
-    """Images per rank per micro-step. Give this or global_batch_size."""
-    global_batch_size: int | None = None
-    """Images per optimizer step over all ranks (SC20's presets); split evenly over ranks."""
-    val_batch_size: int | None = None
-    """Images per rank per validation step (default: the training batch per rank)."""
-    target_accuracy: float | None = None
-    """Stop when validation top-1 (a fraction, 0.76) reaches this; records time to solution."""
-    max_steps_per_epoch: int | None = None
-    """Cut every epoch after this many steps (NVIDIA's --prof); for quick runs and tests."""
-    log_every: int = 20
-    """Optimizer steps between two metric records (the only steps that reduce across ranks)."""
-    sync_batchnorm: bool = False
-    """Convert BatchNorm to SyncBatchNorm (statistics over the global batch)."""
-    seed: int = 0
-    """Seed of weights, data order and augmentation."""
-    deterministic: bool = False
-    """torch.use_deterministic_algorithms: bit-for-bit repeatable runs, slower."""
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    pg_timeout_s: float = 600.0
-    """Seconds before a collective that a peer never joins fails."""
-    name: str | None = None
-    """Run directory name under the output directory (default: the preset's name)."""
-
 
 # ----------------------------------------------------------------------------- presets
 
@@ -194,7 +113,9 @@ def build(cls: type, data: Any, where: str) -> Any:
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ConfigError(f"unknown key {where}{unknown[0]!s}; {where.rstrip('.') or 'top level'} has: {', '.join(sorted(known))}")
+        raise ConfigError(
+            f"unknown key {where}{unknown[0]!s}; {where.rstrip('.') or 'top level'} has: {', '.join(sorted(known))}"
+        )
     values = {name: _coerce(hints[name], value, f"{where}{name}") for name, value in data.items()}
     try:
         return cls(**values)

@@ -8,14 +8,12 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from dlscale.dist.env import DistEnv, expand_hostlist
+from dlscale.distributed.env import DistEnv
 from dlscale.errors import DeviceError
-
-__all__ = ["DistEnv", "expand_hostlist", "select_device", "init_process_group", "shutdown"]
 
 DEFAULT_TIMEOUT_S = 600.0
 """Process-group timeout: a collective that a peer never joins fails after this many seconds.
-torch's own default is 30 minutes (ecosystem.md section 0, finding 2)."""
+torch's own default is 30 minutes (docs/references.md#pg-timeout)."""
 
 
 def select_device(env: DistEnv, kind: str = "auto") -> torch.device:
@@ -40,7 +38,7 @@ def init_process_group(env: DistEnv, device: torch.device, timeout_s: float = DE
 
     Under torchrun the workers reuse the agent's TCPStore. On the pinned torch a restarted
     attempt then reads keys left by the failed one and fails to connect or hangs
-    (ecosystem.md section 1.2, pytorch#135712), so each attempt gets its own key prefix.
+    (docs/references.md#torchrun-store-restart-bug, pytorch#135712), so each attempt gets its own key prefix.
     """
     if not env.is_distributed or dist.is_initialized():
         return

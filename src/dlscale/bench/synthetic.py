@@ -18,64 +18,21 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dlscale.config import StrategyConfig
-from dlscale.dist import DistEnv, init_process_group, select_device
-from dlscale.errors import ConfigError, DeviceError
+from dlscale.config.sections import BenchConfig, OptimConfig
+from dlscale.distributed import DistEnv, init_process_group, select_device
+from dlscale.errors import DeviceError
 from dlscale.metrics.hardware import mfu, peak_flops
-from dlscale.metrics.run import RunDir, default_run_name, device_name, environment_info
+from dlscale.metrics.run import RunDir, default_run_name, device_name
 from dlscale.metrics.timing import device_synchronizer, mean_ci95
 from dlscale.models import build_model
 from dlscale.models.flops import count_macs, train_flops_per_image
-from dlscale.precision import Precision, build_precision
-from dlscale.speed import SpeedOptions
-from dlscale.strategies import build_strategy
-from dlscale.strategies.base import Strategy
-from dlscale.train.step import train_step
+from dlscale.precision import build_precision
+from dlscale.train.replica import build_replica
+from dlscale.train.step import StepParts, train_step
 
 Clock = Callable[[], float]
 
 
-@dataclass(frozen=True, kw_only=True)
-class BenchConfig:
-    model: str = "resnet50"
-    """Model name from `dlscale models`."""
-    batch_size: int = 32
-    """Images per rank per step."""
-    num_warmup_batches: int = 10
-    """Untimed steps first: cuDNN autotuning, allocator growth, compilation."""
-    num_batches_per_iter: int = 10
-    """Steps per timed iteration."""
-    num_iters: int = 10
-    """Timed iterations; the +- is over these."""
-    num_classes: int = 1000
-    image_size: int = 224
-    """Square input size in pixels."""
-    width: int = 64
-    """Base channel count of the ResNet (64 is the standard model)."""
-    precision: str = "fp32"
-    speed: SpeedOptions = SpeedOptions()
-    strategy: StrategyConfig = StrategyConfig()
-    """How replicas synchronise: --dist-optimizer and its options."""
-    device: str = "auto"
-    pool_batches: int = 8
-    """Distinct random batches generated on the device and cycled through."""
-    lr: float = 0.01
-    """SGD learning rate (momentum 0.9), as the reference benchmarks use."""
-    seed: int = 0
-    pg_timeout_s: float = 600.0
-    """Seconds before a collective that a peer never joins fails."""
-
-    def validate(self) -> None:
-        positive = ("batch_size", "num_batches_per_iter", "num_iters", "num_classes", "width", "pool_batches")
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if self.num_warmup_batches < 0:
-            raise ConfigError(f"--num-warmup-batches must be >= 0, got {self.num_warmup_batches}")
-        if self.image_size < 8:
-            raise ConfigError(f"--image-size must be at least 8 pixels, got {self.image_size}")
-        if self.pg_timeout_s <= 0:
-            raise ConfigError(f"--pg-timeout must be positive seconds, got {self.pg_timeout_s}")
 
 
 @dataclass(frozen=True)
@@ -165,20 +122,19 @@ def run_bench(
     clock: Clock = time.perf_counter,
 ) -> dict:
     """Run the benchmark on this rank; every rank returns the same summary dict."""
-    cfg.validate()
     device = select_device(env, cfg.device)
     init_process_group(env, device, cfg.pg_timeout_s)
     say = out if env.is_main else (lambda line: None)
-    parts = build_bench_parts(cfg, env, device)
+    setup = build_bench(cfg, env, device)
+    parts, pool = setup.parts, setup.pool
     strategy, precision = parts.strategy, parts.precision
-    pool = parts.pool
     cursor = iter(range(1 << 62))
 
     def next_batch():
         return pool[next(cursor) % len(pool)]
 
     def step(images, labels):
-        return train_step(parts.model, images, labels, parts.optimizer, precision, strategy, parts.loss_fn)
+        return train_step(parts, [(images, labels)])
 
     word = "GPU" if device.type == "cuda" else "CPU"
     for line in (f"Model: {cfg.model}", f"Batch size: {cfg.batch_size}", f"Number of {word}s: {env.world_size}",
@@ -195,7 +151,7 @@ def run_bench(
             on_iter=lambda i, rate: say(f"Iter #{i}: {rate.total_ips:.1f} img/sec per {word}"),
         )
     summary = summarize(gather_rates(rates, device))
-    summary.update(_describe(cfg, env, device, precision.flops_dtype, parts.macs, summary))
+    summary.update(_describe(cfg, env, device, precision.flops_dtype, setup.macs, summary))
     summary.update(_peak_memory(device))
     summary.update(_comm_stats(strategy, device))
     say(f"Img/sec per {word}: {summary['img_per_sec_per_rank_mean']:.1f} +-{summary['img_per_sec_per_rank_ci95']:.1f}")
@@ -205,33 +161,29 @@ def run_bench(
 
 
 @dataclass
-class BenchParts:
-    """What a benchmark step needs, built once (also by `dlscale profile bench`)."""
+class BenchSetup:
+    """What the benchmark runs, built once (also by `dlscale profile bench`)."""
 
-    model: nn.Module
-    """DDP-wrapped and/or compiled as the strategy and speed options say."""
-    optimizer: torch.optim.Optimizer
-    precision: Precision
-    strategy: Strategy
-    loss_fn: nn.Module
+    parts: StepParts
+    """The train step's model (DDP-wrapped and/or compiled), optimizer, precision, strategy, loss."""
     pool: list[tuple[torch.Tensor, torch.Tensor]]
+    """Synthetic batches on the device, cycled through."""
     macs: int
     """Multiply-accumulates of one forward pass of one image."""
 
 
-def build_bench_parts(cfg: BenchConfig, env: DistEnv, device: torch.device) -> BenchParts:
+def build_bench(cfg: BenchConfig, env: DistEnv, device: torch.device) -> BenchSetup:
     cfg.speed.apply_globals(device)
     torch.manual_seed(cfg.seed)
     precision = build_precision(cfg.precision, device)
     model = build_model(cfg.model, num_classes=cfg.num_classes, width=cfg.width)
     macs = count_macs(model, image_size=cfg.image_size)
-    options = {k: v for k, v in asdict(cfg.strategy).items() if k != "dist_optimizer"}
-    strategy = build_strategy(cfg.strategy.dist_optimizer, env.world_size, local_world_size=env.local_world_size,
-                              **options)
-    model = cfg.speed.maybe_compile(strategy.wrap(cfg.speed.place_model(model, device), device))
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9, **cfg.speed.optimizer_kwargs())
-    pool = synthetic_pool(cfg, device, seed=cfg.seed + env.rank)
-    return BenchParts(model, optimizer, precision, strategy, nn.CrossEntropyLoss(), pool, macs)
+    # The reference benchmarks' optimizer: plain SGD, momentum 0.9, no weight decay, no LR scaling.
+    optim = OptimConfig(lr=cfg.lr, momentum=0.9, weight_decay=0.0)
+    replica = build_replica(model, env=env, device=device, speed=cfg.speed, strategy=cfg.strategy, optim=optim,
+                            global_batch=cfg.batch_size * env.world_size, precision=precision,
+                            loss_fn=nn.CrossEntropyLoss())
+    return BenchSetup(replica.parts, synthetic_pool(cfg, device, seed=cfg.seed + env.rank), macs)
 
 
 def synthetic_pool(cfg: BenchConfig, device: torch.device, *, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -337,7 +289,6 @@ def write_run(cfg: BenchConfig, env: DistEnv, summary: dict, *, root: str, name:
     """Rank 0's run directory: config.json, env.json, summary.json."""
     run = RunDir.create(root, name or default_run_name("bench", cfg.model, cfg.precision, f"w{env.world_size}"))
     device = torch.device(summary["device"], env.local_rank if summary["device"] == "cuda" else None)
-    run.write_json("config.json", {"kind": "bench", **asdict(cfg), "world_size": env.world_size})
-    run.write_json("env.json", environment_info(env.world_size, device, env.launcher))
+    run.write_setup({"kind": "bench", **asdict(cfg), "world_size": env.world_size}, env, device)
     run.write_json("summary.json", summary)
     return run

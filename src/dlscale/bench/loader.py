@@ -33,9 +33,11 @@ from dataclasses import replace
 import torch
 from torch.utils.data import get_worker_info
 
-from dlscale.data import DataConfig, DeviceNormalizer, DevicePrefetcher, build_loaders
+from dlscale.config import DataConfig
+from dlscale.data import DeviceNormalizer, DevicePrefetcher, build_loaders
+from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.timing import device_synchronizer
-from dlscale.profiling import available_cores
+from dlscale.report.figure import figure, save
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -196,13 +198,8 @@ def format_header() -> str:
 
 def plot(rows: list[dict], path, title: str) -> None:
     """img/s (with the speedup over the first setting), CPU cores busy and file MB/s against workers."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     workers = [str(row["workers"]) for row in rows]
-    figure, (rates, cpu) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (rates, cpu) = figure(title, ncols=2)
     rates.bar(workers, [row["images_per_s"] for row in rows], color="tab:blue")
     for index, row in enumerate(rows):
         rates.annotate(f"{row['speedup']:.2f}x", (index, row["images_per_s"]), ha="center", va="bottom")
@@ -212,7 +209,4 @@ def plot(rows: list[dict], path, title: str) -> None:
     reads = cpu.twinx()
     reads.plot(workers, [1000 * row["file_read_gb_per_s"] for row in rows], "s--", color="tab:green")
     reads.set_ylabel("file bytes read, MB/s (dashed)")
-    figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    save(fig, path)

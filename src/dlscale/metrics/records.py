@@ -13,14 +13,14 @@ from pathlib import Path
 
 from dlscale.metrics.run import RunDir, to_jsonable
 
-# TensorBoard tags (ecosystem.md section 6; HAL and SC20 log the same quantities). Log steps
+# TensorBoard tags (docs/references.md#tensorboard-tags; HAL and SC20 log the same quantities). Log steps
 # and epoch ends write disjoint tags, so every tag is one increasing sequence of steps.
 TB_TRAIN_TAGS = {"train_loss": "loss/train", "lr": "lr", "throughput_img_per_s": "throughput/train",
                  "consensus_distance": "consensus/distance", "comm_time_ms_per_step": "comm/time_ms_per_step"}
 TB_EPOCH_TAGS = {"val_loss": "loss/val", "val_top1_pct": "top1/val", "val_top5_pct": "top5/val",
                  "throughput_img_per_s": "throughput/epoch"}
 
-# NVIDIA DeepLearningExamples' dllogger keys (references.md section 5, "--raport-file format").
+# NVIDIA DeepLearningExamples' dllogger keys (docs/references.md#dllogger-format).
 DLLL_KEYS = {
     "train_loss": ("train.loss", None),
     "throughput_img_per_s": ("train.total_ips", "images/s"),
@@ -48,7 +48,7 @@ class Records:
             from torch.utils.tensorboard import SummaryWriter
 
             # purge_step: events at or after the resume step, left by an interrupted attempt,
-            # are hidden, so every tag reads as one increasing sequence (ecosystem.md section 6).
+            # are hidden, so every tag reads as one increasing sequence (docs/references.md#tensorboard-purge-step).
             self.writer = SummaryWriter(str(run.path / "tb"), purge_step=resume_step or None)
         if raport_file:
             self.raport = open(raport_file, "a")  # noqa: SIM115 - closed in close()

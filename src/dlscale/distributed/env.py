@@ -1,7 +1,7 @@
 """Who am I in the job: rank, world size and node, read from whichever launcher started us.
 
 `DistEnv.from_env()` is the only reader of launcher variables in dlscale. Precedence is fixed
-(ecosystem.md section 3.1): torchrun's variables first, because workers that torchrun starts
+(docs/references.md#launcher-precedence): torchrun's variables first, because workers that torchrun starts
 inside one srun task inherit SLURM_PROCID=0 and SLURM_NTASKS=1 and would otherwise all think
 they are rank 0 of 1; then Open MPI, MVAPICH and PMI (mpirun, MPICH, Intel MPI), for the same
 reason: ranks that mpirun starts inside an allocation inherit the batch step's SLURM_PROCID=0
@@ -177,7 +177,7 @@ def _master_addr(env: Mapping[str, str], nodelist: str | None, num_nodes: int, l
 
     A rendezvous host that cannot be resolved on several nodes is an error, never a silent
     fallback to localhost: that makes every node rendezvous with itself and hang
-    (ecosystem.md section 3.1, pytorch#76069).
+    (docs/references.md#slurm-hostlist, pytorch#76069).
     """
     if env.get("MASTER_ADDR"):
         return env["MASTER_ADDR"]

@@ -1,6 +1,6 @@
 """Launching on clusters: sbatch scripts, the mpirun line, and submitting and waiting on SLURM jobs.
 
-`sbatch_script(job)` writes a script a person can read and edit. Two layouts (ecosystem.md 3.1, 3.2):
+`sbatch_script(job)` writes a script a person can read and edit. Two layouts (docs/references.md#slurm-launch-layouts):
 
 - torchrun: one srun task per node runs `torchrun`, which starts one worker per GPU and meets the
   other nodes at a c10d rendezvous on the first host, on a port derived from the job id;
@@ -135,7 +135,8 @@ def sbatch_script(job: SlurmJob, *, written_by: Sequence[str] | None = None) -> 
     layout = {"torchrun": "one torchrun agent per node", "srun": "one srun task per rank"}[job.launcher]
     if job.command == "scale":
         layout = "one task; the sweep starts torchrun for each point"
-    lines = ["#!/bin/bash", f"# dlscale {job.command} on {job.nodes} node(s) x {job.procs_per_node} {unit}(s), {layout}."]
+    title = f"# dlscale {job.command} on {job.nodes} node(s) x {job.procs_per_node} {unit}(s), {layout}."
+    lines = ["#!/bin/bash", title]
     if written_by:
         lines.append("# Written by: " + shlex.join(written_by))
     lines += [*_directives(job), "", f"PYTHON={shlex.quote(job.python)}",
@@ -389,8 +390,9 @@ def node_layout(gpus: int, gpus_per_node: int) -> tuple[int, int]:
     if gpus <= gpus_per_node:
         return 1, gpus
     if gpus % gpus_per_node:
-        raise ConfigError(f"{gpus} GPUs do not fill whole nodes of {gpus_per_node}; "
-                          f"use multiples of {gpus_per_node} above one node")
+        raise ConfigError(
+            f"{gpus} GPUs do not fill whole nodes of {gpus_per_node}; use multiples of {gpus_per_node} above one node"
+        )
     return gpus // gpus_per_node, gpus_per_node
 
 

@@ -1,0 +1,396 @@
+"""Every section of a run's configuration: frozen dataclasses, a docstring under each field,
+their checks in __post_init__ (a bad value is a ConfigError naming the key, at construction).
+
+    TrainConfig                    what `dlscale train` runs (a preset plus --set overrides)
+      model: ModelConfig           which network
+      data: DataConfig             which data set and how it is fed
+      optim: OptimConfig           SGD, learning-rate scaling, weight decay, label smoothing
+      schedule: ScheduleConfig     warm-up and the shape of the learning rate over training
+      strategy: StrategyConfig     how replicas synchronise (DDP or neighbour averaging)
+      checkpoint: CheckpointConfig when checkpoints are written and how many are kept
+      speed: SpeedOptions          channels_last, cuDNN autotuning, fused SGD, compile (dlscale.speed)
+    BenchConfig                    what `dlscale bench` runs (synthetic data)
+
+`dlscale config FILE:PRESET` prints a resolved TrainConfig; presets.py reads the preset files.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dlscale.errors import ConfigError
+from dlscale.speed import SpeedOptions
+
+PrecisionName = Literal["fp32", "tf32", "amp_fp16", "amp_bf16"]
+PRECISIONS: tuple[str, ...] = typing.get_args(PrecisionName)
+"""Numeric precisions, the one list: fp32 (IEEE, TF32 off), tf32 (fp32 with TF32 tensor cores),
+and automatic mixed precision to fp16 (with loss scaling) or bf16 (dlscale.precision)."""
+
+DATASET_NAMES = ("synthetic", "digits", "cifar10", "cifar100", "imagefolder")
+ON_BAD_SAMPLE = ("skip", "error")
+DECODE_MODES = ("fast", "plain")
+LrScaling = Literal["none", "linear", "sqrt"]
+LR_SCALING_RULES: tuple[str, ...] = typing.get_args(LrScaling)
+ScheduleName = Literal["constant", "step", "cosine", "linear", "plateau"]
+SCHEDULE_NAMES: tuple[str, ...] = typing.get_args(ScheduleName)
+WARMUP_UNITS = ("iteration", "epoch")
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    name: str = "resnet50"
+    """Model name from `dlscale models`."""
+    width: int = 64
+    """Base channel count; 64 is the standard ResNet."""
+    zero_init_residual: bool = False
+    """Zero the last BN gamma of every residual block (Goyal et al. 2017)."""
+    norm: Literal["batch", "group"] = "batch"
+    """BatchNorm, or GroupNorm (per sample: results do not depend on the split over ranks)."""
+
+    def __post_init__(self) -> None:
+        _check(self.width >= 1, f"model.width={self.width} must be >= 1 channels")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """Which data set to read and how to feed it. Batch sizes live with the training config."""
+
+    name: str = "synthetic"
+    """One of synthetic, digits, cifar10, cifar100, imagefolder."""
+
+    path: str | None = None
+    """Data root. cifar10: a folder holding `cifar-10-batches-py/` (or that folder itself);
+    cifar100: `cifar-100-python/` likewise; imagefolder: a folder with `train/<class>/*.JPEG`
+    and `val/<class>/*.JPEG`. Unused by synthetic and digits."""
+
+    image_size: int | None = None
+    """Side in pixels of the square training image; None takes the data set's own:
+    224 for imagefolder, 32 for cifar, digits and synthetic. CIFAR accepts only 32."""
+
+    val_image_size: int | None = None
+    """Side of the square validation crop; None means image_size."""
+
+    val_resize: int | None = None
+    """Validation images (imagefolder) are resized so the shorter side is this many pixels,
+    then center-cropped to val_image_size. None means round(val_image_size * 256 / 224),
+    the ratio of the ImageNet recipe (resize 256, crop 224)."""
+
+    decode: str = "fast"
+    """How training JPEGs become crops (imagefolder). "fast": a JPEG whose shorter side is at
+    least 2 x image_size is decoded at 1/2, 1/4 or 1/8 scale when the random crop is that many
+    times image_size (Pillow's draft mode), and crops are resized as uint8 tensors by torch's
+    antialiased bilinear kernel. "plain": every file decoded at full size, resized by Pillow.
+    Both draw the same crop boxes and flips from the same seeds (docs/profiling.md has the
+    measured speeds)."""
+
+    num_workers: int = 2
+    """DataLoader worker processes per rank; 0 loads in the training process.
+    Two suits a small CPU machine; on a GPU node use about cores / GPUs."""
+
+    pin_memory: bool = True
+    """Page-lock host batches so host-to-device copies can be asynchronous. Takes effect
+    only when CUDA is available; ignored on the CPU."""
+
+    persistent_workers: bool = True
+    """Keep the worker processes alive between epochs (only with num_workers > 0)."""
+
+    prefetch_factor: int = 2
+    """Batches each worker loads ahead (only with num_workers > 0)."""
+
+    on_bad_sample: str = "skip"
+    """What to do with an image that cannot be decoded (imagefolder): "skip" substitutes the
+    next index and reports the path in the batch; "error" stops at once with a DataError."""
+
+    max_consecutive_bad: int = 50
+    """With on_bad_sample="skip": this many unreadable files in a row raise a DataError
+    (a broken mount rather than a few bad files). 50 is timm's limit."""
+
+    synthetic_size: int = 2048
+    """Training samples of the synthetic data set."""
+
+    synthetic_val_size: int = 512
+    """Validation samples of the synthetic data set."""
+
+    synthetic_classes: int = 10
+    """Classes of the synthetic data set (labels 0 .. synthetic_classes - 1)."""
+
+    seed: int = 0
+    """Seed of the synthetic images and labels. Shuffling and augmentation take the run's
+    seed (the `seed` argument of build_loaders), so the data stay fixed while it varies."""
+
+    def __post_init__(self) -> None:
+        if self.name not in DATASET_NAMES:
+            raise ConfigError(f"data.name={self.name!r} is unknown; use one of {', '.join(DATASET_NAMES)}")
+        if self.decode not in DECODE_MODES:
+            raise ConfigError(f"data.decode={self.decode!r}; use one of {', '.join(DECODE_MODES)}")
+        if self.on_bad_sample not in ON_BAD_SAMPLE:
+            raise ConfigError(f"data.on_bad_sample={self.on_bad_sample!r}; use 'skip' or 'error'")
+        for key in ("image_size", "val_image_size", "val_resize"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ConfigError(f"data.{key}={value}; use a positive number of pixels or leave it unset")
+        for key in ("prefetch_factor", "max_consecutive_bad", "synthetic_size",
+                    "synthetic_val_size", "synthetic_classes"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"data.{key}={getattr(self, key)}; use a number >= 1")
+        if self.num_workers < 0:
+            raise ConfigError(f"data.num_workers={self.num_workers}; use 0 or more")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimConfig:
+    """SGD settings. The learning rate is given for `reference_batch` images per step."""
+
+    lr: float = 0.1
+    """Learning rate for a global batch of `reference_batch` images; scaled by `lr_scaling`."""
+    momentum: float = 0.9
+    """SGD momentum (HAL, SC20 and NVIDIA ConvNets all use 0.9; NVIDIA's ResNet presets 0.875)."""
+    nesterov: bool = False
+    """Use Nesterov momentum (needs momentum > 0)."""
+    weight_decay: float = 1e-4
+    """L2 penalty added to the gradient (1e-4 for ImageNet ResNet-50, SC20 uses 5e-4 on CIFAR)."""
+    exclude_bn_and_bias_from_weight_decay: bool = False
+    """Give normalisation-layer parameters and all biases zero weight decay (NVIDIA's default)."""
+    lr_scaling: LrScaling = "none"
+    """How `lr` grows with the global batch: "none", "linear" (Goyal et al. 2017) or "sqrt"."""
+    reference_batch: int = 256
+    """Global batch (images per optimizer step) that `lr` was tuned for."""
+    label_smoothing: float = 0.0
+    """Cross-entropy label smoothing in [0, 1) (NVIDIA's ResNet-50 presets use 0.1)."""
+    accumulation_steps: int = 1
+    """Micro-batches whose gradients are summed before one optimizer step (>= 1)."""
+
+    def __post_init__(self) -> None:
+        _check(self.lr > 0, f"optim.lr={self.lr} must be > 0")
+        _check(0 <= self.momentum < 1, f"optim.momentum={self.momentum} must be in [0, 1)")
+        _check(
+            not self.nesterov or self.momentum > 0,
+            "optim.nesterov=true needs optim.momentum > 0; set a momentum or turn nesterov off",
+        )
+        _check(self.weight_decay >= 0, f"optim.weight_decay={self.weight_decay} must be >= 0")
+        _check(
+            self.lr_scaling in LR_SCALING_RULES,
+            f"optim.lr_scaling={self.lr_scaling!r} is unknown; use one of {LR_SCALING_RULES}",
+        )
+        _check(self.reference_batch >= 1, "optim.reference_batch must be a positive integer")
+        _check(
+            0 <= self.label_smoothing < 1,
+            f"optim.label_smoothing={self.label_smoothing} must be in [0, 1)",
+        )
+        _check(self.accumulation_steps >= 1, "optim.accumulation_steps must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleConfig:
+    """Shape of the learning rate over training; the peak comes from `OptimConfig`."""
+
+    name: ScheduleName = "step"
+    """One of "constant", "step", "cosine", "linear", "plateau"."""
+    epochs: int = 90
+    """Length of training in epochs; cosine and linear reach `end_lr` here."""
+    warmup_epochs: float = 0.0
+    """Linear warm-up length (HAL 5, NVIDIA 8, SC20 8 or 16); 0 turns warm-up off."""
+    warmup_per: Literal["iteration", "epoch"] = "iteration"
+    """Warm-up granularity: "iteration" (HAL) or "epoch" (SC20, NVIDIA; needs whole epochs)."""
+    milestones: tuple[int, ...] = (30, 60, 80)
+    """Epochs at which "step" multiplies the LR by `gamma` (HAL, NVIDIA: 30, 60, 80)."""
+    gamma: float = 0.1
+    """Factor applied at each milestone of "step"."""
+    end_lr: float = 0.0
+    """Final LR of "cosine" and "linear" (NVIDIA `--end-lr`, default 0)."""
+    plateau_factor: float = 0.2
+    """Plateau: LR multiplier on each reduction (SC20: 0.2)."""
+    plateau_patience: int = 10
+    """Plateau: bad epochs tolerated; the LR drops after `patience + 1` (SC20: 10)."""
+    plateau_mode: Literal["min", "max"] = "min"
+    """Plateau: "min" for a loss, "max" for an accuracy."""
+    plateau_threshold: float = 1e-4
+    """Plateau: relative improvement that counts as better (torch's default 1e-4)."""
+
+    def __post_init__(self) -> None:
+        _check(
+            self.name in SCHEDULE_NAMES, f"schedule.name={self.name!r}: use one of {SCHEDULE_NAMES}"
+        )
+        _check(self.epochs >= 1, f"schedule.epochs={self.epochs} must be >= 1")
+        _check(self.warmup_epochs >= 0, "schedule.warmup_epochs must be >= 0")
+        _check(
+            self.warmup_per in WARMUP_UNITS,
+            f"schedule.warmup_per={self.warmup_per!r}: use one of {WARMUP_UNITS}",
+        )
+        _check(
+            self.warmup_per != "epoch" or float(self.warmup_epochs).is_integer(),
+            f"schedule.warmup_epochs={self.warmup_epochs} is fractional; per-epoch warm-up "
+            "needs whole epochs (or set schedule.warmup_per=iteration)",
+        )
+        if self.name in ("cosine", "linear"):
+            _check(
+                self.epochs > self.warmup_epochs,
+                f"schedule.epochs={self.epochs} must exceed warmup_epochs={self.warmup_epochs}",
+            )
+            _check(self.end_lr >= 0, "schedule.end_lr must be >= 0")
+        if self.name == "step":
+            self._check_milestones()
+        if self.name == "plateau":
+            self._check_plateau()
+
+    def _check_milestones(self) -> None:
+        ms = self.milestones
+        _check(
+            all(b > a for a, b in zip(ms, ms[1:], strict=False)),
+            f"schedule.milestones={ms} must be strictly increasing",
+        )
+        _check(
+            not ms or ms[0] >= self.warmup_epochs,
+            f"schedule.milestones={ms} start inside the warm-up; move them past epoch "
+            f"{self.warmup_epochs}",
+        )
+        _check(0 < self.gamma <= 1, f"schedule.gamma={self.gamma} must be in (0, 1]")
+
+    def _check_plateau(self) -> None:
+        _check(0 < self.plateau_factor < 1, "schedule.plateau_factor must be in (0, 1)")
+        _check(self.plateau_patience >= 0, "schedule.plateau_patience must be >= 0")
+        _check(self.plateau_mode in ("min", "max"), "schedule.plateau_mode must be min or max")
+        _check(self.plateau_threshold >= 0, "schedule.plateau_threshold must be >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyConfig:
+    dist_optimizer: str = "allreduce"
+    """allreduce (DDP), gradient_allreduce, neighbor_allreduce or hierarchical_neighbor_allreduce."""
+    topology: str = "exp2"
+    """Graph of the decentralized strategies: exp2, ring, mesh, star or full."""
+    atc_style: bool = False
+    """Adapt-then-combine (step, then mix with neighbours); default adapt-with-combine (DGD)."""
+    dynamic_topology: bool = True
+    """One peer per step, rotating through the graph's out-neighbours (BlueFog's default)."""
+    num_steps_per_communication: int = 1
+    """Local steps between two neighbour exchanges."""
+    global_average_every: int = 0
+    """Average parameters over all ranks every N steps (0: never); a BlueFog accuracy trick."""
+
+    def __post_init__(self) -> None:
+        # The names are checked against the registries (dlscale.strategies) when the strategy is built.
+        _check(self.num_steps_per_communication >= 1,
+               f"strategy.num_steps_per_communication={self.num_steps_per_communication} must be >= 1")
+        _check(self.global_average_every >= 0,
+               f"strategy.global_average_every={self.global_average_every} must be >= 0 (0: never)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointConfig:
+    enabled: bool = True
+    """Write checkpoints at all."""
+    every_epochs: int = 1
+    """Checkpoint at the end of every N-th epoch."""
+    every_steps: int = 0
+    """Also checkpoint every N optimizer steps inside an epoch (0: only at epoch ends)."""
+    keep_last: int = 3
+    """Checkpoints kept on disk; older ones are deleted."""
+
+    def __post_init__(self) -> None:
+        _check(self.every_epochs >= 1, f"checkpoint.every_epochs={self.every_epochs} must be >= 1 "
+               "(checkpoint.enabled=false turns checkpoints off)")
+        _check(self.every_steps >= 0, f"checkpoint.every_steps={self.every_steps} must be >= 0 (0: only at epoch ends)")
+        _check(self.keep_last >= 1, f"checkpoint.keep_last={self.keep_last}: keep at least 1 checkpoint")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    speed: SpeedOptions = field(default_factory=SpeedOptions)
+    precision: PrecisionName = "fp32"
+    """Numeric precision: one of PRECISIONS (see `dlscale bench --help`)."""
+    batch_size: int | None = None
+    """Images per rank per micro-step. Give this or global_batch_size."""
+    global_batch_size: int | None = None
+    """Images per optimizer step over all ranks (SC20's presets); split evenly over ranks."""
+    val_batch_size: int | None = None
+    """Images per rank per validation step (default: the training batch per rank)."""
+    target_accuracy: float | None = None
+    """Stop when validation top-1 (a fraction, 0.76) reaches this; records time to solution."""
+    max_steps_per_epoch: int | None = None
+    """Cut every epoch after this many steps (NVIDIA's --prof); for quick runs and tests."""
+    log_every: int = 20
+    """Optimizer steps between two metric records (the only steps that reduce across ranks)."""
+    sync_batchnorm: bool = False
+    """Convert BatchNorm to SyncBatchNorm (statistics over the global batch)."""
+    seed: int = 0
+    """Seed of weights, data order and augmentation."""
+    deterministic: bool = False
+    """torch.use_deterministic_algorithms: bit-for-bit repeatable runs, slower."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """auto: this rank's GPU when CUDA is visible, else the CPU."""
+    pg_timeout_s: float = 600.0
+    """Seconds before a collective that a peer never joins fails."""
+    name: str | None = None
+    """Run directory name under the output directory (default: the preset's name)."""
+
+    def __post_init__(self) -> None:
+        for key in ("batch_size", "global_batch_size", "val_batch_size", "max_steps_per_epoch"):
+            value = getattr(self, key)
+            _check(value is None or value >= 1, f"{key}={value} must be >= 1 (or unset)")
+        _check(self.log_every >= 1, f"log_every={self.log_every} must be >= 1 optimizer steps")
+        _check(self.pg_timeout_s > 0, f"pg_timeout_s={self.pg_timeout_s:g} (--pg-timeout) must be positive seconds")
+        _check(self.target_accuracy is None or 0 < self.target_accuracy <= 1,
+               f"target_accuracy={self.target_accuracy} (--target-accuracy) is a fraction of validation top-1 "
+               "in (0, 1], e.g. 0.76")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig:
+    model: str = "resnet50"
+    """Model name from `dlscale models`."""
+    batch_size: int = 32
+    """Images per rank per step."""
+    num_warmup_batches: int = 10
+    """Untimed steps first: cuDNN autotuning, allocator growth, compilation."""
+    num_batches_per_iter: int = 10
+    """Steps per timed iteration."""
+    num_iters: int = 10
+    """Timed iterations; the +- is over these."""
+    num_classes: int = 1000
+    """Classes of the random labels (the model's output width)."""
+    image_size: int = 224
+    """Square input size in pixels."""
+    width: int = 64
+    """Base channel count of the ResNet (64 is the standard model)."""
+    precision: PrecisionName = "fp32"
+    """One of PRECISIONS."""
+    speed: SpeedOptions = SpeedOptions()
+    """channels_last, cuDNN autotuning, fused SGD, torch.compile."""
+    strategy: StrategyConfig = StrategyConfig()
+    """How replicas synchronise: --dist-optimizer and its options."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """auto: this rank's GPU when CUDA is visible, else the CPU."""
+    pool_batches: int = 8
+    """Distinct random batches generated on the device and cycled through."""
+    lr: float = 0.01
+    """SGD learning rate (momentum 0.9), as the reference benchmarks use."""
+    seed: int = 0
+    """Seed of the weights and of the synthetic batches (rank r uses seed + r)."""
+    pg_timeout_s: float = 600.0
+    """Seconds before a collective that a peer never joins fails."""
+
+    def __post_init__(self) -> None:
+        positive = ("batch_size", "num_batches_per_iter", "num_iters", "num_classes", "width", "pool_batches")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.num_warmup_batches < 0:
+            raise ConfigError(f"--num-warmup-batches must be >= 0, got {self.num_warmup_batches}")
+        if self.image_size < 8:
+            raise ConfigError(f"--image-size must be at least 8 pixels, got {self.image_size}")
+        if self.pg_timeout_s <= 0:
+            raise ConfigError(f"--pg-timeout must be positive seconds, got {self.pg_timeout_s}")

@@ -1,0 +1,204 @@
+"""The plan of a scaling sweep: which points run, with which batch, from plain data.
+
+One `dlscale bench` or `dlscale train` command runs at several world sizes (and strategies,
+precisions). Weak scaling keeps the batch per rank; strong scaling keeps the global batch of the
+smallest world size and splits it over the ranks. The plan takes resolved facts about the swept
+command (`CommandFacts`, which `dlscale scale` reads from the command's own parser and
+configuration) and never an argparse namespace.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from dlscale.errors import ConfigError
+
+MODES = ("weak", "strong")
+COMMANDS = ("bench", "train")
+OWNED_FLAGS = {"--output-dir": "the sweep names run directories; use `dlscale scale --output-dir/--name`",
+               "--name": "the sweep names run directories; use `dlscale scale --output-dir/--name`",
+               "--json": "each point's summary.json is in its run directory inside the sweep"}
+SWEPT = {"dist_optimizers": ("dist_optimizer", "--dist-optimizer"), "precisions": ("precision", "--precision")}
+"""SweepSpec field -> (the setting it sweeps, the swept command's flag for it)."""
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    command: str
+    """bench or train."""
+    args: tuple[str, ...]
+    """The command's own flags, as given after `--`."""
+    nproc: tuple[int, ...]
+    """Processes per node to sweep; world sizes for launchers that place ranks themselves (slurm)."""
+    nnodes: tuple[int, ...] = (1,)
+    """Nodes to sweep; more than one on this host starts one torchrun agent per node."""
+    mode: str = "weak"
+    dist_optimizers: tuple[str, ...] = ()
+    """--dist-optimizer values to sweep; empty: whatever the command's flags say."""
+    precisions: tuple[str, ...] = ()
+    launcher: str = "torchrun"
+    """A name in dlscale.sweep.run.LAUNCHERS."""
+    timeout_s: float = 3600.0
+    """Seconds one point may run before it is stopped and recorded as a timeout."""
+    launcher_options: dict = field(default_factory=dict)
+    """Whatever a launcher needs beyond the point itself. slurm: gpus_per_node, wait (False: return
+    once submitted), poll_s, job (SlurmJob fields: partition, time, request_gpus, ...)."""
+
+
+@dataclass(frozen=True)
+class CommandFacts:
+    """What the swept command's flags resolve to, read by its own parser before anything starts."""
+
+    batch_size: int | None = None
+    """Images per rank (bench --batch-size, or train's batch_size)."""
+    global_batch_size: int | None = None
+    """train's global_batch_size."""
+    accumulation_steps: int = 1
+    """train's optim.accumulation_steps."""
+    fixed: frozenset[str] = frozenset()
+    """Settings the command's own flags fix (dist_optimizer, precision): the sweep may not vary them."""
+
+
+@dataclass
+class Point:
+    name: str
+    nproc_per_node: int
+    nnodes: int
+    settings: dict
+    """The swept settings of this point (dist_optimizer, precision)."""
+    per_rank_batch: int | None
+    global_batch: int | None
+    series: str = ""
+    """Human label of what this point shares with others of its curve."""
+    group: str = ""
+    """'<n>/node' when the sweep varies both nodes and processes per node: one curve per n."""
+    argv: list[str] = field(default_factory=list)
+    commands: list[list[str]] = field(default_factory=list)
+    status: str = "pending"
+    """pending, running, submitted (slurm), ok, failed, timeout or interrupted."""
+    job_id: str = ""
+    """The SLURM job running this point."""
+    returncode: int | None = None
+    error: str = ""
+    error_tail: str = ""
+    elapsed_s: float | None = None
+    logs: list[str] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    @property
+    def run_dir(self) -> str:
+        return self.name
+
+    def record(self) -> dict:
+        return {**asdict(self), "world_size": self.world_size, "run_dir": self.run_dir}
+
+
+def given(args: tuple[str, ...] | list[str], flag: str) -> bool:
+    """The flag is among args, as `--flag VALUE` or `--flag=VALUE`."""
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
+def check_spec(spec: SweepSpec) -> None:
+    """What can be checked before the swept command's flags are parsed."""
+    if spec.mode not in MODES:
+        raise ConfigError(f"--mode {spec.mode!r}: choose weak or strong")
+    if spec.command not in COMMANDS:
+        raise ConfigError(f"`dlscale scale -- {spec.command} ...`: the command to sweep must be bench or train")
+    for flag, why in OWNED_FLAGS.items():
+        if given(spec.args, flag):
+            raise ConfigError(f"remove {flag} after --: {why}")
+
+
+def check_swept(spec: SweepSpec, facts: CommandFacts) -> None:
+    for attr, (setting, flag) in SWEPT.items():
+        if getattr(spec, attr) and setting in facts.fixed:
+            raise ConfigError(f"{flag} is swept by `dlscale scale {flag} ...`; remove it after --")
+
+
+# ---------------------------------------------------------------------------------- batch sizes
+
+
+BatchRule = Callable[[int], tuple[int | None, int | None, list[str]]]
+
+
+def batch_rule(spec: SweepSpec, facts: CommandFacts) -> BatchRule:
+    """world size -> (batch per rank, global batch, flags that set them) for the sweep's mode."""
+    smallest = min(spec.nproc) * min(spec.nnodes)
+    worlds = sorted({p * n for p in spec.nproc for n in spec.nnodes})
+    if spec.command == "bench":
+        return _bench_batches(spec.mode, facts.batch_size, smallest, worlds)
+    return _train_batches(spec.mode, facts, smallest, worlds)
+
+
+def _bench_batches(mode: str, batch: int | None, smallest: int, worlds: list[int]) -> BatchRule:
+    if mode == "weak":
+        return lambda world: (batch, batch * world if batch else None, [])
+    if batch is None:
+        raise ConfigError("--mode strong splits one global batch over the ranks: give --batch-size after -- "
+                          f"(images per rank at the smallest world size, {smallest})")
+    total = batch * smallest
+    _check_divisible(total, worlds, 1, "--batch-size")
+    return lambda world: (total // world, total, ["--batch-size", str(total // world)])
+
+
+def _train_batches(mode: str, facts: CommandFacts, smallest: int, worlds: list[int]) -> BatchRule:
+    accumulation = facts.accumulation_steps
+    if facts.batch_size is None and facts.global_batch_size is None:
+        raise ConfigError("the training config sets no batch: give --set batch_size=N (per rank) or "
+                          "--set global_batch_size=N after --")
+    if mode == "weak":
+        per_rank = facts.batch_size
+        if per_rank is None:
+            if facts.global_batch_size % (smallest * accumulation):
+                raise ConfigError(f"global_batch_size={facts.global_batch_size} does not split over {smallest} "
+                                  "ranks; give --set batch_size=N (per rank) for weak scaling")
+            per_rank = facts.global_batch_size // (smallest * accumulation)
+        flags = ["--set", f"batch_size={per_rank}", "--set", "global_batch_size=null"]
+        return lambda world: (per_rank, per_rank * world * accumulation, flags)
+    total = facts.global_batch_size or facts.batch_size * smallest * accumulation
+    _check_divisible(total, worlds, accumulation, "global_batch_size")
+    flags = ["--set", f"global_batch_size={total}", "--set", "batch_size=null"]
+    return lambda world: (total // (world * accumulation), total, flags)
+
+
+def _check_divisible(total: int, worlds: list[int], accumulation: int, what: str) -> None:
+    bad = [w for w in worlds if total % (w * accumulation)]
+    if bad:
+        raise ConfigError(f"strong scaling: the global batch {total} does not split evenly over {bad} ranks; "
+                          f"change {what} or the world sizes")
+
+
+# ----------------------------------------------------------------------------------- the points
+
+
+def plan_points(spec: SweepSpec, facts: CommandFacts) -> list[Point]:
+    check_spec(spec)
+    check_swept(spec, facts)
+    rule = batch_rule(spec, facts)
+    both_vary = len(spec.nnodes) > 1 and len(spec.nproc) > 1
+    points = []
+    for dist, precision, nnodes, nproc in itertools.product(
+        spec.dist_optimizers or (None,), spec.precisions or (None,), sorted(spec.nnodes), sorted(spec.nproc)
+    ):
+        settings = {k: v for k, v in (("dist_optimizer", dist), ("precision", precision)) if v}
+        group = f"{nproc}/node" if both_vary else ""
+        world = nproc * nnodes
+        per_rank, total, batch_flags = rule(world)
+        name = "-".join([f"world{world}", *([f"nodes{nnodes}"] if nnodes > 1 else []), *settings.values()])
+        point = Point(name, nproc, nnodes, settings, per_rank, total,
+                      series=" ".join([*settings.values(), group]).strip(), group=group)
+        point.argv = [spec.command, *spec.args, *batch_flags, *_setting_flags(spec.command, settings)]
+        points.append(point)
+    return points
+
+
+def _setting_flags(command: str, settings: dict) -> list[str]:
+    if command == "bench":
+        return [x for k, v in settings.items() for x in (f"--{k.replace('_', '-')}", v)]
+    keys = {"dist_optimizer": "strategy.dist_optimizer", "precision": "precision"}
+    return [x for k, v in settings.items() for x in ("--set", f"{keys[k]}={v}")]
