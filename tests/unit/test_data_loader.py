@@ -243,3 +243,11 @@ def test_prefetcher_on_cuda_matches_cpu():
         assert got.images.is_cuda and got.images.is_contiguous(memory_format=torch.channels_last)
         expected = DeviceNormalizer(info.mean, info.std)(want.images)
         assert torch.allclose(got.images.cpu(), expected, atol=1e-5) and torch.equal(got.labels.cpu(), want.labels)
+
+
+def test_every_data_set_name_has_a_builder():
+    """DataConfig checks names against DATASET_NAMES; build_loaders dispatches on _BUILDERS: one list."""
+    from dlscale.config.sections import DATASET_NAMES
+    from dlscale.data import loader
+
+    assert set(loader._BUILDERS) == set(DATASET_NAMES)

@@ -127,7 +127,7 @@ def run_bench(
     say = out if env.is_main else (lambda line: None)
     setup = build_bench(cfg, env, device)
     parts, pool = setup.parts, setup.pool
-    strategy, precision = parts.strategy, parts.precision
+    strategy = parts.strategy
     cursor = iter(range(1 << 62))
 
     def next_batch():
@@ -151,7 +151,7 @@ def run_bench(
             on_iter=lambda i, rate: say(f"Iter #{i}: {rate.total_ips:.1f} img/sec per {word}"),
         )
     summary = summarize(gather_rates(rates, device))
-    summary.update(_describe(cfg, env, device, precision.flops_dtype, setup.macs, summary))
+    summary.update(_describe(cfg, env, device, setup, summary))
     summary.update(_peak_memory(device))
     summary.update(_comm_stats(strategy, device))
     say(f"Img/sec per {word}: {summary['img_per_sec_per_rank_mean']:.1f} +-{summary['img_per_sec_per_rank_ci95']:.1f}")
@@ -198,7 +198,8 @@ def synthetic_pool(cfg: BenchConfig, device: torch.device, *, seed: int) -> list
     return pool
 
 
-def _describe(cfg: BenchConfig, env: DistEnv, device: torch.device, flops_dtype: str, macs: int, summary: dict) -> dict:
+def _describe(cfg: BenchConfig, env: DistEnv, device: torch.device, setup: BenchSetup, summary: dict) -> dict:
+    flops_dtype, macs, strategy = setup.parts.precision.flops_dtype, setup.macs, setup.parts.strategy
     name = device_name(device)
     per_image = train_flops_per_image(macs)
     per_device_ips = summary["img_per_sec_total_mean"] / env.world_size
@@ -218,7 +219,7 @@ def _describe(cfg: BenchConfig, env: DistEnv, device: torch.device, flops_dtype:
         "device": device.type,
         "device_name": name,
         "dist_optimizer": cfg.strategy.dist_optimizer,
-        "topology": cfg.strategy.topology if cfg.strategy.dist_optimizer.endswith("neighbor_allreduce") else None,
+        "topology": strategy.topology,
         **asdict(cfg.speed),
         "num_warmup_batches": cfg.num_warmup_batches,
         "num_batches_per_iter": cfg.num_batches_per_iter,

@@ -21,6 +21,8 @@ class Strategy(Protocol):
     """
 
     name: str
+    topology: str | None = None
+    """The graph a decentralized strategy mixes over (--topology); None for allreduce strategies."""
 
     def wrap(self, model: nn.Module, device: torch.device) -> nn.Module: ...
 
