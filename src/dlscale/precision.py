@@ -104,11 +104,21 @@ def _autocast_runs(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 def _set_tf32(enabled: bool) -> None:
-    mode = "tf32" if enabled else "ieee"
-    matmul = torch.backends.cuda.matmul
-    if hasattr(matmul, "fp32_precision"):  # torch >= 2.9: the legacy allow_tf32 flags are deprecated
-        matmul.fp32_precision = mode
-        torch.backends.cudnn.conv.fp32_precision = mode
-    else:
-        matmul.allow_tf32 = enabled
-        torch.backends.cudnn.allow_tf32 = enabled
+    """TF32 for fp32 matmuls and cuDNN convolutions, on or off, through the legacy switches.
+
+    torch >= 2.9 also has per-backend `fp32_precision` settings; setting only those makes the
+    legacy getters (`torch.get_float32_matmul_precision()`, `torch.backends.cuda.matmul.allow_tf32`)
+    raise "mix of the legacy and new APIs", and inductor's autotuning reads them, so compiling in
+    a max-autotune mode crashed. The legacy setters update the new settings too: every getter
+    then agrees (docs/references.md#pytorch-tf32).
+    """
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+
+
+def precision_note(name: str, device_type: str) -> str | None:
+    """One line on what a precision means where it is easy to misread, else None."""
+    if name == "fp32" and device_type == "cuda":
+        return ("precision fp32: IEEE fp32, TF32 off for matmuls and cuDNN convolutions (PyTorch's own default "
+                "runs convolutions in TF32), several times slower than --precision tf32 on Ampere and newer GPUs")
+    return None

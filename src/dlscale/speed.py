@@ -7,12 +7,16 @@ always on: it skips a memset per gradient and makes the next backward write inst
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
-from dlscale.errors import DeviceError
+from dlscale.errors import ConfigError, DeviceError
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+"""torch.compile's modes: reduce-overhead and max-autotune replay CUDA graphs (fewer kernel launches);
+the max-autotune modes also time kernel choices (long compiles)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,14 +25,27 @@ class SpeedOptions:
     """Keep activations in NHWC, the layout tensor-core convolutions use (no transposes)."""
     cudnn_benchmark: bool = False
     """Let cuDNN time its algorithms for each new input shape and keep the fastest."""
-    fused_optimizer: bool = False
-    """torch's fused SGD (one kernel for all parameters); off: torch's default implementation."""
+    fused_optimizer: bool | None = None
+    """torch's fused SGD (one kernel for all parameters). None: fused on GPUs, where it is also the
+    only SGD that GradScaler steps without reading the overflow flag on the host every step (fp16);
+    torch's default elsewhere. False: torch's default (foreach on GPUs, a loop on the CPU)."""
     compile: bool = False
     """torch.compile the model (after DDP wrapping, so the DDP optimizer splits graphs at buckets)."""
+    compile_mode: str = "default"
+    """torch.compile's mode, one of COMPILE_MODES (with compile)."""
+
+    def __post_init__(self) -> None:
+        if self.compile_mode not in COMPILE_MODES:
+            raise ConfigError(f"speed.compile_mode={self.compile_mode!r}: use one of {', '.join(COMPILE_MODES)}")
 
     @property
     def memory_format(self) -> torch.memory_format:
         return torch.channels_last if self.channels_last else torch.contiguous_format
+
+    def resolved(self, device: torch.device) -> SpeedOptions:
+        """These options with every automatic choice made for `device` (what a run records)."""
+        fused = self.fused_optimizer if self.fused_optimizer is not None else device.type == "cuda"
+        return replace(self, fused_optimizer=fused)
 
     def apply_globals(self, device: torch.device) -> None:
         if self.cudnn_benchmark and device.type != "cuda":
@@ -43,7 +60,9 @@ class SpeedOptions:
         return images.contiguous(memory_format=self.memory_format)
 
     def maybe_compile(self, model: nn.Module) -> nn.Module:
-        return torch.compile(model) if self.compile else model
+        if not self.compile:
+            return model
+        return torch.compile(model, mode=None if self.compile_mode == "default" else self.compile_mode)
 
     def optimizer_kwargs(self) -> dict:
         """Keyword arguments for torch.optim.SGD: fused where asked, torch's choice otherwise."""

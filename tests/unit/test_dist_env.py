@@ -95,3 +95,31 @@ def test_tasks_per_node_uneven():
     env = DistEnv.from_env({"SLURM_PROCID": "4", "SLURM_NTASKS": "5", "SLURM_NODEID": "1", "SLURM_LOCALID": "0",
                             "SLURM_JOB_NUM_NODES": "2", "SLURM_TASKS_PER_NODE": "4,1", "SLURM_JOB_NODELIST": "n[1-2]"})
     assert env.local_world_size == 1 and env.node_rank == 1 and env.master_addr == "n1"
+
+
+@pytest.mark.parametrize("visible,local_rank,local_world,expected", [
+    (1, 3, 4, "cuda:0"),    # srun --gpus-per-task=1: each rank sees its own GPU as device 0
+    (4, 3, 4, "cuda:3"),    # torchrun: every rank sees the node's GPUs and takes its local rank's
+    (8, 1, 2, "cuda:1"),
+])
+def test_select_device_takes_the_gpu_a_rank_sees(monkeypatch, visible, local_rank, local_world, expected):
+    import torch
+
+    from dlscale.distributed import select_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: visible)
+    env = DistEnv(rank=local_rank, world_size=local_world, local_rank=local_rank, local_world_size=local_world)
+    assert str(select_device(env, "auto")) == expected
+
+
+def test_select_device_refuses_more_ranks_than_gpus(monkeypatch):
+    import torch
+
+    from dlscale.distributed import select_device
+    from dlscale.errors import DeviceError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(DeviceError, match="only 2 GPU"):
+        select_device(DistEnv(rank=3, world_size=4, local_rank=3, local_world_size=4), "cuda")

@@ -79,3 +79,32 @@ def test_compile_runs_a_step():
     parts = StepParts(model, opt, precision, build_strategy(StrategyConfig(), DistEnv()), nn.CrossEntropyLoss())
     loss = train_step(parts, [(torch.randn(4, 3, 8, 8), torch.tensor([0, 1, 2, 3]))])
     assert torch.isfinite(loss)
+
+
+@pytest.fixture
+def tf32_switches():
+    """Restore torch's process-wide TF32 switches after a test changes them."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_tf32_switches_leave_every_getter_readable(tf32_switches, enabled):
+    """Setting only torch's new fp32_precision flags made the legacy getters raise ("a mix of the
+    legacy and new APIs"), which inductor's max-autotune reads: both kinds must answer, and agree."""
+    from dlscale.precision import _set_tf32
+
+    _set_tf32(enabled)
+    assert torch.get_float32_matmul_precision() == ("high" if enabled else "highest")
+    assert torch.backends.cuda.matmul.allow_tf32 is enabled
+    assert torch.backends.cudnn.allow_tf32 is enabled
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        assert torch.backends.cuda.matmul.fp32_precision == ("tf32" if enabled else "ieee")
+
+
+def test_fp32_on_a_gpu_says_what_it_means():
+    from dlscale.precision import precision_note
+
+    assert "TF32 off" in precision_note("fp32", "cuda") and "--precision tf32" in precision_note("fp32", "cuda")
+    assert precision_note("fp32", "cpu") is None and precision_note("tf32", "cuda") is None

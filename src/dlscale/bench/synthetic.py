@@ -26,7 +26,7 @@ from dlscale.metrics.run import RunDir, default_run_name, device_name
 from dlscale.metrics.timing import device_synchronizer, mean_ci95
 from dlscale.models import build_model
 from dlscale.models.flops import count_macs, train_flops_per_image
-from dlscale.precision import build_precision
+from dlscale.precision import build_precision, precision_note
 from dlscale.train.replica import build_replica
 from dlscale.train.step import StepParts, train_step
 
@@ -137,8 +137,9 @@ def run_bench(
         return train_step(parts, [(images, labels)])
 
     word = "GPU" if device.type == "cuda" else "CPU"
+    note = precision_note(cfg.precision, device.type)
     for line in (f"Model: {cfg.model}", f"Batch size: {cfg.batch_size}", f"Number of {word}s: {env.world_size}",
-                 "Running warmup..."):
+                 *([note] if note else []), "Running warmup..."):
         say(line)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -203,7 +204,8 @@ def _describe(cfg: BenchConfig, env: DistEnv, device: torch.device, setup: Bench
     name = device_name(device)
     per_image = train_flops_per_image(macs)
     per_device_ips = summary["img_per_sec_total_mean"] / env.world_size
-    peak = peak_flops(name, flops_dtype) if device.type == "cuda" else None
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else None
+    peak = peak_flops(name, flops_dtype, sms) if device.type == "cuda" else None
     return {
         "kind": "bench",
         "model": cfg.model,
@@ -220,7 +222,7 @@ def _describe(cfg: BenchConfig, env: DistEnv, device: torch.device, setup: Bench
         "device_name": name,
         "dist_optimizer": cfg.strategy.dist_optimizer,
         "topology": strategy.topology,
-        **asdict(cfg.speed),
+        **asdict(cfg.speed.resolved(device)),
         "num_warmup_batches": cfg.num_warmup_batches,
         "num_batches_per_iter": cfg.num_batches_per_iter,
         "num_iters": cfg.num_iters,
@@ -228,7 +230,7 @@ def _describe(cfg: BenchConfig, env: DistEnv, device: torch.device, setup: Bench
         "gmacs_per_image": macs / 1e9,
         "train_gflops_per_image": per_image / 1e9,
         "peak_tflops": peak / 1e12 if peak else None,
-        "mfu": mfu(per_device_ips, per_image, name, flops_dtype) if peak else None,
+        "mfu": mfu(per_device_ips, per_image, name, flops_dtype, sms) if peak else None,
     }
 
 

@@ -15,7 +15,7 @@ from dlscale.config import PRECISIONS, BenchConfig, StrategyConfig
 from dlscale.distributed import DistEnv, shutdown
 from dlscale.metrics.run import to_jsonable
 from dlscale.precision import default_precision
-from dlscale.speed import SpeedOptions
+from dlscale.speed import COMPILE_MODES, SpeedOptions
 
 # Used when no --model is given on a machine without a GPU: finishes in well under two minutes
 # on 2 cores (docs/benchmarks.md has the measured time).
@@ -43,9 +43,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--precision", choices=PRECISIONS, default=None,
                    help="fp32 if --model is given, else the device's best AMP mode")
     p.add_argument("--channels-last", action="store_true", help="NHWC memory format")
-    p.add_argument("--fused-optimizer", action="store_true", help="torch's fused SGD")
+    p.add_argument("--fused-optimizer", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch's fused SGD (default: fused on GPUs, torch's default SGD on the CPU)")
     p.add_argument("--cudnn-benchmark", action="store_true", help="cuDNN autotuning (GPU)")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--compile-mode", choices=COMPILE_MODES, default=None,
+                   help="torch.compile's mode (implies --compile): reduce-overhead and max-autotune replay CUDA graphs")
     add_strategy_arguments(p)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--pool-batches", type=int, default=8, help="distinct random batches on the device")
@@ -78,8 +81,9 @@ def config_from_args(args: argparse.Namespace, *, has_gpu: bool) -> tuple[BenchC
         speed,
         channels_last=speed.channels_last or args.channels_last,
         cudnn_benchmark=speed.cudnn_benchmark or args.cudnn_benchmark,
-        fused_optimizer=speed.fused_optimizer or args.fused_optimizer,
-        compile=args.compile,
+        fused_optimizer=speed.fused_optimizer if args.fused_optimizer is None else args.fused_optimizer,
+        compile=args.compile or args.compile_mode is not None,
+        compile_mode=args.compile_mode or "default",
     )
     given = {
         "model": args.model, "batch_size": args.batch_size, "image_size": args.image_size,

@@ -141,7 +141,8 @@ def run_bench(args: argparse.Namespace) -> int:
 def _profile_bench(args, cfg, env: DistEnv, device: torch.device) -> None:
     setup = build_bench(cfg, env, device)
     described = {"model": cfg.model, "batch_size": cfg.batch_size, "image_size": cfg.image_size,
-                 "precision": cfg.precision, "dist_optimizer": cfg.strategy.dist_optimizer, **asdict(cfg.speed)}
+                 "precision": cfg.precision, "dist_optimizer": cfg.strategy.dist_optimizer,
+                 **asdict(cfg.speed.resolved(device))}
     _profile(args, env, device, setup.parts, PoolBatches(setup.pool), described, loader=None)
 
 
@@ -165,7 +166,7 @@ def _profile_train(args, cfg, preset: str, env: DistEnv, device: torch.device) -
     described = {"preset": preset, "model": cfg.model.name, "data": cfg.data.name,
                  "batch_size": plan.per_rank_batch, "image_size": info.image_size,
                  "precision": cfg.precision, "dist_optimizer": cfg.strategy.dist_optimizer,
-                 "num_workers": cfg.data.num_workers, "decode": cfg.data.decode, **asdict(cfg.speed)}
+                 "num_workers": cfg.data.num_workers, "decode": cfg.data.decode, **asdict(cfg.speed.resolved(device))}
     loader = {"workers": cfg.data.num_workers,
               "decode": cfg.data.decode if cfg.data.name == "imagefolder" else "not JPEG"}
     _profile(args, env, device, run.parts, batches, described, loader=loader,

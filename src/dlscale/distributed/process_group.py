@@ -17,7 +17,12 @@ torch's own default is 30 minutes (docs/references.md#pg-timeout)."""
 
 
 def select_device(env: DistEnv, kind: str = "auto") -> torch.device:
-    """`auto`: this rank's GPU when CUDA is visible, else the CPU."""
+    """`auto`: this rank's GPU when CUDA is visible, else the CPU.
+
+    A rank sees either all GPUs of its node (torchrun; srun with --gpus-per-node) and takes the
+    one of its local rank, or exactly one (srun --gpus-per-task=1, or a CUDA_VISIBLE_DEVICES of its
+    own) and takes that one, whatever its local rank.
+    """
     if kind not in ("auto", "cpu", "cuda"):
         raise DeviceError(f"--device {kind!r} is not one of auto, cpu, cuda")
     if kind == "cpu" or (kind == "auto" and not torch.cuda.is_available()):
@@ -25,6 +30,8 @@ def select_device(env: DistEnv, kind: str = "auto") -> torch.device:
     if not torch.cuda.is_available():
         raise DeviceError("--device cuda was asked but no CUDA device is visible; use --device cpu")
     count = torch.cuda.device_count()
+    if count == 1:
+        return torch.device("cuda", 0)
     if env.local_world_size > count:
         raise DeviceError(
             f"{env.local_world_size} processes on this node but only {count} GPU(s); "

@@ -1,36 +1,65 @@
 """Peak dense FLOP/s of known accelerators, for model FLOPs utilisation (MFU).
 
-Values are NVIDIA's datasheet figures without structured sparsity, in TFLOP/s per GPU:
-A100 SXM/PCIe (A100 datasheet: FP32 19.5, TF32 156, BF16/FP16 312), H100 SXM (H100 datasheet:
-FP32 67, TF32 494.7, BF16/FP16 989.4), H100 PCIe (51, 378, 756), H100 NVL (60, 417.5, 835.5),
-H200 (same Hopper die and clocks as H100 SXM: 67, 494.7, 989.4). MFU is only reported for
-devices in this table; anything else gets None rather than a guess.
+Dense (no structured sparsity) TFLOP/s per GPU from NVIDIA's whitepapers, datasheets and product
+pages, and the SM count of the whole product (docs/references.md#nvidia-peak-tflops lists each
+figure's source). A MIG instance has a share of the SMs: its peak is the whole GPU's times its SMs
+over the whole GPU's (an A100 7g slice has 98 of 108; an H100 1g slice 16 of 132, not 1/7), from
+the instance's own SM count where it is known, else from its profile's g/7. MFU is only reported
+for devices in this table; anything else gets None rather than a guess.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass
 
-PEAK_TFLOPS: dict[str, dict[str, float]] = {
-    "H200": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4},
-    "H100 NVL": {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5},
-    "H100 PCIe": {"fp32": 51.0, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0},
-    "H100": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4},
-    "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+
+@dataclass(frozen=True)
+class DevicePeak:
+    tflops: dict[str, float]
+    """Dense peak per dtype (fp32 without tensor cores; tf32, bf16, fp16 with them)."""
+    sms: int
+    """Streaming multiprocessors of the whole product."""
+
+
+PEAKS: dict[str, DevicePeak] = {  # most specific names first: every word of a key must be in the name
+    "H200 NVL": DevicePeak({"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5}, 132),
+    "H200": DevicePeak({"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}, 132),
+    "H100 NVL": DevicePeak({"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5}, 132),
+    "H100 PCIe": DevicePeak({"fp32": 51.0, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0}, 114),
+    "H100": DevicePeak({"fp32": 67.0, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4}, 132),
+    "A100": DevicePeak({"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}, 108),
+    "V100-SXM2": DevicePeak({"fp32": 15.7, "fp16": 125.0}, 80),
+    "V100-PCIE": DevicePeak({"fp32": 14.0, "fp16": 112.0}, 80),
 }
+PEAK_TFLOPS: dict[str, dict[str, float]] = {name: peak.tflops for name, peak in PEAKS.items()}
+MIG_PROFILE = re.compile(r"\bMIG (\d)g\.", re.IGNORECASE)
 
 
-def peak_flops(device_name: str, dtype: str) -> float | None:
-    """Peak FLOP/s of the named device for dtype (fp32, tf32, bf16, fp16), or None if unknown."""
-    for key, peaks in PEAK_TFLOPS.items():  # most specific names first
-        if all(word in device_name for word in key.split()):
-            return peaks[dtype] * 1e12
-    return None
+def known_device(device_name: str) -> str | None:
+    """The PEAKS key that names this device, or None."""
+    return next((key for key in PEAKS if all(word in device_name for word in key.split())), None)
 
 
-def mfu(images_per_s: float, train_flops_per_image: float, device_name: str, dtype: str) -> float | None:
+def peak_flops(device_name: str, dtype: str, sm_count: int | None = None) -> float | None:
+    """Peak FLOP/s of the named device (or MIG instance with sm_count SMs) for dtype (fp32, tf32,
+    bf16, fp16), or None if the device or its dtype is unknown."""
+    key = known_device(device_name)
+    if key is None or dtype not in PEAKS[key].tflops:
+        return None
+    peak = PEAKS[key].tflops[dtype] * 1e12
+    mig = MIG_PROFILE.search(device_name)
+    if mig is None:
+        return peak
+    share = sm_count / PEAKS[key].sms if sm_count else int(mig.group(1)) / 7
+    return peak * min(share, 1.0)
+
+
+def mfu(images_per_s: float, train_flops_per_image: float, device_name: str, dtype: str,
+        sm_count: int | None = None) -> float | None:
     """Achieved training FLOP/s over the device's peak, or None for devices without a known peak."""
-    peak = peak_flops(device_name, dtype)
+    peak = peak_flops(device_name, dtype, sm_count)
     if peak is None:
         return None
     return images_per_s * train_flops_per_image / peak

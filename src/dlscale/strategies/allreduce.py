@@ -6,7 +6,6 @@ import contextlib
 
 import torch
 from torch import nn
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from dlscale.config.sections import StrategyConfig
@@ -20,15 +19,18 @@ class AllreduceStrategy(Strategy):
 
     Parameters start identical because DDP broadcasts rank 0's state at construction.
     With one process there is nothing to synchronise and the model is not wrapped, so a
-    single-process run measures the model and not the wrapper. A comm hook counts the bytes
-    handed to allreduce; the time is not separable, since it overlaps backward.
+    single-process run measures the model and not the wrapper. Every synchronised step reduces
+    every gradient once, so the bytes handed to allreduce are the gradients' bytes (counted once
+    from the parameters: no Python runs per bucket); the time is not separable, since it
+    overlaps backward.
     """
 
     name = "allreduce"
 
     def __init__(self, cfg: StrategyConfig, env: DistEnv) -> None:
         self.world_size = env.world_size
-        self.payload_bytes = 0
+        self.grad_bytes = 0
+        """Bytes of the gradients one synchronised step reduces."""
         self.steps = 0
         self.ddp: DistributedDataParallel | None = None
 
@@ -37,7 +39,7 @@ class AllreduceStrategy(Strategy):
             return model
         device_ids = [device.index] if device.type == "cuda" else None
         self.ddp = DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
-        self.ddp.register_comm_hook(state=self, hook=_counting_allreduce)
+        self.grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
         return self.ddp
 
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager:
@@ -51,17 +53,9 @@ class AllreduceStrategy(Strategy):
         self.steps += 1
 
     def comm_stats(self) -> dict:
-        steps = max(self.steps, 1)
-        wire = ring_allreduce_wire_bytes(self.payload_bytes, self.world_size)
-        return {"comm_time_ms_per_step": None, "comm_bytes_per_step": wire / steps,
+        wire = ring_allreduce_wire_bytes(self.grad_bytes, self.world_size) if self.steps else 0
+        return {"comm_time_ms_per_step": None, "comm_bytes_per_step": wire,
                 "comm_bytes_basis": "ring model", "comm_steps": self.steps}
 
     def reset_stats(self) -> None:
-        self.payload_bytes = 0
         self.steps = 0
-
-
-def _counting_allreduce(strategy: AllreduceStrategy, bucket):
-    buffer = bucket.buffer()
-    strategy.payload_bytes += buffer.numel() * buffer.element_size()
-    return default_hooks.allreduce_hook(None, bucket)  # DDP's own averaging allreduce

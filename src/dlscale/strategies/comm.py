@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import torch
@@ -10,6 +9,7 @@ import torch.distributed as dist
 from torch import nn
 
 from dlscale.decentralized import ops
+from dlscale.metrics.timing import DeviceTimer
 
 
 def ring_allreduce_wire_bytes(payload_bytes: int, world_size: int) -> int:
@@ -19,31 +19,32 @@ def ring_allreduce_wire_bytes(payload_bytes: int, world_size: int) -> int:
 
 
 class CommMeter:
-    """Seconds and bytes of blocking communication per optimizer step, on this rank."""
+    """Time and bytes of blocking communication per optimizer step, on this rank.
 
-    def __init__(self, device_sync: Callable[[], None] = lambda: None) -> None:
-        self.sync = device_sync
+    The time is the device's (a DeviceTimer: CUDA events on the compute stream, read when the
+    stats are read on a log step), so timing adds no host synchronisation to a step.
+    """
+
+    def __init__(self, device: torch.device | None = None, *, timer: DeviceTimer | None = None) -> None:
+        self.timer = timer or DeviceTimer(device or torch.device("cpu"))
         self.reset()
 
     def reset(self) -> None:
-        self.seconds = 0.0
+        self.timer.reset()
         self.payload_bytes = 0
         self.steps = 0
         ops.reset_comm_stats()
 
     def timed(self, fn: Callable[[], None]) -> None:
-        # Synchronising the device before and after makes the time the communication's own.
-        self.sync()
-        start = time.perf_counter()
+        self.timer.start()
         fn()
-        self.sync()
-        self.seconds += time.perf_counter() - start
+        self.timer.stop()
 
     def stats(self, wire_bytes: int, basis: str) -> dict:
         """The Strategy.comm_stats record: time and bytes per step since the last reset."""
         steps = max(self.steps, 1)
-        return {"comm_time_ms_per_step": 1000 * self.seconds / steps, "comm_bytes_per_step": wire_bytes / steps,
-                "comm_bytes_basis": basis, "comm_steps": self.steps}
+        return {"comm_time_ms_per_step": 1000 * self.timer.total_s() / steps,
+                "comm_bytes_per_step": wire_bytes / steps, "comm_bytes_basis": basis, "comm_steps": self.steps}
 
 
 def flat_parameters(model: nn.Module) -> tuple[list[torch.Tensor], torch.Tensor]:

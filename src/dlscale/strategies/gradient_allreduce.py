@@ -9,7 +9,6 @@ from torch import nn
 from dlscale.config.sections import StrategyConfig
 from dlscale.decentralized import ops
 from dlscale.distributed.env import DistEnv
-from dlscale.metrics.timing import device_synchronizer
 from dlscale.strategies.base import Strategy
 from dlscale.strategies.comm import CommMeter, ring_allreduce_wire_bytes, write_back
 
@@ -24,7 +23,7 @@ class GradientAllreduceStrategy(Strategy):
         self.meter = CommMeter()
 
     def wrap(self, model: nn.Module, device: torch.device) -> nn.Module:
-        self.meter = CommMeter(device_synchronizer(device))
+        self.meter = CommMeter(device)
         if self.world_size > 1:
             ops.broadcast_parameters(model, root=0)
         self.meter.reset()  # the start-up broadcast is not step traffic

@@ -21,7 +21,6 @@ from dlscale.config.sections import StrategyConfig
 from dlscale.decentralized import ops, topology
 from dlscale.distributed.env import DistEnv
 from dlscale.errors import ConfigError
-from dlscale.metrics.timing import device_synchronizer
 from dlscale.strategies.base import Strategy
 from dlscale.strategies.comm import (
     CommMeter,
@@ -57,7 +56,7 @@ class NeighborAllreduceStrategy(Strategy):
         self.meter = CommMeter()
 
     def wrap(self, model: nn.Module, device: torch.device) -> nn.Module:
-        self.meter = CommMeter(device_synchronizer(device))
+        self.meter = CommMeter(device)
         if self.world_size == 1:
             return model
         self.schedule = self._set_topology()

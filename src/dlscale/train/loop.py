@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -31,9 +32,9 @@ from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.input_bound import input_bound_warning
 from dlscale.metrics.records import Records
 from dlscale.metrics.run import RunDir, to_jsonable
-from dlscale.metrics.timing import format_duration
+from dlscale.metrics.timing import DeviceTimer, device_synchronizer, format_duration
 from dlscale.models import build_model
-from dlscale.precision import build_precision
+from dlscale.precision import build_precision, precision_note
 from dlscale.train.checkpoint import CheckpointManager
 from dlscale.train.optim import loss_fn
 from dlscale.train.plan import Plan, make_plan, per_rank_batch
@@ -42,6 +43,9 @@ from dlscale.train.schedule import LRSchedule
 from dlscale.train.signals import PreemptionHandler
 from dlscale.train.state import Progress, RunState
 from dlscale.train.step import StepParts, train_step
+
+clock = time.perf_counter
+"""The host clock of log windows (read after the window's device synchronisation)."""
 
 
 @dataclass
@@ -67,6 +71,8 @@ class Run:
     preemption: PreemptionHandler | None = None
     warned_epoch: int = -1
     """Epoch of the last input-bound warning (at most one per epoch)."""
+    sync: Callable[[], None] = lambda: None
+    """Waits for the device's queued work: every timed window ends with it before its clock is read."""
     clock_origin: tuple[float, float] = (0.0, 0.0)
     """(perf_counter, elapsed_s) when this attempt started; elapsed = e0 + now - t0."""
 
@@ -89,6 +95,9 @@ def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path
     run.records = Records(run_dir, enabled=env.is_main, resume_step=progress.step, raport_file=raport_file)
     run.records.parameters({"preset": run_name, **asdict(run.plan), "precision": cfg.precision,
                             "model": cfg.model.name, "world_size": env.world_size})
+    note = precision_note(cfg.precision, device.type)
+    if note:
+        run.records.message(note)
     run.clock_origin = (time.perf_counter(), progress.elapsed_s)
     try:
         with PreemptionHandler() as preemption:
@@ -131,6 +140,7 @@ def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: Run
         normalizer=DeviceNormalizer(info.mean, info.std, device, channels_last=cfg.speed.channels_last),
         train_loader=train_loader, val_loader=val_loader, info=info,
         state=RunState(replica.model, optimizer, schedule, precision, train_loader.sampler, checkpoints),
+        sync=device_synchronizer(device),
     )
 
 
@@ -180,16 +190,16 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
     run.train_loader.sampler.set_epoch(progress.epoch, start_index=consumed * run.env.world_size)
     run.parts.model.train()
     batches = iter(DevicePrefetcher(run.train_loader, run.device, run.normalizer))
-    window = _Window(time.perf_counter(), first=True)
+    window = _Window(clock(), DeviceTimer(run.device), first=True)
     skipped: list[str] = []
     stopped = False
     while progress.epoch_step < plan.steps_per_epoch and not stopped:
         run.schedule.apply(progress.step)
         micro = []
         for _ in range(plan.accumulation_steps):
-            fetch = time.perf_counter()
+            window.data.start()  # on a GPU: from the end of the queued step to the batch being there
             batch = next(batches)
-            window.data_s += time.perf_counter() - fetch
+            window.data.stop()
             skipped.extend(batch.skipped)
             micro.append((batch.images, batch.labels))
         loss = train_step(run.parts, micro)
@@ -198,7 +208,7 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
         progress.epoch_step += 1
         if progress.step % cfg.log_every == 0 or progress.epoch_step == plan.steps_per_epoch:
             stopped = _log(run, progress, window)
-            window = _Window(time.perf_counter())
+            window = _Window(clock(), DeviceTimer(run.device))
         else:
             stopped = _preempted_locally(run)
         every = cfg.checkpoint.every_steps
@@ -219,9 +229,10 @@ class _Window:
     """Loss and timing since the last log step; losses stay on the device until then."""
 
     start: float
+    data: DeviceTimer
+    """The time the device waited for its batches (on the CPU: the time the step waited)."""
     first: bool = False
     """The epoch's first window: its data wait includes the loader workers' start-up."""
-    data_s: float = 0.0
     images: int = 0
     steps: int = 0
     losses: list = field(default_factory=list)
@@ -235,11 +246,13 @@ class _Window:
 def _log(run: Run, progress: Progress, window: _Window) -> bool:
     """Reduce the window's metrics across ranks (one collective); return the agreed stop flag."""
     mean_loss = torch.stack(window.losses).float().mean()
-    elapsed = time.perf_counter() - window.start
+    run.sync()  # the window's device work is done before its clock is read
+    elapsed = clock() - window.start
+    data_s = window.data.total_s()
     local = torch.stack([
         mean_loss,
         torch.tensor(window.images / elapsed, device=run.device),
-        torch.tensor(window.images / max(elapsed - window.data_s, 1e-9), device=run.device),
+        torch.tensor(window.images / max(elapsed - data_s, 1e-9), device=run.device),
         torch.tensor(float(run.preemption.requested), device=run.device),
     ])
     if dist.is_initialized():
@@ -249,7 +262,7 @@ def _log(run: Run, progress: Progress, window: _Window) -> bool:
         "epoch": progress.epoch, "step": progress.step, "iteration": progress.epoch_step,
         "train_loss": loss_sum / run.env.world_size, "lr": run.parts.optimizer.param_groups[0]["lr"],
         "throughput_img_per_s": rate, "compute_img_per_s": compute_rate,
-        "data_time_ms": 1000 * window.data_s / window.steps, "step_time_ms": 1000 * elapsed / window.steps,
+        "data_time_ms": 1000 * data_s / window.steps, "step_time_ms": 1000 * elapsed / window.steps,
         **_strategy_metrics(run),
     }
     run.records.train(record)

@@ -31,6 +31,7 @@ def build_replica(model: nn.Module, *, env: DistEnv, device: torch.device, speed
                   loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Replica:
     """Place, wrap (the strategy broadcasts rank 0's weights), compile (after wrapping, so DDP's
     optimizer splits graphs at buckets), and build SGD with the LR scaled to global_batch."""
+    speed = speed.resolved(device)
     model = speed.place_model(model, device)
     chosen = build_strategy(strategy, env)
     wrapped = speed.maybe_compile(chosen.wrap(model, device))
