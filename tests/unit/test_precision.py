@@ -108,3 +108,19 @@ def test_fp32_on_a_gpu_says_what_it_means():
 
     assert "TF32 off" in precision_note("fp32", "cuda") and "--precision tf32" in precision_note("fp32", "cuda")
     assert precision_note("fp32", "cpu") is None and precision_note("tf32", "cuda") is None
+
+
+def test_fused_sgd_is_the_gpu_default_and_explicit_choices_stay():
+    """GradScaler steps a fused SGD without reading the overflow flag on the host every step."""
+    assert SpeedOptions().resolved(torch.device("cuda")).fused_optimizer is True
+    assert SpeedOptions().resolved(CPU).fused_optimizer is False
+    assert SpeedOptions(fused_optimizer=False).resolved(torch.device("cuda")).fused_optimizer is False
+    assert SpeedOptions(fused_optimizer=True).resolved(CPU).fused_optimizer is True
+
+
+def test_compile_modes_are_checked():
+    from dlscale.errors import ConfigError
+
+    assert SpeedOptions(compile=True, compile_mode="max-autotune").compile_mode == "max-autotune"
+    with pytest.raises(ConfigError, match="compile_mode='fastest'"):
+        SpeedOptions(compile_mode="fastest")
