@@ -15,3 +15,7 @@ class DeviceError(DlscaleError):
 
 class DataError(DlscaleError):
     """A data set that is missing, empty, malformed or unsafe."""
+
+
+class StorageError(DlscaleError):
+    """A run directory that cannot be created or written (no permission, a full disk)."""

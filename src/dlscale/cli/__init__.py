@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from dlscale import __version__
+from dlscale.distributed.process_group import peer_failed, record_error_for_launcher
 from dlscale.errors import DlscaleError
 
 # Subcommand name -> module under dlscale.cli. Adding a command is one module and one line.
@@ -20,6 +21,7 @@ COMMANDS = {
     "scale": "dlscale.cli.scale",
     "report": "dlscale.cli.report",
     "slurm": "dlscale.cli.slurm",
+    "torchrun": "dlscale.cli.torchrun",
 }
 
 
@@ -50,11 +52,21 @@ def _run(argv: list[str] | None) -> int:
     try:
         return int(args.run(args) or 0)
     except DlscaleError as error:
-        print(f"dlscale {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        return _one_line_error(f"dlscale {args.command}: error: {error}", 2)
+    except RuntimeError as error:
+        if not peer_failed(error):
+            raise
+        return _one_line_error(f"dlscale {args.command}: error: another rank of the job stopped, so this one did "
+                               f"({' '.join(str(error).split())[:120]}); the other rank's error says why", 1)
     except KeyboardInterrupt:
         print(f"dlscale {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line_error(line: str, code: int) -> int:
+    print(line, file=sys.stderr, flush=True)
+    record_error_for_launcher(line)  # torchrun's summary then names this line as the cause
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -81,11 +81,18 @@ def seeded_generator(*words: int) -> torch.Generator:
     return generator
 
 
+EXCLUDED_LABEL = -1
+"""The label of a placeholder that stands for an unreadable validation file: evaluation leaves it out."""
+
+
 class ImageDataset(Dataset):
     """Samples of a source, transformed, with unreadable files skipped or reported.
 
     Keys are an index, or (epoch, index) as the training sampler yields them so that the
-    augmentation changes with the epoch.
+    augmentation changes with the epoch. For training an unreadable file is replaced by the next
+    readable one (the batch keeps its size); for validation (`placeholder_size` set) it becomes a
+    placeholder labelled EXCLUDED_LABEL, so every readable image is evaluated exactly once and the
+    unreadable ones are counted, not replaced by images that would then count twice.
     """
 
     def __init__(
@@ -96,12 +103,14 @@ class ImageDataset(Dataset):
         seed: int = 0,
         on_bad_sample: str = "skip",
         max_consecutive_bad: int = 50,
+        placeholder_size: int | None = None,
     ):
         self.source = source
         self.transform = transform
         self.seed = seed
         self.on_bad_sample = on_bad_sample
         self.max_consecutive_bad = max_consecutive_bad
+        self.placeholder_size = placeholder_size
 
     def __len__(self) -> int:
         return len(self.source)
@@ -121,11 +130,25 @@ class ImageDataset(Dataset):
                         f"{bad.path}: cannot decode ({bad.reason}); replace or remove the file, "
                         "or set data.on_bad_sample=skip"
                     ) from None
+                if self.placeholder_size is not None:
+                    return self._placeholder(index, epoch, bad.path)
                 first_bad = first_bad or bad.path
-        raise BadSampleError(
-            f"{min(self.max_consecutive_bad, size)} unreadable images in a row from {first_bad}; "
-            "check the data set (truncated copy? unmounted disk?) or raise data.max_consecutive_bad"
-        )
+        raise _in_a_row(min(self.max_consecutive_bad, size), first_bad)
+
+    def _placeholder(self, index: int, epoch: int, path: str) -> Sample:
+        """An unreadable validation file: a placeholder sample, unless the files after it are
+        unreadable too (max_consecutive_bad in a row is a broken copy or mount, not a few bad files)."""
+        size = len(self.source)
+        for ahead in range(1, min(self.max_consecutive_bad, size)):
+            try:
+                self._transformed((index + ahead) % size, epoch, index + ahead)
+                break
+            except BadSample:
+                continue
+        else:
+            raise _in_a_row(min(self.max_consecutive_bad, size), path)
+        side = self.placeholder_size
+        return Sample(torch.zeros(3, side, side, dtype=torch.uint8), EXCLUDED_LABEL, path)
 
     def _transformed(self, position: int, epoch: int, index: int) -> tuple[torch.Tensor, int]:
         """Load and transform one sample. The augmentation is seeded by the requested index, so a
@@ -136,3 +159,8 @@ class ImageDataset(Dataset):
         # The fast JPEG path hands the transform an undecoded image: a file corrupt inside its scan
         # data fails only there, raising BadSample, and is skipped like any other unreadable file.
         return self.transform(image, seeded_generator(self.seed, epoch, index)), label
+
+
+def _in_a_row(count: int, first: str | None) -> BadSampleError:
+    return BadSampleError(f"{count} unreadable images in a row from {first}; check the data set (truncated copy? "
+                          "unmounted disk?) or raise data.max_consecutive_bad")

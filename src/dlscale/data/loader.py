@@ -176,7 +176,8 @@ def build_loaders(
     dataset_options = {"seed": seed, "on_bad_sample": cfg.on_bad_sample,
                        "max_consecutive_bad": cfg.max_consecutive_bad}
     train_set = ImageDataset(built.train, built.train_transform, **dataset_options)
-    val_set = ImageDataset(built.val, built.val_transform, **dataset_options)
+    val_set = ImageDataset(built.val, built.val_transform, **dataset_options,
+                           placeholder_size=built.info.val_image_size)
     val_sampler = ExactShardSampler(len(built.val), rank=rank, world_size=world_size)
     train_loader = _loader(train_set, train_sampler, batch_size, cfg, drop_last=True, seed=seed)
     val_loader = _loader(val_set, val_sampler, val_batch_size or batch_size, cfg, drop_last=False, seed=seed)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import json
+import os
+import signal
+import sys
+import time
 from datetime import timedelta
 
 import torch
@@ -47,6 +53,8 @@ def init_process_group(env: DistEnv, device: torch.device, timeout_s: float = DE
     attempt then reads keys left by the failed one and fails to connect or hangs
     (docs/references.md#torchrun-store-restart-bug, pytorch#135712), so each attempt gets its own key prefix.
     """
+    if env.launcher == "torchrun":
+        exit_with_parent()
     if not env.is_distributed or dist.is_initialized():
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
@@ -91,3 +99,50 @@ def _bracket(host: str | None) -> str:
     if host is None:
         raise DeviceError("no rendezvous host: set MASTER_ADDR")
     return f"[{host}]" if ":" in host else host
+
+
+PR_SET_PDEATHSIG = 1
+"""prctl(2) option: the signal the kernel sends this process when its parent thread dies."""
+
+
+def exit_with_parent(sig: int = signal.SIGTERM) -> None:
+    """Ask the kernel to send `sig` to this process when its parent (torchrun's agent) dies.
+
+    An agent killed by a signal it does not handle (SIGUSR1 under plain torchrun, SIGKILL) would
+    otherwise leave its workers training as orphans. SIGTERM makes a training worker checkpoint at
+    the next step boundary and stop (train/signals.py). Linux only; elsewhere nothing happens.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the request: nobody will send the signal
+        os.kill(os.getpid(), sig)
+
+
+PEER_FAILURE_MESSAGES = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing",
+                         "NCCL communicator was aborted", "Broken pipe")
+"""What a collective raises on this rank when another rank of the job has died."""
+
+
+def peer_failed(error: BaseException) -> bool:
+    """True for the error a collective raises because another rank died (its own error says why)."""
+    return isinstance(error, RuntimeError) and any(text in str(error) for text in PEER_FAILURE_MESSAGES)
+
+
+def record_error_for_launcher(line: str) -> None:
+    """Under torchrun, write the one-line error where the agent reads a worker's error
+    (TORCHELASTIC_ERROR_FILE), so that its summary names it as the failure's cause."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    data = {"message": {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(time.time()))}}}
+    try:
+        with open(path, "w") as file:
+            json.dump(data, file)
+    except OSError:
+        pass  # the agent then reports the exit code alone

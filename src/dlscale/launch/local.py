@@ -138,14 +138,25 @@ def send_signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below pid, from /proc (Linux); empty where /proc cannot be read."""
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process, from /proc (Linux); empty where /proc cannot be read."""
     parents: dict[int, int] = {}
     entries = os.listdir("/proc") if os.path.isdir("/proc") else []
     for entry in filter(str.isdigit, entries):
         # A process may end meanwhile: then it has no children to find.
         with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{entry}/stat") as f:
             parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+    return parents
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of pid (torchrun's workers, not their loader processes)."""
+    return [child for child, parent in _parents().items() if parent == pid]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below pid."""
+    parents = _parents()
     found, frontier = [], [pid]
     while frontier:
         children = [c for c, p in parents.items() if p in frontier]

@@ -17,14 +17,21 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import filelock
 import torch
 
 import dlscale
 from dlscale.distributed.env import DistEnv
+from dlscale.errors import ConfigError, StorageError
+
+
+class RunInUse(ConfigError):
+    """Another process holds the run directory."""
 
 
 class RunDir:
@@ -44,6 +51,32 @@ class RunDir:
         tmp.write_text(json.dumps(to_jsonable(data), indent=2, sort_keys=False) + "\n")
         os.replace(tmp, target)
         return target
+
+    def claim(self) -> filelock.BaseFileLock:
+        """Create the directory and hold its lock until released: one run per run directory.
+
+        The lock is the operating system's (fcntl), so it dies with its holder and a crashed run
+        never blocks the next. StorageError when the directory cannot be created; RunInUse, naming
+        the holder, when another run holds it.
+        """
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StorageError(f"cannot create the run directory {self.path} ({error.strerror or error}); "
+                               "choose another --output-dir") from None
+        lock = filelock.FileLock(self.path / ".lock", timeout=0)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            holder = self.path / ".lock.holder"
+            who = holder.read_text().strip() if holder.is_file() else "another process"
+            raise RunInUse(f"{self.path} is in use by {who}; wait for it to end or stop it, or choose another "
+                           "--name") from None
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        command = " ".join(["dlscale", *sys.argv[1:]])[:200]
+        (self.path / ".lock.holder").write_text(f"`{command}` (pid {os.getpid()} on {socket.gethostname()}, "
+                                                f"started {started})\n")
+        return lock
 
     def write_setup(self, config: dict, env: DistEnv, device: torch.device) -> None:
         """config.json (what the run was asked to do, `kind` first) and env.json (what it ran on):

@@ -159,9 +159,10 @@ def load(paths: list[str | Path]) -> Collection:
 
 def read_json(path: Path):
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise ConfigError(f"{path}: cannot be read as JSON ({error}); remove it or re-run") from None
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        why = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else error
+        raise ConfigError(f"{path}: cannot be read as JSON ({why}); remove it or re-run") from None
 
 
 def _add_run(path: Path, found: Collection, seen: set[Path], sweep: str | None = None,

@@ -116,7 +116,10 @@ class CheckpointManager:
             return
         older = [path for step, path in files if step <= current_step]
         for path in older[self.keep_last :]:
-            path.unlink(missing_ok=True)
+            if _is_archive(path):  # what dlscale writes; anything else is not this class's to delete
+                path.unlink(missing_ok=True)
+            else:
+                log.warning("left in place, not a checkpoint dlscale wrote: %s", path)
 
     # ------------------------------------------------------------------- read
     def checkpoints(self) -> list[Path]:
@@ -150,50 +153,75 @@ class CheckpointManager:
     def load_latest(self, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
         """The newest checkpoint that loads, or None when there is none (a fresh run).
 
-        An unreadable file (truncated, garbage) gives a warning and the next older one is
-        tried. ConfigError when every file is unreadable (never silently start afresh
-        next to them), or when a complete file holds objects that `weights_only=True`
-        refuses: it was not written by dlscale and is not loaded.
+        A damaged file (truncated by a crash mid-write, garbage) gives a warning naming it and
+        the older file resumed instead. ConfigError when every file is damaged (never silently
+        start afresh next to them), or when a file was not written by dlscale (a plain pickle,
+        or an archive holding objects that `weights_only=True` refuses): it is refused, never
+        loaded, and left where it is.
         """
         files = self._checkpoints_newest_first()
+        damaged: list[tuple[Path, BaseException]] = []
         for _, path in files:
-            state = _load_or_none(path, map_location)
+            state, error = load_checkpoint(path, map_location)
             if state is not None:
+                for bad, why in damaged:
+                    _warn(f"checkpoint {bad} is unreadable ({type(why).__name__}: {_one_line(why)}); "
+                          f"resuming from the previous one, {path}, which is intact")
                 return state
+            damaged.append((path, error))
+        for bad, why in damaged:
+            _warn(f"checkpoint {bad} is unreadable ({type(why).__name__}: {_one_line(why)})")
         if files:
             raise ConfigError(
-                f"none of the {len(files)} checkpoints in {self.directory} can be read (see the "
-                "warnings); move them away to start afresh"
+                f"none of the {len(files)} checkpoints in {self.directory} can be read (newest: {files[0][1].name}, "
+                f"{_one_line(damaged[0][1])}); move them away to start afresh"
             )
         return None
 
 
-def _load_or_none(path: Path, map_location: str | torch.device) -> dict[str, Any] | None:
+PICKLE_HEADERS = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
+"""A plain pickle (protocol 2 to 5) starts so; dlscale writes zip archives (torch.save's format)."""
+ZIP_HEADER = b"PK\x03\x04"
+
+
+def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> tuple[dict | None, BaseException | None]:
+    """(state, None) for a dlscale checkpoint; (None, error) for a damaged file; ConfigError for a
+    file dlscale did not write (a plain pickle, or forbidden objects in an archive), which is
+    never loaded."""
+    with open(path, "rb") as file:
+        head = file.read(4)
+    if head.startswith(PICKLE_HEADERS):
+        raise ConfigError(f"{path} is a plain pickle, not a checkpoint dlscale wrote (those are torch zip archives); "
+                          "it is not loaded: move it away, or resume from another file or --name")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
-        if zipfile.is_zipfile(path):  # complete archive, forbidden content
-            raise ConfigError(
-                f"{path} holds objects that torch.load(weights_only=True) refuses; it was not "
-                f"written by dlscale: move it out of {path.parent} or use another directory"
-            ) from error
-        _warn_unreadable(path, error)
-        return None
+        if head == ZIP_HEADER and zipfile.is_zipfile(path):  # a complete archive with forbidden content
+            raise ConfigError(f"{path} holds objects that torch.load(weights_only=True) refuses; it was not "
+                              f"written by dlscale and is not loaded: move it out of {path.parent}") from None
+        return None, error
     except PermissionError:
         raise
     except Exception as error:  # a damaged file fails in many ways (IndexError included)
-        _warn_unreadable(path, error)
-        return None
+        return None, error
     if not isinstance(state, dict) or "step" not in state:
-        _warn_unreadable(path, ValueError("not a dlscale checkpoint (no 'step' key)"))
-        return None
-    return state
+        return None, ValueError("not a dlscale checkpoint (no 'step' key)")
+    return state, None
 
 
-def _warn_unreadable(path: Path, error: BaseException) -> None:
-    message = (
-        f"checkpoint {path} is unreadable ({type(error).__name__}: {error}); trying an older one"
-    )
+def _is_archive(path: Path) -> bool:
+    try:
+        with open(path, "rb") as file:
+            return file.read(4) == ZIP_HEADER
+    except OSError:
+        return False
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())[:200]
+
+
+def _warn(message: str) -> None:
     warnings.warn(message, RuntimeWarning, stacklevel=3)
     log.warning(message)
 

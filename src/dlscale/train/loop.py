@@ -26,8 +26,9 @@ from dlscale.data import (
     all_reduce_eval_sums,
     build_loaders,
 )
+from dlscale.data.dataset import EXCLUDED_LABEL
 from dlscale.distributed import DistEnv, init_process_group, select_device
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, DlscaleError, StorageError
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.input_bound import input_bound_warning
 from dlscale.metrics.records import Records
@@ -69,6 +70,8 @@ class Run:
     """What checkpoints save and restore."""
     records: Records = field(default_factory=lambda: Records(None, enabled=False))
     preemption: PreemptionHandler | None = None
+    stop_signal: str | None = None
+    """The preemption signal the ranks agreed on at a log step (the one most of them got)."""
     warned_epoch: int = -1
     """Epoch of the last input-bound warning (at most one per epoch)."""
     sync: Callable[[], None] = lambda: None
@@ -83,15 +86,48 @@ class Run:
 
 def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path = "runs",
         resume: str = "auto", raport_file: str | None = None) -> dict:
-    """Train to the end (or the target accuracy, or a preemption signal); return the summary."""
-    device = select_device(env, cfg.device)
-    init_process_group(env, device, cfg.pg_timeout_s)
-    run_dir = RunDir(Path(output_dir) / (cfg.name or run_name))
+    """Train to the end (or the target accuracy, or a preemption signal); return the summary.
+
+    A preemption signal is recorded from the start: one that arrives while the run is still being
+    set up stops it at the first step boundary, with a checkpoint, like one that arrives later.
+    """
+    with PreemptionHandler() as preemption:
+        device = select_device(env, cfg.device)
+        init_process_group(env, device, cfg.pg_timeout_s)
+        run_dir = RunDir(Path(output_dir) / (cfg.name or run_name))
+        lock = _claim(run_dir, env)  # before anything is built or written: one run per directory
+        try:
+            return _fit(cfg, env, device, run_dir, preemption, run_name=run_name, resume=resume,
+                        raport_file=raport_file)
+        finally:
+            if lock is not None:
+                lock.release()
+
+
+def _claim(run_dir: RunDir, env: DistEnv):
+    """Rank 0 creates and locks the run directory; every rank raises rank 0's error, if any."""
+    lock, error = None, None
+    if env.is_main:
+        try:
+            lock = run_dir.claim()
+        except DlscaleError as raised:
+            error = raised
+    found = [None if error is None else (type(error).__name__, str(error))]
+    if dist.is_initialized():
+        dist.broadcast_object_list(found, src=0)
+    if found[0] is not None:
+        kind, message = found[0]
+        raise error or (StorageError if kind == "StorageError" else ConfigError)(message)
+    return lock
+
+
+def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, preemption: PreemptionHandler, *,
+         run_name: str, resume: str, raport_file: str | None) -> dict:
     run = build_run(cfg, env, device, run_dir)
     progress = _resume(run, run_dir, resume)
     if env.is_main:
-        run_dir.write_setup({"kind": "train", "preset": run_name, **to_jsonable(cfg), "plan": asdict(run.plan)},
-                            env, device)
+        run_dir.write_setup({"kind": "train", "preset": run_name, **to_jsonable(cfg), "plan": asdict(run.plan),
+                             "changes": run.state.changes}, env, device)
     run.records = Records(run_dir, enabled=env.is_main, resume_step=progress.step, raport_file=raport_file)
     run.records.parameters({"preset": run_name, **asdict(run.plan), "precision": cfg.precision,
                             "model": cfg.model.name, "world_size": env.world_size})
@@ -100,10 +136,9 @@ def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path
         run.records.message(note)
     run.clock_origin = (time.perf_counter(), progress.elapsed_s)
     try:
-        with PreemptionHandler() as preemption:
-            run.preemption = preemption
-            preempted = _epochs(run, progress)
-        summary = _summary(run, progress, preempted=preempted, signal=preemption.signal_name)
+        run.preemption = preemption
+        preempted = _epochs(run, progress)
+        summary = _summary(run, progress, preempted=preempted, signal=run.stop_signal or preemption.signal_name)
         run.records.summary(summary)
         return summary
     finally:
@@ -122,6 +157,9 @@ def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: Run
         val_batch_size=cfg.val_batch_size, seed=cfg.seed,
     )
     plan = make_plan(cfg, env.world_size, info.train_size)
+    if cfg.model.norm == "batch" and plan.per_rank_batch < 2 and not (cfg.sync_batchnorm and env.is_distributed):
+        raise ConfigError(f"{plan.per_rank_batch} image per rank per step: BatchNorm needs at least 2 to normalise "
+                          "in training; raise the batch, or use --set model.norm=group")
     model = build_model(cfg.model.name, num_classes=info.num_classes, width=cfg.model.width,
                         zero_init_residual=cfg.model.zero_init_residual, norm=cfg.model.norm)
     if cfg.sync_batchnorm and device.type != "cuda":
@@ -139,7 +177,8 @@ def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: Run
         cfg=cfg, env=env, device=device, plan=plan, model=replica.model, parts=replica.parts, schedule=schedule,
         normalizer=DeviceNormalizer(info.mean, info.std, device, channels_last=cfg.speed.channels_last),
         train_loader=train_loader, val_loader=val_loader, info=info,
-        state=RunState(replica.model, optimizer, schedule, precision, train_loader.sampler, checkpoints),
+        state=RunState(replica.model, optimizer, schedule, precision, train_loader.sampler, checkpoints, device,
+                       settings={**to_jsonable(cfg), "world_size": env.world_size}),
         sync=device_synchronizer(device),
     )
 
@@ -215,7 +254,7 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
         if not stopped and cfg.checkpoint.enabled and every and progress.step % every == 0:
             _save(run, progress, reason="step")
     train_s = time.perf_counter() - started
-    progress.skipped_samples += _count_skipped(run, skipped)
+    progress.skipped_samples += _count_skipped(run, skipped, "training")
     return stopped, (progress.epoch_step - first_step) * plan.global_batch, train_s
 
 
@@ -253,11 +292,12 @@ def _log(run: Run, progress: Progress, window: _Window) -> bool:
         mean_loss,
         torch.tensor(window.images / elapsed, device=run.device),
         torch.tensor(window.images / max(elapsed - data_s, 1e-9), device=run.device),
-        torch.tensor(float(run.preemption.requested), device=run.device),
+        *(torch.tensor(vote, device=run.device) for vote in run.preemption.votes()),
     ])
     if dist.is_initialized():
         dist.all_reduce(local)  # sums: the ranks' rates add up to the job's throughput
-    loss_sum, rate, compute_rate, stop = local.tolist()  # the one host sync of the window
+    loss_sum, rate, compute_rate, *votes = local.tolist()  # the one host sync of the window
+    run.stop_signal = run.preemption.agreed_name(votes)
     record = {
         "epoch": progress.epoch, "step": progress.step, "iteration": progress.epoch_step,
         "train_loss": loss_sum / run.env.world_size, "lr": run.parts.optimizer.param_groups[0]["lr"],
@@ -274,7 +314,7 @@ def _log(run: Run, progress: Progress, window: _Window) -> bool:
         if warning:
             run.warned_epoch = progress.epoch  # once per epoch
             run.records.message(warning)
-    return stop > 0
+    return run.stop_signal is not None
 
 
 def _strategy_metrics(run: Run) -> dict:
@@ -287,14 +327,19 @@ def _strategy_metrics(run: Run) -> dict:
             "comm_bytes_per_step": stats["comm_bytes_per_step"], **strategy.metrics(run.model)}
 
 
-def _count_skipped(run: Run, skipped: list[str]) -> int:
+def _count_skipped(run: Run, skipped: list[str], split: str) -> int:
+    """Unreadable files of this epoch over all ranks (one all-reduce), said once by rank 0."""
     count = torch.tensor([len(skipped)], device=run.device)
     if dist.is_initialized():
         dist.all_reduce(count)
     total = int(count.item())
     if total:
         shown = ", ".join(skipped[:5]) + (" ..." if len(skipped) > 5 else "")
-        run.records.message(f"skipped {total} unreadable sample(s) this epoch (rank 0: {shown or 'none'})")
+        if split == "training":
+            run.records.message(f"skipped {total} unreadable sample(s) this epoch (rank 0: {shown or 'none'})")
+        else:
+            run.records.message(f"validation: {total} unreadable file(s) left out, the metrics are over the readable "
+                                f"images only (rank 0: {shown or 'none'})")
     return total
 
 
@@ -308,19 +353,23 @@ def evaluate(run: Run) -> dict:
     run.model.eval()
     zero = torch.zeros((), dtype=torch.float64, device=run.device)
     correct1, correct5, loss_sum, count = zero.clone(), zero.clone(), zero.clone(), zero.clone()
-    for images, labels, _ in DevicePrefetcher(run.val_loader, run.device, run.normalizer):
+    skipped: list[str] = []
+    for images, labels, unreadable in DevicePrefetcher(run.val_loader, run.device, run.normalizer):
         with run.parts.precision.autocast():
             logits = run.model(images)
-        loss_sum += nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
+        readable = labels != EXCLUDED_LABEL  # placeholders of unreadable files: counted apart, never scored
+        loss_sum += nn.functional.cross_entropy(logits.float()[readable], labels[readable], reduction="sum")
         top = logits.topk(min(5, logits.shape[1]), dim=1).indices
-        hits = top.eq(labels[:, None])
+        hits = top.eq(labels[:, None]) & readable[:, None]
         correct1 += hits[:, 0].sum()
         correct5 += hits.any(dim=1).sum()
-        count += labels.numel()
+        count += readable.sum()
+        skipped.extend(unreadable)
     totals = all_reduce_eval_sums(correct1, correct5, loss_sum, count, device=run.device)
+    unreadable_count = _count_skipped(run, skipped, "validation")
     run.model.train()
     return {"val_top1_pct": totals.top1, "val_top5_pct": totals.top5, "val_loss": totals.loss,
-            "val_count": int(totals.count)}
+            "val_count": int(totals.count), "val_skipped": unreadable_count}
 
 
 def _end_epoch(run: Run, progress: Progress, evaluation: dict, throughput: float) -> None:

@@ -33,6 +33,7 @@ class PreemptionHandler:
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("PreemptionHandler must be created in the main thread")
         self._signum: int | None = None
+        self.signals = tuple(signals)
         self._previous: dict[signal.Signals, object] = {}
         try:
             for signum in signals:
@@ -50,6 +51,18 @@ class PreemptionHandler:
     def requested(self) -> bool:
         """True once one of the signals has arrived."""
         return self._signum is not None
+
+    def votes(self) -> list[float]:
+        """One entry per handled signal, 1.0 for the one that arrived here first: summed over ranks,
+        they say which signal stopped the job even where it reached only some ranks."""
+        return [1.0 if self._signum == signum else 0.0 for signum in self.signals]
+
+    def agreed_name(self, summed_votes: list[float]) -> str | None:
+        """The signal most ranks got (the first handled one on a tie), or None if none arrived."""
+        if not any(summed_votes):
+            return None
+        index = max(range(len(self.signals)), key=lambda i: (summed_votes[i], -i))
+        return signal.Signals(self.signals[index]).name
 
     @property
     def signal_name(self) -> str | None:

@@ -15,10 +15,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, StorageError
 from dlscale.metrics.run import to_jsonable
 from dlscale.precision import Precision
-from dlscale.train.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
+from dlscale.train.checkpoint import CheckpointManager, capture_rng_state, load_checkpoint, restore_rng_state
+from dlscale.train.resume_check import check_resume
 from dlscale.train.schedule import LRSchedule
 
 
@@ -54,27 +55,50 @@ class RunState:
     sampler: object
     """The training sampler: state_dict(consumed) and load_state_dict(state)."""
     checkpoints: CheckpointManager
+    device: torch.device = torch.device("cpu")
+    """Where this rank's collectives run (NCCL needs CUDA tensors)."""
+    settings: dict = field(default_factory=dict)
+    """The resolved settings of this attempt (flattened TrainConfig plus world_size)."""
+    changes: list = field(default_factory=list)
+    """Allowed setting changes of earlier resumes and this one: [{"step": S, "changed": {key: [old, new]}}]."""
 
     def save(self, progress: Progress, *, consumed: int, reason: str, is_main: bool) -> Path | None:
         """Rank 0 writes; every rank waits so that nobody reads or deletes a half-written state.
-        consumed: samples this rank has taken from the sampler in the current epoch."""
-        path = None
+        consumed: samples this rank has taken from the sampler in the current epoch. A write that
+        fails (a full disk) stops every rank with one line; the previous checkpoint is intact."""
+        path, failure = None, None
         if is_main:
-            state = {
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "schedule": self.schedule.state_dict(),
-                "scaler": self.precision.state_dict(),
-                "sampler": self.sampler.state_dict(consumed),
-                "progress": to_jsonable(asdict(progress)),
-                "rng": capture_rng_state(),
-                "reason": reason,
-                "torch": str(torch.__version__),
-            }
-            path = self.checkpoints.save(state, epoch=progress.epoch, step=progress.step)
-        if dist.is_initialized():
-            dist.barrier()
+            try:
+                path = self.checkpoints.save(self._state(progress, consumed, reason), epoch=progress.epoch,
+                                             step=progress.step)
+            except OSError as error:
+                failure = error
+        everyone_ok = _all_ranks_agree(failure is None, self.device)  # also the barrier after the write
+        if failure is not None:
+            previous = self.checkpoints.latest_path()
+            kept = f"the previous checkpoint, {previous}, is intact" if previous else "no earlier checkpoint exists"
+            raise StorageError(f"writing a checkpoint into {self.checkpoints.directory} failed "
+                               f"({failure.strerror or failure}); {kept}: free space and run the same command to "
+                               "resume")
+        if not everyone_ok:
+            raise StorageError("rank 0 could not write the checkpoint (its error says why); the previous checkpoint "
+                               "is intact: run the same command to resume")
         return path
+
+    def _state(self, progress: Progress, consumed: int, reason: str) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.state_dict(),
+            "scaler": self.precision.state_dict(),
+            "sampler": self.sampler.state_dict(consumed),
+            "progress": to_jsonable(asdict(progress)),
+            "rng": capture_rng_state(),
+            "reason": reason,
+            "torch": str(torch.__version__),
+            "settings": self.settings,
+            "settings_changes": self.changes,
+        }
 
     def resume(self, how: str, device: torch.device) -> Progress | None:
         """how: auto (the latest good checkpoint, if any), none (refused if checkpoints exist), or a
@@ -87,11 +111,20 @@ class RunState:
         if how == "auto":
             state = self.checkpoints.load_latest(map_location=device)
         elif Path(how).is_file():
-            state = torch.load(how, map_location=device, weights_only=True)
+            state, error = load_checkpoint(Path(how), device)
+            if state is None:
+                raise ConfigError(f"--resume {how}: the file is unreadable ({type(error).__name__}: "
+                                  f"{' '.join(str(error).split())[:200]})")
         else:
             raise ConfigError(f"--resume {how}: no such checkpoint file (or use auto / none)")
         if state is None:
             return None
+        progress = Progress(**state["progress"])
+        if "settings" in state:  # checkpoints from before settings were stored resume unchecked
+            changed = check_resume(state["settings"], self.settings, run=str(self.checkpoints.directory.parent))
+            self.changes = list(state.get("settings_changes", []))
+            if changed:
+                self.changes.append({"step": progress.step, "changed": {k: list(v) for k, v in changed.items()}})
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.schedule.load_state_dict(state["schedule"])
@@ -100,4 +133,13 @@ class RunState:
         restore_rng_state(state["rng"])
         if dist.is_initialized():
             dist.barrier()  # every rank has read it before rank 0 may rotate files
-        return Progress(**state["progress"])
+        return progress
+
+
+def _all_ranks_agree(ok: bool, device: torch.device) -> bool:
+    """True when ok on every rank; a collective, so also a barrier."""
+    if not dist.is_initialized():
+        return ok
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int64, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
