@@ -148,3 +148,26 @@ def test_a_workers_one_line_error_is_what_torchrun_reports_as_the_cause(tmp_path
     summary = ChildFailedError("dlscale", {0: failure}).format_msg()
     cause = summary[summary.index("Root Cause"):]
     assert line in cause and "To enable traceback" not in cause
+
+
+def test_a_signal_that_reaches_one_rank_is_named_by_the_job(tmp_path):
+    """SIGUSR1 to rank 1 alone: the ranks agree to stop at the next log step, and rank 0, which got
+    no signal, names the one that stopped the job (not 'stopped by None')."""
+    out = tmp_path / "one"
+    proc = subprocess.Popen([*TORCHRUN, *TRAIN, "--output-dir", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env())
+    metrics = out / "cpu-digits" / "metrics.jsonl"
+    deadline = time.monotonic() + TIMEOUT_S
+    while not (metrics.is_file() and '"train"' in metrics.read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    ranks = {}
+    for pid in descendants(proc.pid):
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        rank = next((e[5:].decode() for e in environ if e.startswith(b"RANK=")), None)
+        if rank is not None and "dlscale" in Path(f"/proc/{pid}/cmdline").read_text():
+            ranks[rank] = pid
+    os.kill(ranks["1"], signal.SIGUSR1)
+    stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "stopped by SIGUSR1 at epoch" in stdout and "stopped by None" not in stdout
