@@ -63,7 +63,8 @@ def test_hal_peak_lr_on_64_ranks_and_warmup():
     assert plan.warmup_steps == 5 * plan.steps_per_epoch
     schedule = LRSchedule(cfg.schedule, peak_lr=plan.peak_lr, steps_per_epoch=plan.steps_per_epoch)
     steps = plan.steps_per_epoch
-    assert schedule.lr_at(0) == pytest.approx(5.2 / (5 * steps))  # HAL: lr * (1 + step) / (5 * len_epoch)
+    # HAL: lr * (1 + i + epoch * len_epoch) / (5 * len_epoch), i = 1 at the first iteration
+    assert schedule.lr_at(0) == pytest.approx(5.2 * 2 / (5 * steps))
     assert schedule.lr_at(30 * steps) == pytest.approx(0.52)
     assert schedule.lr_at(80 * steps) == pytest.approx(0.0052)
 
@@ -77,9 +78,10 @@ def test_ngc_presets():
     assert amp.schedule.name == "cosine" and amp.schedule.warmup_epochs == 8
     assert (amp.precision, tf32.precision, tf32.speed.channels_last) == ("amp_fp16", "tf32", False)
     schedule = LRSchedule(amp.schedule, peak_lr=plan.peak_lr, steps_per_epoch=plan.steps_per_epoch)
-    e = 50  # NVIDIA: end_lr + 0.5 (1 + cos(pi (e - W) / (E - W))) (base - end_lr)
-    assert schedule.lr_at(e * plan.steps_per_epoch) == pytest.approx(
-        0.5 * (1 + math.cos(math.pi * (e - 8) / (90 - 8))) * 2.048)
+    e = 50  # NVIDIA: end_lr + 0.5 (1 + cos(pi (e - W) / (E - W))) (base - end_lr), once per epoch
+    for step in (e * plan.steps_per_epoch, (e + 1) * plan.steps_per_epoch - 1):
+        assert schedule.lr_at(step) == pytest.approx(0.5 * (1 + math.cos(math.pi * (e - 8) / (90 - 8))) * 2.048)
+    assert amp.optim.weight_decay_exemption == "name_contains_bn"  # NVIDIA: "bn" in the name
 
 
 def test_sc20_epoch_warmup():

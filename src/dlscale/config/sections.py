@@ -36,6 +36,9 @@ LR_SCALING_RULES: tuple[str, ...] = typing.get_args(LrScaling)
 ScheduleName = Literal["constant", "step", "cosine", "linear", "plateau"]
 SCHEDULE_NAMES: tuple[str, ...] = typing.get_args(ScheduleName)
 WARMUP_UNITS = ("iteration", "epoch")
+ANNEAL_UNITS = ("iteration", "epoch")
+WeightDecayExemption = Literal["module_type", "name_contains_bn"]
+WEIGHT_DECAY_EXEMPTIONS: tuple[str, ...] = typing.get_args(WeightDecayExemption)
 
 
 def _check(ok: bool, message: str) -> None:
@@ -157,7 +160,13 @@ class OptimConfig:
     weight_decay: float = 1e-4
     """L2 penalty added to the gradient (1e-4 for ImageNet ResNet-50, SC20 uses 5e-4 on CIFAR)."""
     exclude_bn_and_bias_from_weight_decay: bool = False
-    """Give normalisation-layer parameters and all biases zero weight decay (NVIDIA's default)."""
+    """Give normalisation-layer parameters and all biases zero weight decay (NVIDIA's default);
+    which parameters exactly is `weight_decay_exemption`."""
+    weight_decay_exemption: WeightDecayExemption = "module_type"
+    """What the exclusion exempts. "module_type": every parameter of a normalisation layer and every
+    bias (dlscale's rule); "name_contains_bn": every parameter whose name contains "bn", NVIDIA
+    ConvNets' rule without --bn-weight-decay, which leaves decay on the downsample BNs and fc.bias
+    (docs/references.md#ngc-bn-weight-decay)."""
     lr_scaling: LrScaling = "none"
     """How `lr` grows with the global batch: "none", "linear" (Goyal et al. 2017) or "sqrt"."""
     reference_batch: int = 256
@@ -185,6 +194,8 @@ class OptimConfig:
             f"optim.label_smoothing={self.label_smoothing} must be in [0, 1)",
         )
         _check(self.accumulation_steps >= 1, "optim.accumulation_steps must be >= 1")
+        _check(self.weight_decay_exemption in WEIGHT_DECAY_EXEMPTIONS,
+               f"optim.weight_decay_exemption={self.weight_decay_exemption!r}: use one of {WEIGHT_DECAY_EXEMPTIONS}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,12 +210,22 @@ class ScheduleConfig:
     """Linear warm-up length (HAL 5, NVIDIA 8, SC20 8 or 16); 0 turns warm-up off."""
     warmup_per: Literal["iteration", "epoch"] = "iteration"
     """Warm-up granularity: "iteration" (HAL) or "epoch" (SC20, NVIDIA; needs whole epochs)."""
+    warmup_step_offset: int = 1
+    """Per-iteration warm-up is `base * (step + offset) / (W * steps_per_epoch)`, step counted from 0:
+    1 reaches the peak on the last warm-up step; HAL's loop counts iterations from 1 and adds 1,
+    so its offset is 2 (docs/references.md#hal-lr-schedule)."""
     milestones: tuple[int, ...] = (30, 60, 80)
     """Epochs at which "step" multiplies the LR by `gamma` (HAL, NVIDIA: 30, 60, 80)."""
+    milestone_every: int = 0
+    """"step": after the last milestone, multiply by `gamma` again at every multiple of this many
+    epochs (HAL: 30, i.e. at 90, 120, ...); 0: no decay after the last milestone (NVIDIA)."""
     gamma: float = 0.1
     """Factor applied at each milestone of "step"."""
     end_lr: float = 0.0
     """Final LR of "cosine" and "linear" (NVIDIA `--end-lr`, default 0)."""
+    anneal_per: Literal["iteration", "epoch"] = "iteration"
+    """"cosine" and "linear" at the fractional epoch of every iteration ("iteration"), or constant
+    within an epoch at its whole-epoch value ("epoch": NVIDIA ConvNets' lr policies)."""
     plateau_factor: float = 0.2
     """Plateau: LR multiplier on each reduction (SC20: 0.2)."""
     plateau_patience: int = 10
@@ -229,6 +250,12 @@ class ScheduleConfig:
             f"schedule.warmup_epochs={self.warmup_epochs} is fractional; per-epoch warm-up "
             "needs whole epochs (or set schedule.warmup_per=iteration)",
         )
+        _check(self.warmup_step_offset >= 0,
+               f"schedule.warmup_step_offset={self.warmup_step_offset} must be >= 0 (1: peak on the last warm-up step)")
+        _check(self.anneal_per in ANNEAL_UNITS,
+               f"schedule.anneal_per={self.anneal_per!r}: use one of {ANNEAL_UNITS}")
+        _check(self.milestone_every >= 0,
+               f"schedule.milestone_every={self.milestone_every} must be >= 0 epochs (0: none after the milestones)")
         if self.name in ("cosine", "linear"):
             _check(
                 self.epochs > self.warmup_epochs,
