@@ -69,6 +69,32 @@ def test_hal_peak_lr_on_64_ranks_and_warmup():
     assert schedule.lr_at(80 * steps) == pytest.approx(0.0052)
 
 
+def test_hal_preset_reproduces_hal_learning_rate_at_every_iteration():
+    # HAL on 64 GPUs x 208: DistributedSampler without drop_last, so len(train_loader) =
+    # ceil(ceil(1281167 / 64) / 208) = ceil(20019 / 208) = 97; adjust_learning_rate(epoch, i, 97)
+    # with i = 1 .. 97: 5.2 * 0.1 ** (epoch // 30 + [epoch >= 80]), times (1 + i + epoch * 97) / 485
+    # while epoch < 5 (richardkxu/distributed-pytorch@b2a3e175 imagenet_ddp_apex.py).
+    cfg, _ = load_config("imagenet:hal-rn50", ["schedule.epochs=150"])
+    plan = make_plan(cfg, 64, 1_281_167)
+    assert plan.steps_per_epoch == 97
+    schedule = LRSchedule(cfg.schedule, peak_lr=plan.peak_lr, steps_per_epoch=97)
+    for step in range(150 * 97):
+        epoch, i = step // 97, step % 97 + 1
+        factor = epoch // 30 + (1 if epoch >= 80 else 0)
+        lr = 5.2 * 0.1**factor
+        if epoch < 5:
+            lr = lr * (1 + i + epoch * 97) / (5 * 97)
+        assert schedule.lr_at(step) == pytest.approx(lr, rel=1e-12), step
+    dropped, _ = load_config("imagenet:hal-rn50", ["data.drop_last=true"])
+    assert make_plan(dropped, 64, 1_281_167).steps_per_epoch == 96  # 1281167 // 13312
+
+
+def test_partial_batches_refuse_gradient_accumulation():
+    cfg, _ = load_config("imagenet:hal-rn50", ["optim.accumulation_steps=2"])
+    with pytest.raises(ConfigError, match="accumulation_steps=1 or data.drop_last=true"):
+        make_plan(cfg, 64, 1_281_167)
+
+
 def test_ngc_presets():
     amp, _ = load_config("imagenet:ngc-rn50-amp")
     tf32, _ = load_config("imagenet:ngc-rn50-tf32")

@@ -128,6 +128,13 @@ class DataConfig:
     """Seed of the synthetic images and labels. Shuffling and augmentation take the run's
     seed (the `seed` argument of build_loaders), so the data stay fixed while it varies."""
 
+    drop_last: bool = True
+    """Training epochs of whole global batches only: the shuffled tail that fills no batch is
+    dropped. False: torch's DistributedSampler without drop_last, as HAL's loader: each rank gets
+    ceil(N / world_size) samples (the order padded with its first indices) and the last, partial
+    batch is kept, so an epoch has ceil(ceil(N / world_size) / batch_size) steps (64 x 208 on
+    ImageNet: 97, not 96). Needs optim.accumulation_steps=1."""
+
     def __post_init__(self) -> None:
         if self.name not in DATASET_NAMES:
             raise ConfigError(f"data.name={self.name!r} is unknown; use one of {', '.join(DATASET_NAMES)}")
