@@ -37,6 +37,7 @@ ScheduleName = Literal["constant", "step", "cosine", "linear", "plateau"]
 SCHEDULE_NAMES: tuple[str, ...] = typing.get_args(ScheduleName)
 WARMUP_UNITS = ("iteration", "epoch")
 ANNEAL_UNITS = ("iteration", "epoch")
+DYNAMIC_SCHEDULES = ("auto", "one_peer", "inner_outer_exp2", "inner_outer_ring")
 WeightDecayExemption = Literal["module_type", "name_contains_bn"]
 WEIGHT_DECAY_EXEMPTIONS: tuple[str, ...] = typing.get_args(WeightDecayExemption)
 
@@ -305,7 +306,12 @@ class StrategyConfig:
     dynamic_topology: bool = True
     """One peer per step, rotating through the graph's out-neighbours (BlueFog's default)."""
     num_steps_per_communication: int = 1
-    """Local steps between two neighbour exchanges."""
+    """Neighbour exchanges on every k-th step only (steps k-1, 2k-1, ...), BlueFog's optimizers."""
+    dynamic_schedule: Literal["auto", "one_peer", "inner_outer_exp2", "inner_outer_ring"] = "auto"
+    """Peers of the dynamic neighbor_allreduce. "one_peer": rotate through the graph's out-neighbours;
+    "inner_outer_exp2" / "inner_outer_ring": per step one local rank of each node talks to another
+    node, the others inside their node (needs equal nodes of more than 2 ranks); "auto": BlueFog's
+    choice, inner_outer_exp2 on several nodes with the exp2 topology, one_peer otherwise."""
     global_average_every: int = 0
     """Average parameters over all ranks every N steps (0: never); a BlueFog accuracy trick."""
 
@@ -315,6 +321,8 @@ class StrategyConfig:
                f"strategy.num_steps_per_communication={self.num_steps_per_communication} must be >= 1")
         _check(self.global_average_every >= 0,
                f"strategy.global_average_every={self.global_average_every} must be >= 0 (0: never)")
+        _check(self.dynamic_schedule in DYNAMIC_SCHEDULES,
+               f"strategy.dynamic_schedule={self.dynamic_schedule!r}: use one of {DYNAMIC_SCHEDULES}")
 
 
 @dataclass(frozen=True, kw_only=True)
