@@ -3,9 +3,12 @@
 import math
 
 import pytest
+import torch
 
 from dlscale.config import load_config, load_presets, preset_files
 from dlscale.errors import ConfigError
+from dlscale.models import build_model
+from dlscale.train.optim import build_optimizer
 from dlscale.train.plan import make_plan
 from dlscale.train.schedule import LRSchedule
 
@@ -108,6 +111,12 @@ def test_ngc_presets():
     for step in (e * plan.steps_per_epoch, (e + 1) * plan.steps_per_epoch - 1):
         assert schedule.lr_at(step) == pytest.approx(0.5 * (1 + math.cos(math.pi * (e - 8) / (90 - 8))) * 2.048)
     assert amp.optim.weight_decay_exemption == "name_contains_bn"  # NVIDIA: "bn" in the name
+    with torch.device("meta"):
+        model = build_model("resnet50")
+    optimizer = build_optimizer(model, amp.optim, global_batch=plan.global_batch)
+    names = {id(p): n for n, p in model.named_parameters()}
+    no_decay = {names[id(p)] for g in optimizer.param_groups if g["weight_decay"] == 0 for p in g["params"]}
+    assert no_decay == {n for n in names.values() if "bn" in n} and len(no_decay) == 98  # 49 BNs named bn*
 
 
 def test_sc20_epoch_warmup():
