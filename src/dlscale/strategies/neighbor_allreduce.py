@@ -186,9 +186,10 @@ class HierarchicalNeighborAllreduceStrategy(NeighborAllreduceStrategy):
             schedule = topology.dynamic_machine_one_peer_schedule(machines, machine)
             for _ in range((machines - 1).bit_length()):
                 send, recv = next(schedule)
+                weights = dict.fromkeys(recv, 0.5)
                 try:
-                    topology.plan_machine_exchange(graph, machine, self_weight=0.5, src_machine_weights=dict.fromkeys(
-                        recv, 0.5), dst_machine_weights=send)
+                    topology.plan_machine_exchange(graph, machine, self_weight=0.5, src_machine_weights=weights,
+                                                   dst_machine_weights=send)
                 except ValueError as error:
                     raise ConfigError(f"--topology {self.topology} between {machines} nodes lacks edges of BlueFog's "
                                       f"dynamic machine schedule ({error}); use --topology exp2 or "
