@@ -140,14 +140,22 @@ def _hierarchical_checks(rank, size, dc, torch):
     dc.set_machine_topology(topology.exponential_graph(machines))
     res["expo"] = _span(dc.hierarchical_neighbor_allreduce(x))
     nxt, prv = (machine + 1) % machines, (machine - 1) % machines
-    res["move"] = _span(dc.hierarchical_neighbor_allreduce(
+    hierarchical = dc.hierarchical_neighbor_allreduce
+    if machines > 2:  # ExponentialGraph(4): m + 1 is no in-neighbor, m - 1 no out-neighbor (BlueFog raises)
+        res["not_neighbors"] = _catch(lambda: hierarchical(
+            x, self_weight=0.0, src_machine_weights={nxt: 1.0}, dst_machine_weights=[prv]))
+    res["static_weights"] = _catch(lambda: hierarchical(x, self_weight=0.5, src_machine_weights={prv: 0.5}))
+    res["empty_send"] = _catch(lambda: hierarchical(x, self_weight=1.0, src_machine_weights={}, dst_machine_weights=[]))
+    res["int_self_weight"] = _catch(lambda: hierarchical(
+        x, self_weight=0, src_machine_weights={prv: 1.0}, dst_machine_weights=[nxt]))
+    dc.set_machine_topology(topology.ring_graph(machines))  # both ways: m - 1 and m + 1 are neighbours
+    res["move"] = _span(hierarchical(
         x, self_weight=0.0, src_machine_weights={nxt: 1.0}, dst_machine_weights=[prv], enable_topo_check=True))
-    res["move_dst_weight"] = _span(dc.hierarchical_neighbor_allreduce(
+    res["move_dst_weight"] = _span(hierarchical(
         x, self_weight=0.0, src_machine_weights={nxt: 0.5}, dst_machine_weights={prv: 2.0}))
-    if machines > 2:
-        res["machine_topo_check"] = _catch(lambda: dc.hierarchical_neighbor_allreduce(
-            x, self_weight=0.0, src_machine_weights={nxt: 1.0}, dst_machine_weights=[(machine + 2) % machines],
-            enable_topo_check=True))
+    if machines > 2:  # everyone sends to m + 1 and expects m + 1: neighbours, but unmatched
+        res["machine_topo_check"] = _catch(lambda: hierarchical(
+            x, self_weight=0.0, src_machine_weights={nxt: 1.0}, dst_machine_weights=[nxt], enable_topo_check=True))
     dc.reset_comm_stats()
     dc.hierarchical_neighbor_allreduce(x)
     res["stats"] = dc.comm_stats()
@@ -214,6 +222,14 @@ def _eight_ranks(rank, size):
         w = 1.0 / (len(recv) + 1)
         y = dc.neighbor_allreduce(x, self_weight=w, src_weights=dict.fromkeys(recv, w), dst_weights=send)
         res["one_peer"].append([send, recv, _span(y)])
+    inner_outer = topology.inner_outer_exp2_schedule(size, 4, rank)  # two machines of four
+    res["inner_outer"] = []
+    for _ in range(4):  # as BlueFog's benchmark weighs it: 1 / (len(recv) + 1), no topology check
+        send, recv = next(inner_outer)
+        w = 1.0 / (len(recv) + 1)
+        y = dc.neighbor_allreduce(x, self_weight=w, src_weights=dict.fromkeys(recv, w), dst_weights=send,
+                                  enable_topo_check=False)
+        res["inner_outer"].append([send, recv, _span(y)])
     return res
 
 
@@ -343,6 +359,18 @@ def test_symmetric_exponential_and_one_peer_schedule(eight):
             assert span == pytest.approx([(rank + (rank - distance) % n) / 2] * 2)
 
 
+def test_inner_outer_exp2_exchanges_average_pairs(eight):
+    # Two machines of four: at each step every rank has exactly one peer (one local rank crosses to the
+    # same local rank of the other machine, the rest pair inside), so y = (r + peer) / 2. Step 0: local 0
+    # crosses, 0 <-> 4; inside machine 0 distance 1 skipping local 0: 1 -> 2 -> 3 -> 1 (from 3, 1, 2).
+    first = [r["inner_outer"][0] for r in eight]
+    assert [step[:2] for step in first[:4]] == [[[4], [4]], [[2], [3]], [[3], [1]], [[1], [2]]]
+    for rank, result in enumerate(eight):
+        for step, (send, recv, span) in enumerate(result["inner_outer"]):
+            assert eight[send[0]]["inner_outer"][step][1] == [rank]  # the peer expects this rank
+            assert span == pytest.approx([(rank + recv[0]) / 2] * 2)
+
+
 # --------------------------------------------------------------------------- errors
 
 
@@ -393,6 +421,15 @@ def test_hierarchical_two_machines(four):
     for h in hier:
         assert h["wrong_local_size"].startswith("ValueError:") and "local_size=3" in h["wrong_local_size"]
         assert h["local_size_one"].startswith("RuntimeError:") and "neighbor_allreduce" in h["local_size_one"]
+        _assert_bluefog_refusals(h)
+
+
+def _assert_bluefog_refusals(h):
+    """Where BlueFog's hierarchical_neighbor_allreduce raises, every rank raises ValueError."""
+    assert h["static_weights"] == ("ValueError: Arguments self_weight, src_machine_weights, dst_machine_weights "
+                                   "have to be presented at the same time")
+    assert h["empty_send"].startswith("ValueError:") and "should not be empty" in h["empty_send"]
+    assert h["int_self_weight"].startswith("ValueError: Argument self_weight has to be a float")
 
 
 def test_hierarchical_four_machines(eight):
@@ -404,6 +441,9 @@ def test_hierarchical_four_machines(eight):
     _assert_all([h["move_dst_weight"] for h in hier], [(m + 1) % 4 for m in range(4) for _ in range(2)])
     for h in hier:
         assert h["machine_topo_check"].startswith("ValueError: sends and receives do not match: machine")
+        assert h["not_neighbors"].startswith("ValueError: src_machine_weights keys")
+        assert "not in-neighbor machines" in h["not_neighbors"]
+        _assert_bluefog_refusals(h)
 
 
 # --------------------------------------------------------------------------- misc

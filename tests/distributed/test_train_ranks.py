@@ -46,6 +46,11 @@ def test_digits_on_two_ranks_reaches_95_percent_within_two_minutes(tmp_path):
     final = records[-1]
     assert final["step"] == [] and final["data"]["val.top1"] == pytest.approx(summary["best_top1_pct"])
     assert any(r["type"] == "LOG" and "train.total_ips" in r.get("data", {}) for r in records[:-1])
+    assert all("elapsedtime" in r for r in records)  # what DeepLearningExamples' draw_summary.py reads
+    parameters = next(r["data"] for r in records if r.get("step") == "PARAMETER")
+    assert (parameters["batch_size"], parameters["world_size"]) == (32, 2)  # ConvNets: per GPU
+    epochs = [r["data"] for r in records if r["type"] == "LOG" and isinstance(r["step"], list) and len(r["step"]) == 1]
+    assert epochs and all(e["val.total_ips"] > 0 and e["val.compute_latency_at99"] > 0 for e in epochs)
 
 
 def _fit_rank(rank, world_size, output_dir, overrides):

@@ -79,4 +79,5 @@ def test_config_prints_derived_values(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "global batch: 13312 images per optimizer step" in out.stdout
     assert "peak LR: 5.2 " in out.stdout
-    assert "warm-up: 480 steps (5.0 epochs, per iteration)" in out.stdout
+    assert "steps per epoch: 97" in out.stdout  # HAL's loader keeps the last partial batch: ceil(20019 / 208)
+    assert "warm-up: 485 steps (5.0 epochs, per iteration)" in out.stdout

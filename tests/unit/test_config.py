@@ -3,9 +3,12 @@
 import math
 
 import pytest
+import torch
 
 from dlscale.config import load_config, load_presets, preset_files
 from dlscale.errors import ConfigError
+from dlscale.models import build_model
+from dlscale.train.optim import build_optimizer
 from dlscale.train.plan import make_plan
 from dlscale.train.schedule import LRSchedule
 
@@ -63,9 +66,36 @@ def test_hal_peak_lr_on_64_ranks_and_warmup():
     assert plan.warmup_steps == 5 * plan.steps_per_epoch
     schedule = LRSchedule(cfg.schedule, peak_lr=plan.peak_lr, steps_per_epoch=plan.steps_per_epoch)
     steps = plan.steps_per_epoch
-    assert schedule.lr_at(0) == pytest.approx(5.2 / (5 * steps))  # HAL: lr * (1 + step) / (5 * len_epoch)
+    # HAL: lr * (1 + i + epoch * len_epoch) / (5 * len_epoch), i = 1 at the first iteration
+    assert schedule.lr_at(0) == pytest.approx(5.2 * 2 / (5 * steps))
     assert schedule.lr_at(30 * steps) == pytest.approx(0.52)
     assert schedule.lr_at(80 * steps) == pytest.approx(0.0052)
+
+
+def test_hal_preset_reproduces_hal_learning_rate_at_every_iteration():
+    # HAL on 64 GPUs x 208: DistributedSampler without drop_last, so len(train_loader) =
+    # ceil(ceil(1281167 / 64) / 208) = ceil(20019 / 208) = 97; adjust_learning_rate(epoch, i, 97)
+    # with i = 1 .. 97: 5.2 * 0.1 ** (epoch // 30 + [epoch >= 80]), times (1 + i + epoch * 97) / 485
+    # while epoch < 5 (richardkxu/distributed-pytorch@b2a3e175 imagenet_ddp_apex.py).
+    cfg, _ = load_config("imagenet:hal-rn50", ["schedule.epochs=150"])
+    plan = make_plan(cfg, 64, 1_281_167)
+    assert plan.steps_per_epoch == 97
+    schedule = LRSchedule(cfg.schedule, peak_lr=plan.peak_lr, steps_per_epoch=97)
+    for step in range(150 * 97):
+        epoch, i = step // 97, step % 97 + 1
+        factor = epoch // 30 + (1 if epoch >= 80 else 0)
+        lr = 5.2 * 0.1**factor
+        if epoch < 5:
+            lr = lr * (1 + i + epoch * 97) / (5 * 97)
+        assert schedule.lr_at(step) == pytest.approx(lr, rel=1e-12), step
+    dropped, _ = load_config("imagenet:hal-rn50", ["data.drop_last=true"])
+    assert make_plan(dropped, 64, 1_281_167).steps_per_epoch == 96  # 1281167 // 13312
+
+
+def test_partial_batches_refuse_gradient_accumulation():
+    cfg, _ = load_config("imagenet:hal-rn50", ["optim.accumulation_steps=2"])
+    with pytest.raises(ConfigError, match="accumulation_steps=1 or data.drop_last=true"):
+        make_plan(cfg, 64, 1_281_167)
 
 
 def test_ngc_presets():
@@ -77,9 +107,16 @@ def test_ngc_presets():
     assert amp.schedule.name == "cosine" and amp.schedule.warmup_epochs == 8
     assert (amp.precision, tf32.precision, tf32.speed.channels_last) == ("amp_fp16", "tf32", False)
     schedule = LRSchedule(amp.schedule, peak_lr=plan.peak_lr, steps_per_epoch=plan.steps_per_epoch)
-    e = 50  # NVIDIA: end_lr + 0.5 (1 + cos(pi (e - W) / (E - W))) (base - end_lr)
-    assert schedule.lr_at(e * plan.steps_per_epoch) == pytest.approx(
-        0.5 * (1 + math.cos(math.pi * (e - 8) / (90 - 8))) * 2.048)
+    e = 50  # NVIDIA: end_lr + 0.5 (1 + cos(pi (e - W) / (E - W))) (base - end_lr), once per epoch
+    for step in (e * plan.steps_per_epoch, (e + 1) * plan.steps_per_epoch - 1):
+        assert schedule.lr_at(step) == pytest.approx(0.5 * (1 + math.cos(math.pi * (e - 8) / (90 - 8))) * 2.048)
+    assert amp.optim.weight_decay_exemption == "name_contains_bn"  # NVIDIA: "bn" in the name
+    with torch.device("meta"):
+        model = build_model("resnet50")
+    optimizer = build_optimizer(model, amp.optim, global_batch=plan.global_batch)
+    names = {id(p): n for n, p in model.named_parameters()}
+    no_decay = {names[id(p)] for g in optimizer.param_groups if g["weight_decay"] == 0 for p in g["params"]}
+    assert no_decay == {n for n in names.values() if "bn" in n} and len(no_decay) == 98  # 49 BNs named bn*
 
 
 def test_sc20_epoch_warmup():

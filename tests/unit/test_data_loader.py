@@ -102,6 +102,38 @@ def test_resume_mid_epoch_gives_the_same_batches():
         assert torch.equal(got.images, want.images) and torch.equal(got.labels, want.labels)
 
 
+def test_without_drop_last_the_order_is_padded_like_distributed_sampler():
+    from torch.utils.data import DistributedSampler
+
+    from dlscale.data.sampler import ShardedTrainSampler
+
+    size, world = 10, 4  # ceil(10 / 4) = 3 per rank: the order padded by its first 2 indices
+    for rank in range(world):
+        ours = ShardedTrainSampler(size, rank=rank, world_size=world, seed=3, drop_last=False)
+        ours.set_epoch(2)
+        permutation = ours.permutation(2).tolist()
+        # torch's own padding and sharding, applied to positions in our permutation
+        positions = list(DistributedSampler(range(size), num_replicas=world, rank=rank, shuffle=False))
+        assert ours.indices() == [permutation[p] for p in positions]
+        assert len(ours) == 3 and ours.total_size == 12
+    last_row = [ShardedTrainSampler(size, rank=r, world_size=world, seed=3, drop_last=False) for r in range(world)]
+    assert [s.indices()[-1] for s in last_row][2:] == last_row[0].permutation(0).tolist()[:2]
+
+
+def test_without_drop_last_the_last_partial_batch_is_kept():
+    cfg = DataConfig(name="synthetic", synthetic_size=100, image_size=4, num_workers=0, drop_last=False)
+    sizes = []
+    for rank in range(3):  # ceil(100 / 3) = 34 per rank: 16 + 16 + 2
+        loader, _, _ = build_loaders(cfg, rank=rank, world_size=3, batch_size=16)
+        sizes.append([len(b.labels) for b in _epoch(loader)])
+    assert sizes == [[16, 16, 2]] * 3
+    loader, _, _ = build_loaders(cfg, rank=0, world_size=3, batch_size=16)
+    state = loader.sampler.state_dict(consumed=3 * 16)  # the partial batch counted whole
+    assert state["start_index"] == 102  # clamped to the padded length, 3 x 34
+    loader.sampler.load_state_dict(state)
+    assert _epoch(loader, state["epoch"]) == []  # the epoch is over
+
+
 def test_config_errors():
     with pytest.raises(ConfigError, match="data.name='mnist' is unknown"):
         DataConfig(name="mnist")

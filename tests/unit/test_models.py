@@ -10,7 +10,7 @@ from torch import nn
 from dlscale.errors import ConfigError
 from dlscale.models import MODELS, build_model, count_parameters, model_names
 from dlscale.models.flops import count_macs, forward_flops, train_flops_per_image
-from dlscale.models.resnet import BasicBlock, Bottleneck
+from dlscale.models.resnet import BasicBlock, Bottleneck, ResNet
 
 # torchvision's model pages (docs.pytorch.org/vision/stable/models), 1000 classes.
 TORCHVISION_PARAMETERS = {
@@ -218,3 +218,99 @@ def test_unknown_option_names_the_known_ones():
 def test_bad_image_size_raises_config_error():
     with pytest.raises(ConfigError, match="image_size"):
         count_macs(tiny_model("resnet18"), image_size=0)
+
+
+# --------------------------------------------------------------------------- wide and ResNeXt
+
+# torchvision's model pages, num_params and "GFLOPS" (MACs), 1000 classes:
+# docs.pytorch.org/vision/stable/models/generated/torchvision.models.<name>.html
+TORCHVISION_VARIANT_PARAMETERS = {
+    "wide_resnet50_2": 68_883_240,
+    "wide_resnet101_2": 126_886_696,
+    "resnext50_32x4d": 25_028_904,
+    "resnext101_32x8d": 88_791_336,
+    "resnext101_64x4d": 83_455_272,
+}
+TORCHVISION_VARIANT_GMACS = {"wide_resnet50_2": 11.398, "resnext50_32x4d": 4.23, "resnext101_32x8d": 16.41}
+
+
+@pytest.mark.parametrize("name", sorted(TORCHVISION_VARIANT_PARAMETERS))
+def test_wide_and_resnext_parameter_counts_equal_torchvision(name):
+    assert count_parameters(meta_model(name)) == TORCHVISION_VARIANT_PARAMETERS[name]
+
+
+@pytest.mark.parametrize("name", sorted(TORCHVISION_VARIANT_GMACS))
+def test_wide_and_resnext_macs_equal_torchvision(name):
+    assert count_macs(meta_model(name), image_size=224) / 1e9 == pytest.approx(TORCHVISION_VARIANT_GMACS[name],
+                                                                              rel=0.002)
+
+
+@pytest.mark.parametrize(("name", "shapes"), [
+    # torchvision Bottleneck: width = int(planes * base_width / 64) * groups; conv2 has `groups` groups
+    ("resnext50_32x4d", {"layer1.0.conv1.weight": (128, 64, 1, 1), "layer1.0.conv2.weight": (128, 4, 3, 3),
+                         "layer1.0.conv3.weight": (256, 128, 1, 1), "layer4.2.conv2.weight": (1024, 32, 3, 3),
+                         "layer4.0.downsample.0.weight": (2048, 1024, 1, 1)}),
+    # "last block in ResNet-50 has 2048-512-2048 channels, and in Wide ResNet-50-2 has 2048-1024-2048"
+    ("wide_resnet50_2", {"layer4.2.conv1.weight": (1024, 2048, 1, 1), "layer4.2.conv2.weight": (1024, 1024, 3, 3),
+                         "layer4.2.conv3.weight": (2048, 1024, 1, 1), "layer1.0.bn2.running_var": (128,)}),
+    ("resnext101_32x8d", {"layer3.22.conv2.weight": (1024, 32, 3, 3), "fc.weight": (1000, 2048)}),
+])
+def test_variant_state_dict_names_and_shapes(name, shapes):
+    state = meta_model(name).state_dict()
+    blocks = 3 + 4 + 6 + 3 if "50" in name else 3 + 4 + 23 + 3
+    convs = 1 + 3 * blocks + 4
+    assert len(state) == convs + convs * 5 + 2  # every conv has one BN (5 entries); fc weight and bias
+    for key, shape in shapes.items():
+        assert tuple(state[key].shape) == shape, key
+
+
+def _bn(x, state, prefix):
+    return nn.functional.batch_norm(x, state[f"{prefix}.running_mean"], state[f"{prefix}.running_var"],
+                                    state[f"{prefix}.weight"], state[f"{prefix}.bias"], training=False)
+
+
+def torchvision_forward(state, images, blocks_per_stage, groups):
+    """torchvision's ResNet.forward and Bottleneck.forward written with torch.nn.functional, reading
+    the state_dict by torchvision's names: nothing of dlscale's modules is used."""
+    relu = nn.functional.relu
+    x = relu(_bn(nn.functional.conv2d(images, state["conv1.weight"], stride=2, padding=3), state, "bn1"))
+    x = nn.functional.max_pool2d(x, 3, stride=2, padding=1)
+    for stage, count in enumerate(blocks_per_stage, start=1):
+        for index in range(count):
+            p = f"layer{stage}.{index}"
+            stride = 2 if index == 0 and stage > 1 else 1
+            out = relu(_bn(nn.functional.conv2d(x, state[f"{p}.conv1.weight"]), state, f"{p}.bn1"))
+            out = nn.functional.conv2d(out, state[f"{p}.conv2.weight"], stride=stride, padding=1, groups=groups)
+            out = relu(_bn(out, state, f"{p}.bn2"))
+            out = _bn(nn.functional.conv2d(out, state[f"{p}.conv3.weight"]), state, f"{p}.bn3")
+            identity = x
+            if f"{p}.downsample.0.weight" in state:
+                identity = nn.functional.conv2d(x, state[f"{p}.downsample.0.weight"], stride=stride)
+                identity = _bn(identity, state, f"{p}.downsample.1")
+            x = relu(out + identity)
+    x = nn.functional.adaptive_avg_pool2d(x, 1).flatten(1)
+    return nn.functional.linear(x, state["fc.weight"], state["fc.bias"])
+
+
+@pytest.mark.parametrize(("name", "groups"), [("resnext50_32x4d", 32), ("wide_resnet50_2", 1)])
+def test_variant_output_equals_torchvision_structure(name, groups):
+    model = build_model(name, num_classes=5, width=16)  # resnext50_32x4d: 32 groups of 1 channel in layer1
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # non-trivial BN statistics, so a swapped BN would show
+        for module in model.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                module.running_mean.normal_(0, 0.1, generator=generator)
+                module.running_var.uniform_(0.5, 1.5, generator=generator)
+                module.weight.uniform_(0.5, 1.5, generator=generator)
+                module.bias.normal_(0, 0.1, generator=generator)
+    model.eval()
+    images = torch.randn(2, 3, 64, 64, generator=generator)
+    want = torchvision_forward(model.state_dict(), images, (3, 4, 6, 3), groups)
+    torch.testing.assert_close(model(images), want, rtol=1e-5, atol=1e-5)
+
+
+def test_groups_need_bottlenecks_and_enough_width():
+    with pytest.raises(ConfigError, match="bottleneck"):
+        ResNet(BasicBlock, (2, 2, 2, 2), groups=32, width_per_group=4)
+    with pytest.raises(ConfigError, match="width of at least 16"):
+        build_model("resnext50_32x4d", width=8)

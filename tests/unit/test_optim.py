@@ -9,6 +9,7 @@ from torch import nn
 
 from dlscale.config import OptimConfig
 from dlscale.errors import ConfigError
+from dlscale.models import build_model
 from dlscale.train.optim import (
     build_optimizer,
     images_per_step,
@@ -50,6 +51,7 @@ def test_config_is_frozen_keyword_only_and_validated():
         {"label_smoothing": 1.0},
         {"accumulation_steps": 0},
         {"momentum": 0.0, "nesterov": True},
+        {"weight_decay_exemption": "bias_only"},
     ):
         with pytest.raises(ConfigError):
             OptimConfig(**bad)
@@ -114,6 +116,35 @@ def test_param_groups_shared_and_frozen_parameters():
     assert len(listed) == len(set(listed))
     assert id(model.conv.weight) not in listed
     assert id(model.fc.weight) in listed
+
+
+def _decay_names(model, exemption):
+    decay, no_decay = param_groups(model, 1e-4, exclude_bn_and_bias=True, exemption=exemption)
+    names = {id(p): n for n, p in model.named_parameters()}
+    return {names[id(p)] for p in decay["params"]}, {names[id(p)] for p in no_decay["params"]}
+
+
+def test_nvidia_rule_exempts_names_containing_bn_on_resnet50():
+    # NVIDIA ConvNets get_sgd_optimizer, bn_weight_decay=False: wd 0 where "bn" in the name
+    # (docs/references.md#ngc-bn-weight-decay). ResNet-50 with torchvision's names: 161 tensors
+    # (53 convs, 53 BNs x 2, fc weight and bias); the stem BN and 16 blocks x 3 BNs are named bn*,
+    # so 49 x 2 = 98 are exempt; the 4 downsample BNs (downsample.1) and fc.bias are not.
+    with torch.device("meta"):
+        model = build_model("resnet50")
+    decay, exempt = _decay_names(model, "name_contains_bn")
+    assert (len(decay), len(exempt)) == (63, 98)
+    by_type_decay, by_type_exempt = _decay_names(model, "module_type")
+    assert (len(by_type_decay), len(by_type_exempt)) == (54, 107)  # every BN and every bias
+    downsample_bns = {f"layer{i}.0.downsample.1.{p}" for i in range(1, 5) for p in ("weight", "bias")}
+    assert decay - by_type_decay == downsample_bns | {"fc.bias"}  # the 9 tensors more with decay
+    assert "bn1.weight" in exempt and "layer3.5.bn3.bias" in exempt
+
+
+def test_nvidia_rule_goes_by_name_not_type():
+    model = Net()  # Net.gate.bn_weight is a plain parameter whose name contains "bn"
+    decay, exempt = _decay_names(model, "name_contains_bn")
+    assert exempt == {"bn.weight", "bn.bias", "bn1.weight", "bn1.bias", "gate.bn_weight"}
+    assert "gn.weight" in decay and "conv.bias" in decay
 
 
 def test_excluded_parameters_really_get_no_decay():

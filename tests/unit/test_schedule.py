@@ -15,14 +15,15 @@ from dlscale.train.schedule import LRSchedule
 HAL_PEAK = 5.2  # 0.1 * 208 * 64 / 256
 
 
-def hal_lr(peak, epoch, step_in_epoch, len_epoch):
-    """HAL imagenet_ddp_apex.py adjust_learning_rate, written out independently."""
+def hal_lr(peak, epoch, step, len_epoch):
+    """HAL imagenet_ddp_apex.py adjust_learning_rate, written out independently. `step` is HAL's
+    `i`, which its train loop increments before the call: 1 .. len_epoch."""
     factor = epoch // 30
     if epoch >= 80:
         factor += 1
     lr = peak * (0.1**factor)
     if epoch < 5:
-        lr *= (1 + step_in_epoch + epoch * len_epoch) / (5.0 * len_epoch)
+        lr = lr * float(1 + step + epoch * len_epoch) / (5.0 * len_epoch)
     return lr
 
 
@@ -36,31 +37,59 @@ def nvidia_lr(base, epoch, warmup, epochs, kind, end_lr=0.0):
     return base * (1 - (e / es))
 
 
-def hal_schedule(steps_per_epoch):
-    cfg = ScheduleConfig(name="step", epochs=90, warmup_epochs=5, warmup_per="iteration")
+def hal_schedule(steps_per_epoch, epochs=90):
+    cfg = ScheduleConfig(name="step", epochs=epochs, warmup_epochs=5, warmup_per="iteration",
+                         warmup_step_offset=2, milestone_every=30)
     peak = scaled_lr(0.1, 208 * 64, 256, "linear")
     return LRSchedule(cfg, peak_lr=peak, steps_per_epoch=steps_per_epoch)
 
 
-def test_hal_warmup_per_iteration_and_step_decay():
-    spe = 96  # ImageNet 1,281,167 images / 13,312 per step, drop_last
-    sched = hal_schedule(spe)
-    for step in (0, 1, 95, 96, 250, 479):
+def test_default_per_iteration_warmup_and_step_decay():
+    spe = 96
+    cfg = ScheduleConfig(name="step", epochs=90, warmup_epochs=5, warmup_per="iteration")
+    sched = LRSchedule(cfg, peak_lr=HAL_PEAK, steps_per_epoch=spe)
+    for step in (0, 1, 95, 96, 250, 479):  # offset 1: the peak on the last warm-up step
         assert sched.lr_at(step) == pytest.approx(HAL_PEAK * (1 + step) / (5 * spe), rel=1e-12)
+    assert sched.lr_at(479) == pytest.approx(5.2)
     assert sched.lr_at(5 * spe) == pytest.approx(5.2)
     assert sched.lr_at(30 * spe - 1) == pytest.approx(5.2)
     assert sched.lr_at(30 * spe) == pytest.approx(0.52)
     assert sched.lr_at(60 * spe) == pytest.approx(0.052)
     assert sched.lr_at(80 * spe) == pytest.approx(0.0052)
     assert sched.lr_at(90 * spe - 1) == pytest.approx(0.0052)
+    assert sched.lr_at(150 * spe) == pytest.approx(0.0052)  # no decay after the last milestone
+
+
+def test_hal_learning_rate_by_hand_at_97_steps_per_epoch():
+    # 64 GPUs x 208: a DistributedSampler without drop_last gives ceil(ceil(1281167 / 64) / 208) = 97
+    # steps. HAL: lr = 5.2 * 0.1 ** (epoch // 30 + [epoch >= 80]) * (1 + i + epoch * 97) / 485 while
+    # epoch < 5, with i = 1 .. 97 the iteration inside the epoch.
+    sched = hal_schedule(97, epochs=200)
+    by_hand = {
+        0: 5.2 * 2 / 485,  # epoch 0, i = 1
+        96: 5.2 * 98 / 485,  # epoch 0, i = 97
+        97: 5.2 * 99 / 485,  # epoch 1, i = 1
+        484: 5.2 * 486 / 485,  # epoch 4, i = 97: just above the peak
+        485: 5.2,  # epoch 5
+        30 * 97 - 1: 5.2,
+        30 * 97: 0.52,
+        60 * 97: 0.052,
+        80 * 97: 0.0052,
+        90 * 97 - 1: 0.0052,
+        90 * 97: 0.00052,  # 90 // 30 + 1 = 4
+        120 * 97: 0.000052,
+        150 * 97: 0.0000052,
+    }
+    for step, lr in by_hand.items():
+        assert sched.lr_at(step) == pytest.approx(lr, rel=1e-12), step
 
 
 def test_hal_every_step_matches_the_reference_code():
     spe = 7
-    sched = hal_schedule(spe)
-    for step in range(90 * spe):
+    sched = hal_schedule(spe, epochs=130)
+    for step in range(130 * spe):
         epoch, i = divmod(step, spe)
-        assert sched.lr_at(step) == pytest.approx(hal_lr(HAL_PEAK, epoch, i, spe), rel=1e-12)
+        assert sched.lr_at(step) == pytest.approx(hal_lr(HAL_PEAK, epoch, i + 1, spe), rel=1e-12)
 
 
 def test_nvidia_cosine_at_epoch_boundaries_is_exact():
@@ -76,6 +105,16 @@ def test_nvidia_cosine_at_epoch_boundaries_is_exact():
     assert sched.lr_at(20 * spe) > sched.lr_at(20 * spe + 5) > sched.lr_at(21 * spe)
     assert sched.lr_at(90 * spe) == pytest.approx(0.0, abs=1e-15)
     assert sched.lr_at(95 * spe) == pytest.approx(0.0, abs=1e-15)
+
+
+@pytest.mark.parametrize("kind", ["cosine", "linear"])
+def test_nvidia_policies_per_epoch_at_every_iteration(kind):
+    spe = 10
+    cfg = ScheduleConfig(name=kind, epochs=90, warmup_epochs=8, warmup_per="epoch", anneal_per="epoch")
+    sched = LRSchedule(cfg, peak_lr=2.048, steps_per_epoch=spe)
+    for step in range(90 * spe):
+        assert sched.lr_at(step) == pytest.approx(nvidia_lr(2.048, step // spe, 8, 90, kind), rel=1e-12), step
+    assert sched.lr_at(20 * spe + 5) == sched.lr_at(20 * spe)  # constant within the epoch
 
 
 def test_cosine_with_end_lr_and_linear_decay():
@@ -223,6 +262,9 @@ def test_lr_at_is_pure_and_apply_sets_every_group():
         {"name": "step", "milestones": (60, 30)},
         {"name": "step", "warmup_epochs": 5, "milestones": (3, 30)},
         {"name": "plateau", "plateau_factor": 1.0},
+        {"warmup_step_offset": -1},
+        {"anneal_per": "step"},
+        {"name": "step", "milestone_every": -30},
     ],
 )
 def test_config_errors(bad):

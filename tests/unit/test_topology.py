@@ -173,6 +173,58 @@ def test_machine_one_peer_schedule():
         next(T.dynamic_machine_one_peer_schedule(4, 4))
 
 
+def _peers(schedule_fn, world, local, steps):
+    """Per step, every rank's one peer [(send, recv), ...]."""
+    schedules = [schedule_fn(world, local, r) for r in range(world)]
+    return [[tuple(x[0] for x in next(s)) for s in schedules] for _ in range(steps)]
+
+
+def test_inner_outer_exp2_by_hand_two_machines_of_three():
+    # Step t: local rank t % 3 of each machine pairs with the same local rank of the other machine
+    # (distance 2**0 = 1: floor(log2(2 - 1)) + 1 = 1 distance); the other two exchange inside the
+    # machine at distance 1, skipping the outgoing rank: they pair with each other.
+    got = _peers(T.inner_outer_exp2_schedule, 6, 3, 4)
+    pairs = [[3, 2, 1, 0, 5, 4], [2, 4, 0, 5, 1, 3], [1, 0, 5, 4, 3, 2], [3, 2, 1, 0, 5, 4]]
+    assert got == [[(p, p) for p in row] for row in pairs]
+
+
+def test_inner_outer_exp2_by_hand_three_machines_of_four():
+    # 3 machines: outer distances 1, 2 (floor(log2 2) + 1 = 2); 4 ranks: inner distances 1, 2
+    # (floor(log2(4 - 2)) + 1 = 2). Step 1: local rank 1 goes out at distance 2 (1 -> 9, from 5);
+    # inside machine 0, distance 2 counted around {0, 2, 3} skipping 1: 0 -> 3 -> 2 -> 0.
+    step0, step1 = _peers(T.inner_outer_exp2_schedule, 12, 4, 2)
+    assert step0[0] == (4, 8)  # distance 1: machine 1 and machine 2 (= -1)
+    assert step1[:4] == [(3, 2), (9, 5), (0, 3), (2, 0)]
+
+
+def test_inner_outer_ring_by_hand_three_machines_of_four():
+    # Step 0: local rank 0 passes to the next machine and takes from the previous one (0 -> 4, from 8);
+    # locals 1, 2, 3 pass around their machine skipping local 0: 1 -> 2 -> 3 -> 1.
+    (step0,) = _peers(T.inner_outer_ring_schedule, 12, 4, 1)
+    assert step0[:4] == [(4, 8), (2, 3), (3, 1), (1, 2)]
+
+
+@pytest.mark.parametrize("make", [T.inner_outer_exp2_schedule, T.inner_outer_ring_schedule])
+def test_inner_outer_sends_match_receives(make):
+    for local in (3, 4, 5):
+        for machines in (2, 3, 5):
+            world = local * machines
+            for step in _peers(make, world, local, 2 * local * machines):
+                for rank, (send, _) in enumerate(step):
+                    assert step[send][1] == rank and send != rank  # the receiver expects exactly this sender
+
+
+@pytest.mark.parametrize(("world", "local", "message"), [
+    (8, 2, "more than 2 ranks per machine"),
+    (4, 4, "at least 2 machines"),
+    (10, 4, "does not divide"),
+])
+def test_inner_outer_preconditions(world, local, message):
+    for make in (T.inner_outer_exp2_schedule, T.inner_outer_ring_schedule):
+        with pytest.raises(ValueError, match=message):
+            next(make(world, local, 0))
+
+
 @pytest.mark.parametrize("call", [
     lambda: T.exponential_two_graph(0),
     lambda: T.ring_graph(-1),
@@ -211,7 +263,7 @@ def test_explicit_weights_keep_the_static_sends():
 
 
 def test_dynamic_plan_follows_dst_weights():
-    plan = T.plan_exchange(T.ring_graph(4), 0, self_weight=0, src_weights={2: 1}, dst_weights={2: 0.5})
+    plan = T.plan_exchange(T.ring_graph(4), 0, self_weight=0.0, src_weights={2: 1}, dst_weights={2: 0.5})
     assert plan.sends == {2: 0.5} and plan.recvs == [2] and plan.dynamic
     plan = T.plan_exchange(T.ring_graph(4), 0, self_weight=0.0, src_weights={}, dst_weights=[1, 2])
     assert plan.sends == {1: 1.0, 2: 1.0} and plan.recvs == []
@@ -226,6 +278,8 @@ def test_dynamic_plan_follows_dst_weights():
     ({"self_weight": 0.0, "src_weights": {0: 1.0}}, "calling rank 0 itself"),
     ({"self_weight": 0.0, "src_weights": {}, "dst_weights": {4: 1.0}}, "not a rank in"),
     ({"self_weight": "half", "src_weights": {}}, "self_weight has to be a float"),
+    ({"self_weight": 1, "src_weights": {1: 0.5}}, r"self_weight has to be a float for self rank, got 1 \(int\)"),
+    ({"self_weight": 0, "src_weights": {2: 1.0}, "dst_weights": [2]}, "self_weight has to be a float"),
     ({"self_weight": 0.5, "src_weights": [1]}, "has to be a dict"),
 ])
 def test_plan_argument_errors(kwargs, message):
@@ -250,3 +304,38 @@ def test_mesh_six_concrete_averages(weighted, want):
         plan = T.plan_exchange(W, r, is_weighted=weighted)
         got.append(plan.self_weight * r + sum(w * s for s, w in plan.src_weights.items()))
     assert got == pytest.approx(want)
+
+
+# --------------------------------------------------------------------------- hierarchical plans
+
+MACHINE_W = T.exponential_graph(4)  # machine m sends to m + 1, m + 2 and receives from m - 1, m - 2
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    # BlueFog's _hierarchical_neighbor_allreduce_nonblocking: static weights are not supported
+    ({"self_weight": 0.5, "src_machine_weights": {3: 0.5}},
+     "Arguments self_weight, src_machine_weights, dst_machine_weights have to be presented at the same time"),
+    ({"dst_machine_weights": [1]}, "self_weight, src_machine_weights, dst_machine_weights have to be presented"),
+    ({"self_weight": 0.5}, "Arguments self_weight and src_machine_weights have to be presented at the same time"),
+    ({"self_weight": 1, "src_machine_weights": {3: 1.0}, "dst_machine_weights": [1]}, "has to be a float"),
+    # keys outside the machine topology: m + 1 is not an in-neighbor, m - 1 not an out-neighbor
+    ({"self_weight": 0.0, "src_machine_weights": {1: 1.0}, "dst_machine_weights": [1]},
+     r"src_machine_weights keys \[1\] are not in-neighbor machines \[2, 3\] of machine 0"),
+    ({"self_weight": 0.0, "src_machine_weights": {3: 1.0}, "dst_machine_weights": [3]},
+     r"dst_machine_weights keys \[3\] are not out-neighbor machines \[1, 2\] of machine 0"),
+    # mpi_controller.cc: "send_machine_neighbors should not be empty"
+    ({"self_weight": 1.0, "src_machine_weights": {3: 0.0}, "dst_machine_weights": []}, "should not be empty"),
+])
+def test_machine_plan_errors_follow_bluefog(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        T.plan_machine_exchange(MACHINE_W, 0, **kwargs)
+
+
+def test_machine_plans_that_bluefog_accepts():
+    static = T.plan_machine_exchange(MACHINE_W, 0)
+    assert static.sends == {1: 1.0, 2: 1.0} and static.recvs == [2, 3] and static.self_weight == pytest.approx(1 / 3)
+    moved = T.plan_machine_exchange(MACHINE_W, 0, self_weight=0.0, src_machine_weights={3: 1.0},
+                                    dst_machine_weights={2: 0.5})
+    assert moved.sends == {2: 0.5} and moved.recvs == [3] and moved.dynamic
+    with pytest.raises(ValueError, match="should not be empty"):  # one machine: nobody to send to
+        T.plan_machine_exchange(T.exponential_graph(1), 0)

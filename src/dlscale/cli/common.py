@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from dlscale.cli import COMMANDS
 from dlscale.config import StrategyConfig, TrainConfig, load_config
+from dlscale.config.sections import DYNAMIC_SCHEDULES
 from dlscale.errors import ConfigError
 from dlscale.strategies import STRATEGIES, TOPOLOGIES
 
@@ -61,7 +62,10 @@ def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--disable-dynamic-topology", action="store_true", default=None,
                    help="exchange with every neighbour each time instead of one rotating peer")
     p.add_argument("--num-steps-per-communication", type=int, default=None, metavar="N",
-                   help="local steps between neighbour exchanges (1)")
+                   help="neighbour exchanges on every N-th step only (1)")
+    p.add_argument("--dynamic-schedule", choices=DYNAMIC_SCHEDULES, default=None,
+                   help="peers of the dynamic neighbor_allreduce (auto: BlueFog's inner-outer exp2 on several "
+                        "nodes, one rotating peer otherwise)")
     p.add_argument("--global-average-every", type=int, default=None, metavar="N",
                    help="average parameters over all ranks every N steps (0: never)")
 
@@ -74,6 +78,7 @@ def strategy_from_args(args: argparse.Namespace, base: StrategyConfig) -> Strate
         "atc_style": args.atc_style,
         "dynamic_topology": None if args.disable_dynamic_topology is None else not args.disable_dynamic_topology,
         "num_steps_per_communication": args.num_steps_per_communication,
+        "dynamic_schedule": args.dynamic_schedule,
         "global_average_every": args.global_average_every,
     }
     return replace(base, **{k: v for k, v in given.items() if v is not None})

@@ -36,6 +36,10 @@ LR_SCALING_RULES: tuple[str, ...] = typing.get_args(LrScaling)
 ScheduleName = Literal["constant", "step", "cosine", "linear", "plateau"]
 SCHEDULE_NAMES: tuple[str, ...] = typing.get_args(ScheduleName)
 WARMUP_UNITS = ("iteration", "epoch")
+ANNEAL_UNITS = ("iteration", "epoch")
+DYNAMIC_SCHEDULES = ("auto", "one_peer", "inner_outer_exp2", "inner_outer_ring")
+WeightDecayExemption = Literal["module_type", "name_contains_bn"]
+WEIGHT_DECAY_EXEMPTIONS: tuple[str, ...] = typing.get_args(WeightDecayExemption)
 
 
 def _check(ok: bool, message: str) -> None:
@@ -125,6 +129,13 @@ class DataConfig:
     """Seed of the synthetic images and labels. Shuffling and augmentation take the run's
     seed (the `seed` argument of build_loaders), so the data stay fixed while it varies."""
 
+    drop_last: bool = True
+    """Training epochs of whole global batches only: the shuffled tail that fills no batch is
+    dropped. False: torch's DistributedSampler without drop_last, as HAL's loader: each rank gets
+    ceil(N / world_size) samples (the order padded with its first indices) and the last, partial
+    batch is kept, so an epoch has ceil(ceil(N / world_size) / batch_size) steps (64 x 208 on
+    ImageNet: 97, not 96). Needs optim.accumulation_steps=1."""
+
     def __post_init__(self) -> None:
         if self.name not in DATASET_NAMES:
             raise ConfigError(f"data.name={self.name!r} is unknown; use one of {', '.join(DATASET_NAMES)}")
@@ -157,7 +168,13 @@ class OptimConfig:
     weight_decay: float = 1e-4
     """L2 penalty added to the gradient (1e-4 for ImageNet ResNet-50, SC20 uses 5e-4 on CIFAR)."""
     exclude_bn_and_bias_from_weight_decay: bool = False
-    """Give normalisation-layer parameters and all biases zero weight decay (NVIDIA's default)."""
+    """Give normalisation-layer parameters and all biases zero weight decay (NVIDIA's default);
+    which parameters exactly is `weight_decay_exemption`."""
+    weight_decay_exemption: WeightDecayExemption = "module_type"
+    """What the exclusion exempts. "module_type": every parameter of a normalisation layer and every
+    bias (dlscale's rule); "name_contains_bn": every parameter whose name contains "bn", NVIDIA
+    ConvNets' rule without --bn-weight-decay, which leaves decay on the downsample BNs and fc.bias
+    (docs/references.md#ngc-bn-weight-decay)."""
     lr_scaling: LrScaling = "none"
     """How `lr` grows with the global batch: "none", "linear" (Goyal et al. 2017) or "sqrt"."""
     reference_batch: int = 256
@@ -185,6 +202,8 @@ class OptimConfig:
             f"optim.label_smoothing={self.label_smoothing} must be in [0, 1)",
         )
         _check(self.accumulation_steps >= 1, "optim.accumulation_steps must be >= 1")
+        _check(self.weight_decay_exemption in WEIGHT_DECAY_EXEMPTIONS,
+               f"optim.weight_decay_exemption={self.weight_decay_exemption!r}: use one of {WEIGHT_DECAY_EXEMPTIONS}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,12 +218,22 @@ class ScheduleConfig:
     """Linear warm-up length (HAL 5, NVIDIA 8, SC20 8 or 16); 0 turns warm-up off."""
     warmup_per: Literal["iteration", "epoch"] = "iteration"
     """Warm-up granularity: "iteration" (HAL) or "epoch" (SC20, NVIDIA; needs whole epochs)."""
+    warmup_step_offset: int = 1
+    """Per-iteration warm-up is `base * (step + offset) / (W * steps_per_epoch)`, step counted from 0:
+    1 reaches the peak on the last warm-up step; HAL's loop counts iterations from 1 and adds 1,
+    so its offset is 2 (docs/references.md#hal-lr-schedule)."""
     milestones: tuple[int, ...] = (30, 60, 80)
     """Epochs at which "step" multiplies the LR by `gamma` (HAL, NVIDIA: 30, 60, 80)."""
+    milestone_every: int = 0
+    """"step": after the last milestone, multiply by `gamma` again at every multiple of this many
+    epochs (HAL: 30, i.e. at 90, 120, ...); 0: no decay after the last milestone (NVIDIA)."""
     gamma: float = 0.1
     """Factor applied at each milestone of "step"."""
     end_lr: float = 0.0
     """Final LR of "cosine" and "linear" (NVIDIA `--end-lr`, default 0)."""
+    anneal_per: Literal["iteration", "epoch"] = "iteration"
+    """"cosine" and "linear" at the fractional epoch of every iteration ("iteration"), or constant
+    within an epoch at its whole-epoch value ("epoch": NVIDIA ConvNets' lr policies)."""
     plateau_factor: float = 0.2
     """Plateau: LR multiplier on each reduction (SC20: 0.2)."""
     plateau_patience: int = 10
@@ -229,6 +258,12 @@ class ScheduleConfig:
             f"schedule.warmup_epochs={self.warmup_epochs} is fractional; per-epoch warm-up "
             "needs whole epochs (or set schedule.warmup_per=iteration)",
         )
+        _check(self.warmup_step_offset >= 0,
+               f"schedule.warmup_step_offset={self.warmup_step_offset} must be >= 0 (1: peak on the last warm-up step)")
+        _check(self.anneal_per in ANNEAL_UNITS,
+               f"schedule.anneal_per={self.anneal_per!r}: use one of {ANNEAL_UNITS}")
+        _check(self.milestone_every >= 0,
+               f"schedule.milestone_every={self.milestone_every} must be >= 0 epochs (0: none after the milestones)")
         if self.name in ("cosine", "linear"):
             _check(
                 self.epochs > self.warmup_epochs,
@@ -271,7 +306,12 @@ class StrategyConfig:
     dynamic_topology: bool = True
     """One peer per step, rotating through the graph's out-neighbours (BlueFog's default)."""
     num_steps_per_communication: int = 1
-    """Local steps between two neighbour exchanges."""
+    """Neighbour exchanges on every k-th step only (steps k-1, 2k-1, ...), BlueFog's optimizers."""
+    dynamic_schedule: Literal["auto", "one_peer", "inner_outer_exp2", "inner_outer_ring"] = "auto"
+    """Peers of the dynamic neighbor_allreduce. "one_peer": rotate through the graph's out-neighbours;
+    "inner_outer_exp2" / "inner_outer_ring": per step one local rank of each node talks to another
+    node, the others inside their node (needs equal nodes of more than 2 ranks); "auto": BlueFog's
+    choice, inner_outer_exp2 on several nodes with the exp2 topology, one_peer otherwise."""
     global_average_every: int = 0
     """Average parameters over all ranks every N steps (0: never); a BlueFog accuracy trick."""
 
@@ -281,6 +321,8 @@ class StrategyConfig:
                f"strategy.num_steps_per_communication={self.num_steps_per_communication} must be >= 1")
         _check(self.global_average_every >= 0,
                f"strategy.global_average_every={self.global_average_every} must be >= 0 (0: never)")
+        _check(self.dynamic_schedule in DYNAMIC_SCHEDULES,
+               f"strategy.dynamic_schedule={self.dynamic_schedule!r}: use one of {DYNAMIC_SCHEDULES}")
 
 
 @dataclass(frozen=True, kw_only=True)

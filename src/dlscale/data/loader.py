@@ -161,13 +161,15 @@ def build_loaders(
     batch_size and val_batch_size are per rank (global batch = batch_size x world_size). Both
     loaders yield Batch(images uint8 NCHW, labels int64, skipped paths). The train loader's
     sampler is a ShardedTrainSampler (call train_loader.sampler.set_epoch(epoch) before each
-    epoch; it drops the last partial batch); the val loader's an ExactShardSampler (every
+    epoch; it drops the last partial batch, or with data.drop_last=False pads the order like
+    torch's DistributedSampler and keeps it); the val loader's an ExactShardSampler (every
     sample once over all ranks). seed: shuffling and augmentation.
     """
     if batch_size < 1 or (val_batch_size is not None and val_batch_size < 1):
         raise ConfigError(f"batch_size={batch_size}, val_batch_size={val_batch_size}; use 1 or more")
     built = _BUILDERS[cfg.name](cfg)
-    train_sampler = ShardedTrainSampler(len(built.train), rank=rank, world_size=world_size, seed=seed)
+    train_sampler = ShardedTrainSampler(len(built.train), rank=rank, world_size=world_size, seed=seed,
+                                        drop_last=cfg.drop_last)
     if len(train_sampler) < batch_size:
         raise ConfigError(
             f"{len(built.train)} training samples give {len(train_sampler)} per rank on {world_size} ranks, "
@@ -179,6 +181,6 @@ def build_loaders(
     val_set = ImageDataset(built.val, built.val_transform, **dataset_options,
                            placeholder_size=built.info.val_image_size)
     val_sampler = ExactShardSampler(len(built.val), rank=rank, world_size=world_size)
-    train_loader = _loader(train_set, train_sampler, batch_size, cfg, drop_last=True, seed=seed)
+    train_loader = _loader(train_set, train_sampler, batch_size, cfg, drop_last=cfg.drop_last, seed=seed)
     val_loader = _loader(val_set, val_sampler, val_batch_size or batch_size, cfg, drop_last=False, seed=seed)
     return train_loader, val_loader, built.info

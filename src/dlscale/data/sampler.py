@@ -3,8 +3,10 @@
 Training (ShardedTrainSampler): every rank draws the same seeded permutation of the data set for
 the epoch and takes every world_size-th index of it, starting at its rank; the tail that does not
 fill a whole row of world_size is dropped, so every rank has the same number of samples and no
-rank waits in a collective for another that has run out (torch's DistributedSampler instead pads
-with repeats). An epoch can start part-way, so a resumed run continues where it stopped.
+rank waits in a collective for another that has run out. With drop_last=False it pads the
+permutation with its own first indices to a multiple of world_size instead, as torch's
+DistributedSampler without drop_last does (HAL's loader; docs/references.md#hal-lr-schedule).
+An epoch can start part-way, so a resumed run continues where it stopped.
 
 Evaluation (ExactShardSampler): rank r takes indices r, r + world_size, ...: each sample exactly
 once over all ranks, no padded duplicates, no dropped tail; ranks may get one sample more than
@@ -42,7 +44,7 @@ class ShardedTrainSampler(Sampler[tuple[int, int]]):
     world_size, a run may resume on a different number of ranks: they share out the remainder.
     """
 
-    def __init__(self, dataset_size: int, *, rank: int, world_size: int, seed: int = 0):
+    def __init__(self, dataset_size: int, *, rank: int, world_size: int, seed: int = 0, drop_last: bool = True):
         _check_rank(rank, world_size)
         if dataset_size < world_size:
             raise DataError(f"{dataset_size} training samples cannot be shared by {world_size} ranks; "
@@ -51,18 +53,29 @@ class ShardedTrainSampler(Sampler[tuple[int, int]]):
         self.rank = rank
         self.world_size = world_size
         self.seed = seed
+        self.drop_last = drop_last
         self.epoch = 0
         self.start_index = 0
         self._resume_at: dict[int, int] = {}
 
+    @property
+    def total_size(self) -> int:
+        """Length of the epoch's order: the data set, or padded to ceil(N / world_size) per rank."""
+        if self.drop_last:
+            return self.dataset_size
+        return -(-self.dataset_size // self.world_size) * self.world_size
+
     def set_epoch(self, epoch: int, start_index: int | None = None) -> None:
-        """Call before each epoch's iterator. start_index: samples of this epoch's permutation
+        """Call before each epoch's iterator. start_index: samples of this epoch's order
         already consumed by all ranks together; None means 0, or the position load_state_dict
-        restored if this is the epoch the checkpoint was taken in."""
+        restored if this is the epoch the checkpoint was taken in. With drop_last=False a
+        position past the padded end (the partial last batch counted whole) means the epoch is done."""
         if start_index is None:
             start_index = self._resume_at.pop(epoch, 0)
-        if not 0 <= start_index <= self.dataset_size:
-            raise ValueError(f"start_index={start_index} is outside 0..{self.dataset_size}")
+        if not self.drop_last:
+            start_index = min(start_index, self.total_size)
+        if not 0 <= start_index <= self.total_size:
+            raise ValueError(f"start_index={start_index} is outside 0..{self.total_size}")
         self.epoch = epoch
         self.start_index = start_index
 
@@ -70,9 +83,15 @@ class ShardedTrainSampler(Sampler[tuple[int, int]]):
         """The epoch's order of all indices, the same on every rank."""
         return torch.randperm(self.dataset_size, generator=seeded_generator(self.seed, epoch))
 
+    def order(self, epoch: int) -> torch.Tensor:
+        """The permutation, padded with its first indices to total_size when drop_last=False
+        (torch's DistributedSampler: `indices += indices[:padding_size]`)."""
+        permutation = self.permutation(epoch)
+        return torch.cat([permutation, permutation[:self.total_size - self.dataset_size]])
+
     def indices(self) -> list[int]:
         """This rank's indices for the current epoch, from start_index on."""
-        remaining = self.permutation(self.epoch)[self.start_index:]
+        remaining = self.order(self.epoch)[self.start_index:]
         usable = len(remaining) // self.world_size * self.world_size
         return remaining[self.rank:usable:self.world_size].tolist()
 
@@ -81,14 +100,14 @@ class ShardedTrainSampler(Sampler[tuple[int, int]]):
         return iter([(epoch, index) for index in self.indices()])
 
     def __len__(self) -> int:
-        return (self.dataset_size - self.start_index) // self.world_size
+        return (self.total_size - self.start_index) // self.world_size
 
     def state_dict(self, consumed: int = 0) -> dict[str, int]:
         """The sampler's position after this rank took `consumed` samples from the current
         epoch's iterator (batches done x per-rank batch size); every rank saves the same dict."""
         return {
             "epoch": self.epoch,
-            "start_index": self.start_index + consumed * self.world_size,
+            "start_index": min(self.start_index + consumed * self.world_size, self.total_size),
             "seed": self.seed,
             "dataset_size": self.dataset_size,
         }

@@ -38,14 +38,25 @@ class _Graph:
     is_weighted: bool
     _default_plans: dict[int, topology.ExchangePlan] = field(default_factory=dict)
 
-    def plan(self, node: int, self_weight, src_weights, dst_weights, names: tuple[str, str]) -> topology.ExchangePlan:
-        """node's exchange; the default one (no weights given) is made once per graph."""
+    def plan(self, node: int, self_weight, src_weights, dst_weights) -> topology.ExchangePlan:
+        """A rank's exchange; the default one (no weights given) is made once per graph."""
         if self_weight is None and src_weights is None and dst_weights is None:
             if node not in self._default_plans:
                 self._default_plans[node] = topology.plan_exchange(self.matrix, node, is_weighted=self.is_weighted)
             return self._default_plans[node]
         return topology.plan_exchange(self.matrix, node, is_weighted=self.is_weighted, self_weight=self_weight,
-                                      src_weights=src_weights, dst_weights=dst_weights, names=names)
+                                      src_weights=src_weights, dst_weights=dst_weights)
+
+    def machine_plan(self, machine: int, self_weight, src_weights, dst_weights) -> topology.ExchangePlan:
+        """A machine's exchange under BlueFog's hierarchical rules; the default one made once."""
+        if self_weight is None and src_weights is None and dst_weights is None and machine in self._default_plans:
+            return self._default_plans[machine]
+        plan = topology.plan_machine_exchange(self.matrix, machine, is_weighted=self.is_weighted,
+                                              self_weight=self_weight, src_machine_weights=src_weights,
+                                              dst_machine_weights=dst_weights)
+        if not plan.dynamic and self_weight is None:
+            self._default_plans[machine] = plan
+        return plan
 
 
 @dataclass
@@ -271,7 +282,7 @@ def neighbor_allreduce(tensor: torch.Tensor, *, self_weight: float | None = None
     The result carries no autograd history. Float16/bfloat16 are weighted in float32.
     """
     flat = _flat(tensor)
-    plan = _graph().plan(dist.get_rank(), self_weight, src_weights, dst_weights, ("src_weights", "dst_weights"))
+    plan = _graph().plan(dist.get_rank(), self_weight, src_weights, dst_weights)
     if plan.dynamic and enable_topo_check:
         size = dist.get_world_size()
         _check_sends_match_recvs(plan.sends, plan.recvs, size, range(size), "rank")
@@ -407,13 +418,15 @@ def hierarchical_neighbor_allreduce(tensor: torch.Tensor, *, self_weight: float 
     on the machine graph with the weights' meaning of neighbor_allreduce (keys are machine
     ranks), (3) broadcast inside the machine. All ranks of a machine must pass the same
     arguments; local rank 0's are the ones used. enable_topo_check defaults to False as in BlueFog.
+    As in BlueFog, and unlike neighbor_allreduce: explicit weights need all three of self_weight,
+    src_machine_weights and dst_machine_weights; their machines must be neighbours in the machine
+    topology; and every machine must send to at least one machine (ValueError otherwise).
     """
     flat = _flat(tensor)
     layout = _layout()
     if layout.local_size == 1:
         raise RuntimeError("local size is 1 (one rank per machine): use neighbor_allreduce directly")
-    plan = _machine_graph(layout).plan(layout.machine, self_weight, src_machine_weights, dst_machine_weights,
-                                       ("src_machine_weights", "dst_machine_weights"))
+    plan = _machine_graph(layout).machine_plan(layout.machine, self_weight, src_machine_weights, dst_machine_weights)
     if plan.dynamic and enable_topo_check:
         leaders = [layout.leader(m) for m in range(layout.num_machines)]
         _check_sends_match_recvs(plan.sends, plan.recvs, layout.num_machines, leaders, "machine")

@@ -269,6 +269,77 @@ def dynamic_machine_one_peer_schedule(num_machines: int, machine_rank: int) -> I
         step += 1
 
 
+def _check_machines(world_size: int, local_size: int, rank: int) -> tuple[int, int, int]:
+    """(machines, machine, local rank) of `rank`; the inner-outer schedules' preconditions."""
+    for name, value in (("world_size", world_size), ("local_size", local_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if world_size % local_size:
+        raise ValueError(f"local_size={local_size} does not divide world_size={world_size}: the inner-outer "
+                         "schedules need the same number of ranks on every machine")
+    if local_size <= 2 or world_size == local_size:
+        raise ValueError(f"the inner-outer schedules need more than 2 ranks per machine and at least 2 machines, "
+                         f"got {local_size} per machine, {world_size} in all; use dynamic_one_peer_schedule")
+    _check_index(rank, world_size, "rank")
+    return world_size // local_size, rank // local_size, rank % local_size
+
+
+def inner_outer_exp2_schedule(world_size: int, local_size: int, rank: int) -> Iterator[tuple[list[int], list[int]]]:
+    """Yield ([send_rank], [recv_rank]) per step: BlueFog's GetInnerOuterExpo2DynamicSendRecvRanks.
+
+    Machines are blocks of local_size consecutive ranks. At step t local rank t mod local_size of
+    every machine talks to the same local rank of the machine at distance
+    d = 2**(t mod (floor(log2(M - 1)) + 1)): it sends to machine m + d and receives from m - d.
+    The other local ranks exchange inside their machine at distance 2**(t mod (floor(log2(L - 2)) + 1)),
+    counted clockwise around the machine's ranks and skipping the one that went out (a distance
+    that reaches or passes it grows by one). world 6, local 3, step 0: 0 <-> 3, 1 <-> 2, 4 <-> 5.
+    BlueFog's examples use it whenever the job spans several machines (docs/references.md#bluefog-dynamic-schedules).
+    """
+    machines, machine, local = _check_machines(world_size, local_size, rank)
+    outer_distances = (machines - 1).bit_length()  # floor(log2(M - 1)) + 1
+    inner_distances = (local_size - 2).bit_length()  # floor(log2(L - 2)) + 1: the outgoing rank is skipped
+    first = machine * local_size
+    step = 0
+    while True:
+        outgoing = step % local_size
+        if local == outgoing:
+            distance = 2 ** (step % outer_distances)
+            send = (machine + distance) % machines * local_size + local
+            recv = (machine - distance) % machines * local_size + local
+        else:
+            distance = 2 ** (step % inner_distances)
+            forward = distance + 1 if distance >= (outgoing - local) % local_size else distance
+            backward = distance + 1 if distance >= (local - outgoing) % local_size else distance
+            send = first + (local + forward) % local_size
+            recv = first + (local - backward) % local_size
+        yield [send], [recv]
+        step += 1
+
+
+def inner_outer_ring_schedule(world_size: int, local_size: int, rank: int) -> Iterator[tuple[list[int], list[int]]]:
+    """Yield ([send_rank], [recv_rank]) per step: BlueFog's GetInnerOuterRingDynamicSendRecvRanks.
+
+    At step t local rank t mod local_size sends to the same local rank of the next machine and
+    receives from the previous one; the other local ranks pass to the next rank of their machine
+    and take from the previous one, skipping the one that went out. world 6, local 3, step 0:
+    0 -> 3 -> 0, and 1 <-> 2 and 4 <-> 5 inside the machines.
+    """
+    machines, machine, local = _check_machines(world_size, local_size, rank)
+    first = machine * local_size
+    step = 0
+    while True:
+        outgoing = step % local_size
+        if local == outgoing:
+            send = (machine + 1) % machines * local_size + local
+            recv = (machine - 1) % machines * local_size + local
+        else:
+            after, before = (local + 1) % local_size, (local - 1) % local_size
+            send = first + ((after + 1) % local_size if after == outgoing else after)
+            recv = first + ((before - 1) % local_size if before == outgoing else before)
+        yield [send], [recv]
+        step += 1
+
+
 # --------------------------------------------------------------------------- exchange plans
 
 
@@ -292,6 +363,14 @@ class ExchangePlan:
 def _as_weight(value, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} has to be a float, got {value!r}")
+    return float(value)
+
+
+def _self_weight(value) -> float:
+    """BlueFog's check (mpi_ops.py): `isinstance(self_weight, float)`, so 1 or True is refused."""
+    if not isinstance(value, float):
+        raise ValueError(f"Argument self_weight has to be a float for self rank, got {value!r} "
+                         f"({type(value).__name__})")
     return float(value)
 
 
@@ -344,7 +423,7 @@ def plan_exchange(W, node: int, *, is_weighted: bool = False, self_weight: float
             return ExchangePlan(sends, in_peers, weight, src, uniform=False, dynamic=False)
         uniform = 1.0 / (len(in_peers) + 1)
         return ExchangePlan(sends, in_peers, uniform, dict.fromkeys(in_peers, uniform), uniform=True, dynamic=False)
-    weight = _as_weight(self_weight, "self_weight")
+    weight = _self_weight(self_weight)
     if not isinstance(src_weights, Mapping):
         raise ValueError(f"{src_name} has to be a dict from source rank to weight, got {type(src_weights).__name__}")
     src = {peer: _as_weight(w, f"{src_name}[{peer}]") for peer, w in src_weights.items()}
@@ -357,3 +436,41 @@ def plan_exchange(W, node: int, *, is_weighted: bool = False, self_weight: float
         return ExchangePlan(dict.fromkeys(out_peers, 1.0), in_peers, weight, src, uniform=False, dynamic=False)
     sends = _dst_dict(dst_weights, node, matrix.shape[0], dst_name)
     return ExchangePlan(sends, sorted(src), weight, src, uniform=False, dynamic=True)
+
+
+MACHINE_NAMES = ("src_machine_weights", "dst_machine_weights")
+
+
+def plan_machine_exchange(W, machine: int, *, is_weighted: bool = False, self_weight: float | None = None,
+                          src_machine_weights: Mapping[int, float] | None = None,
+                          dst_machine_weights: Sequence[int] | Mapping[int, float] | None = None) -> ExchangePlan:
+    """A machine's part of hierarchical_neighbor_allreduce, with BlueFog's stricter rules there
+    (mpi_ops.py `_hierarchical_neighbor_allreduce_nonblocking`, mpi_controller.cc;
+    docs/references.md#bluefog-hierarchical).
+
+    No weights: the static plan of the machine topology. Otherwise all three must be given (an
+    explicit static weighting is refused), src keys must be in-neighbor machines and dst keys
+    out-neighbor machines of the machine topology, and the send list must not be empty.
+    """
+    src_name, dst_name = MACHINE_NAMES
+    if (self_weight is None) != (src_machine_weights is None):
+        raise ValueError(f"Arguments self_weight and {src_name} have to be presented at the same time")
+    given = (self_weight, src_machine_weights, dst_machine_weights)
+    if any(v is None for v in given) and any(v is not None for v in given):
+        raise ValueError(f"Arguments self_weight, {src_name}, {dst_name} have to be presented at the same time")
+    plan = plan_exchange(W, machine, is_weighted=is_weighted, self_weight=self_weight, src_weights=src_machine_weights,
+                         dst_weights=dst_machine_weights, names=MACHINE_NAMES)
+    if plan.dynamic:
+        _check_within(sorted(plan.src_weights), in_neighbors(W, machine), machine, src_name, "in")
+        _check_within(sorted(plan.sends), out_neighbors(W, machine), machine, dst_name, "out")
+    if not plan.sends:
+        raise ValueError(f"machine {machine} sends to no machine: under hierarchical neighbor_allreduce "
+                         f"{dst_name} (or the machine topology's out-neighbors) should not be empty")
+    return plan
+
+
+def _check_within(peers: list[int], neighbors: list[int], machine: int, name: str, direction: str) -> None:
+    outside = [p for p in peers if p not in neighbors]
+    if outside:
+        raise ValueError(f"{name} keys {outside} are not {direction}-neighbor machines {neighbors} of machine "
+                         f"{machine} in the machine topology; set_machine_topology a graph that has these edges")

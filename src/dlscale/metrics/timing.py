@@ -10,10 +10,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 Z95 = 1.96
+
+LATENCY_QUANTILES = {"at100": 1.0, "at99": 0.99, "at95": 0.95}
+"""NVIDIA ConvNets' val.compute_latency_at100/_at99/_at95: `np.quantile(latencies, q,
+interpolation="nearest")` over the epoch's iterations (docs/references.md#ngc-throughput-metrics)."""
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
@@ -91,3 +97,36 @@ class DeviceTimer:
         event = self.event(enable_timing=True)
         event.record()
         return event
+
+
+@dataclass
+class IterationTimes:
+    """Per-iteration data wait and compute time of a loop, measured as NVIDIA ConvNets' validate()
+    measures them: `data_time` from the end of the previous iteration until the batch is there,
+    compute time the rest of the iteration up to a device synchronisation."""
+
+    data_s: list[float] = field(default_factory=list)
+    compute_s: list[float] = field(default_factory=list)
+    images: int = 0
+
+    def add(self, data_s: float, compute_s: float, images: int) -> None:
+        self.data_s.append(data_s)
+        self.compute_s.append(compute_s)
+        self.images += images
+
+    def rates(self) -> tuple[float, float]:
+        """(images / all time, images / compute time) in images/s; 0 for no iterations."""
+        compute = sum(self.compute_s)
+        total = compute + sum(self.data_s)
+        return (self.images / total if total > 0 else 0.0, self.images / compute if compute > 0 else 0.0)
+
+    def latency_ms(self) -> dict[str, float | None]:
+        """Mean data wait, mean compute latency and its ConvNets quantiles, in milliseconds."""
+        if not self.compute_s:
+            return {"data_time_ms": None, "compute_latency_ms": None,
+                    **{f"compute_latency_{name}_ms": None for name in LATENCY_QUANTILES}}
+        latencies = np.asarray(self.compute_s)
+        quantiles = {f"compute_latency_{name}_ms": 1000 * float(np.quantile(latencies, q, method="nearest"))
+                     for name, q in LATENCY_QUANTILES.items()}
+        return {"data_time_ms": 1000 * float(np.mean(self.data_s)),
+                "compute_latency_ms": 1000 * float(latencies.mean()), **quantiles}

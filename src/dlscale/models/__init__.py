@@ -12,7 +12,7 @@ from functools import partial
 from torch import nn
 
 from dlscale.errors import ConfigError
-from dlscale.models.resnet import DEPTHS, STEMS, ResNet, resnet
+from dlscale.models.resnet import DEPTHS, STEMS, VARIANTS, ResNet, resnet, variant
 
 OPTIONS = {
     "width": "base channel count (64); every stage scales with it, 8 gives a tiny test model",
@@ -24,12 +24,15 @@ OPTIONS = {
 
 
 def _registry() -> dict[str, Callable[..., nn.Module]]:
-    """resnet<depth> (ImageNet stem) and resnet<depth>_cifar for every depth."""
+    """resnet<depth> (ImageNet stem) and resnet<depth>_cifar for every depth, then torchvision's
+    wide and ResNeXt models (ImageNet stem) under torchvision's names."""
     models: dict[str, Callable[..., nn.Module]] = {}
     for depth in DEPTHS:
         for stem in STEMS:
             name = f"resnet{depth}" if stem == "imagenet" else f"resnet{depth}_{stem}"
             models[name] = partial(resnet, depth, stem=stem)
+    for name in VARIANTS:
+        models[name] = partial(variant, name)
     return models
 
 
@@ -38,7 +41,7 @@ MODELS: dict[str, Callable[..., nn.Module]] = _registry()
 
 
 def model_names() -> list[str]:
-    """Registered model names in registry order (depth, then stem)."""
+    """Registered model names in registry order (depth, then stem, then the wide and ResNeXt models)."""
     return list(MODELS)
 
 

@@ -1,9 +1,12 @@
-"""ResNet v1.5 (He et al. 2016, "Deep Residual Learning for Image Recognition").
+"""ResNet v1.5 (He et al. 2016, "Deep Residual Learning for Image Recognition"), and its wide
+(Zagoruyko and Komodakis 2016) and ResNeXt (Xie et al. 2017) variants as torchvision builds them.
 
 v1.5 puts the stride of a downsampling bottleneck on its 3x3 conv (conv2) instead of the
 first 1x1 conv; it is what torchvision and NVIDIA's DeepLearningExamples train. Module
 names follow torchvision's (conv1, bn1, layer1..layer4, fc; blocks conv1/bn1/...;
 downsample = Sequential(1x1 conv, BN)), so a torchvision state_dict loads with strict=True.
+Wide and ResNeXt models change only the bottleneck's inner width and the groups of its 3x3
+conv (docs/references.md#torchvision-resnet-variants).
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ STAGE_STRIDES = (1, 2, 2, 2)
 """Stride of the first block of layer1..layer4; each later stage halves the resolution."""
 
 
-def conv3x3(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:
-    """3x3 convolution, padding 1, no bias (the following BN has one)."""
-    return nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1, bias=False)
+def conv3x3(in_channels: int, out_channels: int, stride: int = 1, groups: int = 1) -> nn.Conv2d:
+    """3x3 convolution, padding 1, no bias (the following BN has one); `groups` for ResNeXt."""
+    return nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1, groups=groups, bias=False)
 
 
 def conv1x1(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:
@@ -80,21 +83,26 @@ class BasicBlock(nn.Module):
 
 
 class Bottleneck(nn.Module):
-    """1x1 reduce, 3x3 (carries the stride: v1.5), 1x1 expand by 4; ResNet-50/101/152."""
+    """1x1 reduce, 3x3 (carries the stride: v1.5), 1x1 expand by 4; ResNet-50/101/152.
+
+    The 3x3 conv works on `inner_width(width, groups, width_per_group)` channels in `groups`
+    groups: `width` for the plain ResNet, twice that for the wide and ResNeXt-50 models.
+    """
 
     expansion = 4
     """Output channels = expansion * width of the block."""
 
     def __init__(
         self, in_channels: int, width: int, stride: int = 1, downsample: nn.Module | None = None,
-        norm: str = "batch",
+        norm: str = "batch", groups: int = 1, width_per_group: int = 64,
     ) -> None:
         super().__init__()
-        self.conv1 = conv1x1(in_channels, width)
-        self.bn1 = norm_layer(norm, width)
-        self.conv2 = conv3x3(width, width, stride)
-        self.bn2 = norm_layer(norm, width)
-        self.conv3 = conv1x1(width, width * self.expansion)
+        inner = inner_width(width, groups, width_per_group)
+        self.conv1 = conv1x1(in_channels, inner)
+        self.bn1 = norm_layer(norm, inner)
+        self.conv2 = conv3x3(inner, inner, stride, groups)
+        self.bn2 = norm_layer(norm, inner)
+        self.conv3 = conv1x1(inner, width * self.expansion)
         self.bn3 = norm_layer(norm, width * self.expansion)
         self.relu = nn.ReLU(inplace=True)
         self.downsample = downsample
@@ -109,6 +117,17 @@ class Bottleneck(nn.Module):
         out = self.relu(self.bn2(self.conv2(out)))
         out = self.bn3(self.conv3(out))
         return self.relu(out + shortcut)
+
+
+def inner_width(width: int, groups: int, width_per_group: int) -> int:
+    """Channels of a bottleneck's 3x3 conv: torchvision's `int(planes * (base_width / 64.)) * groups`
+    (pytorch/vision torchvision/models/resnet.py, Bottleneck). 64 and 1 give `width`;
+    wide_resnet50_2 (128, 1) and resnext50_32x4d (4, 32) give 2 x width."""
+    per_group = int(width * (width_per_group / 64.0))
+    if per_group < 1:
+        raise ConfigError(f"width={width} leaves {width} * {width_per_group} / 64 < 1 channel per group; "
+                          f"use a width of at least {math.ceil(64 / width_per_group)}")
+    return per_group * groups
 
 
 Block = type[BasicBlock] | type[Bottleneck]
@@ -137,12 +156,17 @@ class ResNet(nn.Module):
         in_channels: int = 3,
         zero_init_residual: bool = False,
         norm: str = "batch",
+        groups: int = 1,
+        width_per_group: int = 64,
     ) -> None:
         super().__init__()
         check_options(num_classes=num_classes, width=width, stem=stem, in_channels=in_channels)
         if norm not in NORMS:
             raise ConfigError(f"norm={norm!r} is unknown; pick one of {', '.join(NORMS)}")
+        if block is BasicBlock and (groups, width_per_group) != (1, 64):
+            raise ConfigError("groups and width_per_group need bottleneck blocks (depth 50, 101 or 152)")
         self.norm = norm
+        self.block_options = {"groups": groups, "width_per_group": width_per_group} if block is Bottleneck else {}
         stem_stride = 2 if stem == "imagenet" else 1
         self.conv1 = nn.Conv2d(in_channels, width, 7, stride=stem_stride, padding=3, bias=False)
         self.bn1 = norm_layer(norm, width)
@@ -166,8 +190,8 @@ class ResNet(nn.Module):
             downsample = nn.Sequential(
                 conv1x1(self._channels, out_channels, stride), norm_layer(self.norm, out_channels)
             )
-        blocks = [block(self._channels, width, stride, downsample, self.norm)]
-        blocks += [block(out_channels, width, norm=self.norm) for _ in range(count - 1)]
+        blocks = [block(self._channels, width, stride, downsample, self.norm, **self.block_options)]
+        blocks += [block(out_channels, width, norm=self.norm, **self.block_options) for _ in range(count - 1)]
         self._channels = out_channels
         return nn.Sequential(*blocks)
 
@@ -209,10 +233,28 @@ def check_options(*, num_classes: int, width: int, stem: str, in_channels: int) 
         raise ConfigError(f"stem={stem!r} is unknown; pick one of {', '.join(STEMS)}")
 
 
+VARIANTS: dict[str, tuple[int, int, int]] = {
+    "wide_resnet50_2": (50, 1, 128),
+    "wide_resnet101_2": (101, 1, 128),
+    "resnext50_32x4d": (50, 32, 4),
+    "resnext101_32x8d": (101, 32, 8),
+    "resnext101_64x4d": (101, 64, 4),
+}
+"""torchvision's wide and ResNeXt builders -> (depth, groups, width_per_group): wide_resnet*_2 set
+width_per_group = 64 * 2, resnext<depth>_<groups>x<width_per_group>d the two numbers of the name
+(pytorch/vision torchvision/models/resnet.py; docs/references.md#torchvision-resnet-variants)."""
+
+
 def resnet(depth: int, *, num_classes: int = 1000, **options) -> ResNet:
-    """ResNet-`depth` (18, 34, 50, 101 or 152); `options` go to ResNet (width, stem, ...)."""
+    """ResNet-`depth` (18, 34, 50, 101 or 152); `options` go to ResNet (width, stem, groups, ...)."""
     if depth not in DEPTHS:
         known = ", ".join(str(d) for d in DEPTHS)
         raise ConfigError(f"ResNet depth {depth} is unknown; pick one of {known}")
     block, blocks_per_stage = DEPTHS[depth]
     return ResNet(block, blocks_per_stage, num_classes=num_classes, **options)
+
+
+def variant(name: str, *, num_classes: int = 1000, **options) -> ResNet:
+    """One of VARIANTS (e.g. "resnext50_32x4d"); `options` go to ResNet as for `resnet`."""
+    depth, groups, width_per_group = VARIANTS[name]
+    return resnet(depth, num_classes=num_classes, groups=groups, width_per_group=width_per_group, **options)

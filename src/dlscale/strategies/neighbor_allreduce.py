@@ -7,6 +7,11 @@ applies the gradient computed at the old parameters. Adapt-then-combine (ATC):
     w_{t+1} = NeighborAverage(w_t - lr * grad(w_t))
 mixes after the optimizer step. Parameters (not buffers) are mixed, flattened into one message.
 The hierarchical form averages inside each machine first and exchanges between machines.
+
+With num_steps_per_communication = k the mix happens on the k-th call only (steps k-1, 2k-1, ...),
+as BlueFog's optimizers count their forward (AWC) or backward (ATC) passes down to zero, and the
+dynamic peer schedule advances on every step, as BlueFog's benchmark calls its
+`dynamic_topology_update` before every step (docs/references.md#bluefog-benchmark).
 """
 
 from __future__ import annotations
@@ -39,6 +44,29 @@ TOPOLOGIES: dict[str, Callable[[int], torch.Tensor]] = {
 }
 """--topology -> BlueFog's graph of that many nodes (docs/references.md#bluefog-topologies)."""
 
+INNER_OUTER: dict[str, Callable[[int, int, int], Iterator]] = {
+    "inner_outer_exp2": topology.inner_outer_exp2_schedule,
+    "inner_outer_ring": topology.inner_outer_ring_schedule,
+}
+"""strategy.dynamic_schedule -> BlueFog's multi-machine generator (docs/references.md#bluefog-dynamic-schedules)."""
+
+
+def choose_dynamic_schedule(cfg: StrategyConfig, world_size: int, local_size: int) -> str:
+    """The dynamic schedule neighbor_allreduce runs. "auto" is BlueFog's examples' choice
+    (pytorch_benchmark.py, pytorch_resnet.py): GetInnerOuterExpo2DynamicSendRecvRanks when
+    `bf.is_homogeneous() and bf.size() > bf.local_size()`, else GetDynamicOnePeerSendRecvRanks on the
+    topology. Two differences, both dlscale's own: with 2 or fewer ranks per node, where BlueFog's
+    generator stops on an assertion, "auto" keeps one_peer; and a --topology other than exp2 (the
+    graph BlueFog's examples run) keeps one_peer on that graph."""
+    several_nodes = world_size > local_size and world_size % local_size == 0
+    inner_outer_fits = several_nodes and local_size > 2
+    if cfg.dynamic_schedule == "auto":
+        return "inner_outer_exp2" if inner_outer_fits and cfg.topology == "exp2" else "one_peer"
+    if cfg.dynamic_schedule in INNER_OUTER and world_size > 1 and not inner_outer_fits:
+        raise ConfigError(f"strategy.dynamic_schedule={cfg.dynamic_schedule} needs several nodes of more than 2 "
+                          f"ranks each ({world_size} ranks, {local_size} per node); use one_peer or auto")
+    return cfg.dynamic_schedule
+
 
 class NeighborAllreduceStrategy(Strategy):
     """Mix parameters with graph neighbours (BlueFog's neighbor_allreduce optimizers)."""
@@ -51,6 +79,7 @@ class NeighborAllreduceStrategy(Strategy):
         self.world_size, self.local_world_size = env.world_size, env.local_world_size
         self.topology, self.atc_style, self.dynamic = cfg.topology, cfg.atc_style, cfg.dynamic_topology
         self.every, self.global_every = cfg.num_steps_per_communication, cfg.global_average_every
+        self.schedule_name = self._choose_schedule(cfg, env)
         self.steps = 0
         self.schedule: Iterator | None = None
         self.meter = CommMeter()
@@ -64,11 +93,18 @@ class NeighborAllreduceStrategy(Strategy):
         self.meter.reset()  # the start-up broadcast is not step traffic
         return model
 
+    def _choose_schedule(self, cfg: StrategyConfig, env: DistEnv) -> str:
+        return choose_dynamic_schedule(cfg, env.world_size, env.local_world_size)
+
     def _set_topology(self) -> Iterator | None:
         """Set the graph (collective: every rank sets the same); this rank's dynamic schedule."""
         graph = TOPOLOGIES[self.topology](self.world_size)
         ops.set_topology(graph)
-        return topology.dynamic_one_peer_schedule(graph, dist.get_rank()) if self.dynamic else None
+        if not self.dynamic:
+            return None
+        if self.schedule_name in INNER_OUTER:
+            return INNER_OUTER[self.schedule_name](self.world_size, self.local_world_size, dist.get_rank())
+        return topology.dynamic_one_peer_schedule(graph, dist.get_rank())
 
     def after_backward(self, model: nn.Module) -> None:
         if not self.atc_style:
@@ -89,10 +125,12 @@ class NeighborAllreduceStrategy(Strategy):
         return {"consensus_distance": consensus_distance(model)}
 
     def _maybe_mix(self, model: nn.Module) -> None:
-        if self.world_size == 1 or self.steps % self.every:
+        if self.world_size == 1:
+            return
+        kwargs = self._weights()  # the peer schedule advances on every step
+        if (self.steps + 1) % self.every:  # BlueFog mixes on the k-th call: steps k-1, 2k-1, ...
             return
         params, flat = flat_parameters(model)
-        kwargs = self._weights()
         mixed = {}
         self.meter.timed(lambda: mixed.setdefault("flat", self._exchange(flat, **kwargs)))
         write_back(params, mixed["flat"])
@@ -126,9 +164,35 @@ class HierarchicalNeighborAllreduceStrategy(NeighborAllreduceStrategy):
 
     def __init__(self, cfg: StrategyConfig, env: DistEnv) -> None:
         super().__init__(cfg, env)
-        if env.world_size > 1 and (env.local_world_size < 2 or env.world_size % env.local_world_size):
-            raise ConfigError(f"hierarchical_neighbor_allreduce needs several ranks per node on equal nodes "
+        if env.world_size > 1 and (env.local_world_size < 2 or env.world_size % env.local_world_size
+                                   or env.world_size == env.local_world_size):
+            raise ConfigError(f"hierarchical_neighbor_allreduce needs two or more equal nodes of several ranks "
                               f"({env.world_size} ranks, {env.local_world_size} per node); use neighbor_allreduce")
+        if env.world_size > 1 and self.dynamic:
+            self._check_machine_schedule(env.world_size // env.local_world_size)
+
+    def _choose_schedule(self, cfg: StrategyConfig, env: DistEnv) -> str:
+        if cfg.dynamic_schedule in INNER_OUTER:
+            raise ConfigError(f"strategy.dynamic_schedule={cfg.dynamic_schedule} is for neighbor_allreduce; "
+                              "hierarchical_neighbor_allreduce runs BlueFog's exp2 machine schedule (use auto)")
+        return "exp2_machines"
+
+    def _check_machine_schedule(self, machines: int) -> None:
+        """BlueFog refuses dynamic machine weights outside the machine topology: check every
+        machine's sends and receives over one period of the schedule now, on every rank alike."""
+        graph = TOPOLOGIES[self.topology](machines)
+        for machine in range(machines):
+            schedule = topology.dynamic_machine_one_peer_schedule(machines, machine)
+            for _ in range((machines - 1).bit_length()):
+                send, recv = next(schedule)
+                weights = dict.fromkeys(recv, 0.5)
+                try:
+                    topology.plan_machine_exchange(graph, machine, self_weight=0.5, src_machine_weights=weights,
+                                                   dst_machine_weights=send)
+                except ValueError as error:
+                    raise ConfigError(f"--topology {self.topology} between {machines} nodes lacks edges of BlueFog's "
+                                      f"dynamic machine schedule ({error}); use --topology exp2 or "
+                                      "--disable-dynamic-topology") from error
 
     def _set_topology(self) -> Iterator | None:
         machines = self.world_size // self.local_world_size

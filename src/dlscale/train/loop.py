@@ -33,12 +33,13 @@ from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.input_bound import input_bound_warning
 from dlscale.metrics.records import Records
 from dlscale.metrics.run import RunDir, to_jsonable
-from dlscale.metrics.timing import DeviceTimer, device_synchronizer, format_duration
+from dlscale.metrics.timing import DeviceTimer, IterationTimes, device_synchronizer, format_duration
 from dlscale.models import build_model
 from dlscale.precision import build_precision, precision_note
 from dlscale.train.checkpoint import CheckpointManager
 from dlscale.train.optim import loss_fn
 from dlscale.train.plan import Plan, make_plan, per_rank_batch
+from dlscale.train.raport import convnets_parameters
 from dlscale.train.replica import build_replica
 from dlscale.train.schedule import LRSchedule
 from dlscale.train.signals import PreemptionHandler
@@ -129,7 +130,10 @@ def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, 
         run_dir.write_setup({"kind": "train", "preset": run_name, **to_jsonable(cfg), "plan": asdict(run.plan),
                              "changes": run.state.changes}, env, device)
     run.records = Records(run_dir, enabled=env.is_main, resume_step=progress.step, raport_file=raport_file)
-    run.records.parameters({"preset": run_name, **asdict(run.plan), "precision": cfg.precision,
+    run.records.parameters({**convnets_parameters(cfg, run.plan, env, run.info, raport_file=raport_file,
+                                                  workspace=run_dir.path,
+                                                  loss_scale=run.parts.precision.scaler.get_scale()),
+                            "preset": run_name, **asdict(run.plan), "precision": cfg.precision,
                             "model": cfg.model.name, "world_size": env.world_size})
     note = precision_note(cfg.precision, device.type)
     if note:
@@ -303,6 +307,7 @@ def _log(run: Run, progress: Progress, window: _Window) -> bool:
         "train_loss": loss_sum / run.env.world_size, "lr": run.parts.optimizer.param_groups[0]["lr"],
         "throughput_img_per_s": rate, "compute_img_per_s": compute_rate,
         "data_time_ms": 1000 * data_s / window.steps, "step_time_ms": 1000 * elapsed / window.steps,
+        "grad_scale": run.parts.precision.scaler.get_scale(),  # 1.0 without fp16 loss scaling
         **_strategy_metrics(run),
     }
     run.records.train(record)
@@ -345,7 +350,9 @@ def _count_skipped(run: Run, skipped: list[str], split: str) -> int:
 
 @torch.no_grad()
 def evaluate(run: Run) -> dict:
-    """Top-1, top-5 and loss over the validation set, every sample counted once over all ranks.
+    """Top-1, top-5 and loss over the validation set, every sample counted once over all ranks,
+    and its speed as NVIDIA ConvNets' validate() measures it: per batch the data wait and the
+    compute time up to a device synchronisation (docs/references.md#ngc-throughput-metrics).
 
     Runs the unwrapped model: DDP's forward would broadcast buffers, a collective that ranks
     with different numbers of validation batches would not all join.
@@ -354,7 +361,10 @@ def evaluate(run: Run) -> dict:
     zero = torch.zeros((), dtype=torch.float64, device=run.device)
     correct1, correct5, loss_sum, count = zero.clone(), zero.clone(), zero.clone(), zero.clone()
     skipped: list[str] = []
+    times, synchronize = IterationTimes(), device_synchronizer(run.device)
+    end = time.perf_counter()
     for images, labels, unreadable in DevicePrefetcher(run.val_loader, run.device, run.normalizer):
+        data_s = time.perf_counter() - end
         with run.parts.precision.autocast():
             logits = run.model(images)
         readable = labels != EXCLUDED_LABEL  # placeholders of unreadable files: counted apart, never scored
@@ -365,11 +375,26 @@ def evaluate(run: Run) -> dict:
         correct5 += hits.any(dim=1).sum()
         count += readable.sum()
         skipped.extend(unreadable)
+        synchronize()  # the batch's latency, as ConvNets' torch.cuda.synchronize() per batch
+        times.add(data_s, time.perf_counter() - end - data_s, labels.shape[0])
+        end = time.perf_counter()
     totals = all_reduce_eval_sums(correct1, correct5, loss_sum, count, device=run.device)
     unreadable_count = _count_skipped(run, skipped, "validation")
     run.model.train()
     return {"val_top1_pct": totals.top1, "val_top5_pct": totals.top5, "val_loss": totals.loss,
-            "val_count": int(totals.count), "val_skipped": unreadable_count}
+            "val_count": int(totals.count), "val_skipped": unreadable_count,
+            **_eval_speed(run, times)}
+
+
+def _eval_speed(run: Run, times: IterationTimes) -> dict:
+    """Images/s summed over ranks (each rank's images over its own time, as the training rates
+    are); data wait and compute latencies of this rank (rank 0's are recorded, as ConvNets')."""
+    rates = torch.tensor(times.rates(), dtype=torch.float64, device=run.device)
+    if dist.is_initialized():
+        dist.all_reduce(rates)
+    total, compute = rates.tolist()
+    return {"val_total_img_per_s": total, "val_compute_img_per_s": compute,
+            **{f"val_{key}": value for key, value in times.latency_ms().items()}}
 
 
 def _end_epoch(run: Run, progress: Progress, evaluation: dict, throughput: float) -> None:

@@ -6,8 +6,9 @@ Sources (docs/references.md#goyal-2017, #hal-lr-schedule, #sc20-presets, #ngc-bn
   HAL (richardkxu/distributed-pytorch) uses it with base 0.1: 208 x 64 ranks -> 5.2.
 * square-root scaling `0.1 * sqrt(B / 128)`: the NERSC SC20 tutorial presets
   (128 -> 0.1, 256 -> 0.14, 512 -> 0.2, 1024 -> 0.28, 2048 -> 0.4).
-* no weight decay on normalisation parameters and biases, label smoothing:
-  NVIDIA DeepLearningExamples ConvNets (`--bn-weight-decay`, `--label-smoothing`).
+* no weight decay on normalisation parameters and biases (by module type), or on parameters
+  whose name contains "bn" (NVIDIA DeepLearningExamples ConvNets without `--bn-weight-decay`),
+  label smoothing (`--label-smoothing`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
-from dlscale.config.sections import LR_SCALING_RULES, OptimConfig
+from dlscale.config.sections import LR_SCALING_RULES, WEIGHT_DECAY_EXEMPTIONS, OptimConfig
 from dlscale.errors import ConfigError
 
 # Modules whose parameters (affine scale and shift) never get weight decay when the
@@ -57,27 +58,37 @@ def scaled_lr(base_lr: float, global_batch: int, reference_batch: int, rule: str
 
 
 def param_groups(
-    model: nn.Module, weight_decay: float, exclude_bn_and_bias: bool
+    model: nn.Module, weight_decay: float, exclude_bn_and_bias: bool, exemption: str = "module_type"
 ) -> list[dict[str, object]]:
     """Split the trainable parameters into a decay group and a no-decay group.
 
-    A parameter goes to no-decay when its owning module is a normalisation layer
-    (`NORM_MODULE_TYPES`) or it is that module's `bias` attribute. The decision uses
-    module types, never parameter names, so a Linear weight named "bn_weight" still
-    decays. Each parameter lands in exactly one group (shared ones once, at their first
-    owner); frozen parameters are left out; empty groups are dropped.
+    With the exclusion on, a parameter goes to no-decay when
+    * exemption="module_type": its owning module is a normalisation layer (`NORM_MODULE_TYPES`)
+      or it is that module's `bias` attribute. Module types, never names, decide, so a Linear
+      weight named "bn_weight" still decays;
+    * exemption="name_contains_bn": its name in `model.named_parameters()` contains "bn", NVIDIA
+      ConvNets' `get_sgd_optimizer` with bn_weight_decay=False (docs/references.md#ngc-bn-weight-decay).
+      With torchvision's names the stem's and the blocks' BNs match, the downsample BNs
+      (`downsample.1`) and `fc.bias` do not: a ResNet-50 keeps decay on 9 tensors more.
+    Each parameter lands in exactly one group (shared ones once, at their first owner, under
+    their first name); frozen parameters are left out; empty groups are dropped.
     """
+    if exemption not in WEIGHT_DECAY_EXEMPTIONS:
+        raise ConfigError(f"optim.weight_decay_exemption={exemption!r}: use one of {WEIGHT_DECAY_EXEMPTIONS}")
     decay: list[nn.Parameter] = []
     no_decay: list[nn.Parameter] = []
     seen: set[int] = set()
-    for module in model.modules():
+    for module_name, module in model.named_modules():
         is_norm = isinstance(module, NORM_MODULE_TYPES)
         for name, param in module.named_parameters(recurse=False):
             if not param.requires_grad or id(param) in seen:
                 continue
             seen.add(id(param))
-            skip_decay = exclude_bn_and_bias and (is_norm or name == "bias")
-            (no_decay if skip_decay else decay).append(param)
+            if exemption == "name_contains_bn":
+                exempt = "bn" in (f"{module_name}.{name}" if module_name else name)
+            else:
+                exempt = is_norm or name == "bias"
+            (no_decay if exclude_bn_and_bias and exempt else decay).append(param)
     groups = [
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
@@ -127,7 +138,8 @@ def build_optimizer(
     torch's LR schedulers use for the same purpose.
     """
     lr = scaled_lr(cfg.lr, global_batch, cfg.reference_batch, cfg.lr_scaling)
-    groups = param_groups(model, cfg.weight_decay, cfg.exclude_bn_and_bias_from_weight_decay)
+    groups = param_groups(model, cfg.weight_decay, cfg.exclude_bn_and_bias_from_weight_decay,
+                          cfg.weight_decay_exemption)
     if not groups:
         raise ConfigError("the model has no trainable parameters; unfreeze some layers")
     for group in groups:

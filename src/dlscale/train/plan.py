@@ -22,7 +22,8 @@ class Plan:
     """Images per optimizer step over all ranks."""
     train_size: int
     steps_per_epoch: int
-    """Optimizer steps per epoch (the last partial global batch is dropped)."""
+    """Optimizer steps per epoch: whole global batches, or with data.drop_last=False also the
+    last partial one (throughput counts it as a whole batch, as HAL's own throughput does)."""
     epochs: int
     peak_lr: float
     """Learning rate after warm-up, scaled for the global batch."""
@@ -57,12 +58,24 @@ def per_rank_batch(cfg: TrainConfig, world_size: int) -> int:
     return per_rank
 
 
+def _steps_per_epoch(cfg: TrainConfig, train_size: int, world_size: int, per_rank: int) -> int:
+    """Whole global batches; or, without drop_last, ceil(ceil(N / world_size) / per_rank) batches
+    per rank, the number torch's DistributedSampler and DataLoader give (HAL's len(train_loader))."""
+    if cfg.data.drop_last:
+        return train_size // (per_rank * world_size * cfg.optim.accumulation_steps)
+    if cfg.optim.accumulation_steps > 1:
+        raise ConfigError("data.drop_last=false keeps a partial last batch, which gradient accumulation "
+                          "cannot split; set optim.accumulation_steps=1 or data.drop_last=true")
+    per_rank_samples = -(-train_size // world_size)
+    return -(-per_rank_samples // per_rank)
+
+
 def make_plan(cfg: TrainConfig, world_size: int, train_size: int) -> Plan:
     accumulation = cfg.optim.accumulation_steps
     per_step = world_size * accumulation
     per_rank = per_rank_batch(cfg, world_size)
     global_batch = per_rank * per_step
-    steps = train_size // global_batch
+    steps = _steps_per_epoch(cfg, train_size, world_size, per_rank)
     if cfg.max_steps_per_epoch is not None:
         steps = min(steps, cfg.max_steps_per_epoch)
     if steps < 1:

@@ -5,17 +5,20 @@ and (for "plateau") the reductions recorded so far, so the config printer can sh
 schedule without training. `apply(step)` writes that value into the optimizer.
 
 Formulas (docs/references.md#hal-lr-schedule, #sc20-lr-schedule, #ngc-lr-schedule), with E = epochs,
-W = warm-up epochs,
+W = warm-up epochs, step counted from 0 over the run,
 e = step / steps_per_epoch (fractional epoch), base = the peak LR:
-* warm-up per iteration (HAL): `base * (1 + step) / (W * steps_per_epoch)`;
+* warm-up per iteration: `base * (step + offset) / (W * steps_per_epoch)` for step < W * steps_per_epoch;
+  offset 1 by default, 2 for HAL (`1 + step + epoch * len_epoch` with HAL's step = 1, 2, ...);
 * warm-up per epoch (SC20, NVIDIA ConvNets): `base * (epoch + 1) / W` for epoch < W;
-* step (HAL, Goyal et al.): `base * gamma ** (milestones passed)`, x0.1 at 30/60/80;
+* step (HAL, Goyal et al.): `base * gamma ** (milestones passed)`, x0.1 at 30/60/80, and with
+  `milestone_every` at every further multiple of it (HAL: 90, 120, ...);
 * cosine (NVIDIA): `end + 0.5 * (1 + cos(pi * (e - W) / (E - W))) * (base - end)`;
 * linear (NVIDIA): `end + (1 - (e - W) / (E - W)) * (base - end)`;
 * plateau (SC20): torch's ReduceLROnPlateau(factor=0.2, patience=10, mode="min"),
   fed the validation loss once per epoch after warm-up.
-Cosine and linear are evaluated at fractional epochs, so they move every iteration
-and equal NVIDIA's per-epoch values at each epoch's first step.
+Cosine and linear take e fractional (`anneal_per="iteration"`: they move every iteration and
+equal NVIDIA's values at each epoch's first step) or whole (`anneal_per="epoch"`: NVIDIA's
+policies, constant within an epoch).
 """
 
 from __future__ import annotations
@@ -66,23 +69,24 @@ class LRSchedule:
         """The LR for global optimizer step `step` (no side effects)."""
         if step < 0:
             raise ValueError(f"step={step} must be >= 0")
-        warmup = self._warmup_fraction(step)
-        if warmup is not None:
-            if self.cfg.name == "step":  # HAL multiplies the warm-up into the step factor
-                return self._step_decay(step) * warmup
-            return self.peak_lr * warmup
+        fraction = self._warmup_fraction(step)
+        if fraction is not None:
+            numerator, denominator = fraction
+            # HAL multiplies the warm-up into the step factor; in the references' order of operations
+            base = self._step_decay(step) if self.cfg.name == "step" else self.peak_lr
+            return base * numerator / denominator
         return self._decayed(step)
 
-    def _warmup_fraction(self, step: int) -> float | None:
-        """Fraction of the peak during warm-up, None once warm-up is over."""
+    def _warmup_fraction(self, step: int) -> tuple[float, float] | None:
+        """(numerator, denominator) of the peak's fraction during warm-up, None once it is over."""
         warmup_epochs = self.cfg.warmup_epochs
         if warmup_epochs <= 0:
             return None
         if self.cfg.warmup_per == "iteration":
             warmup_steps = warmup_epochs * self.steps_per_epoch
-            return (1 + step) / warmup_steps if step < warmup_steps else None
+            return (step + self.cfg.warmup_step_offset, warmup_steps) if step < warmup_steps else None
         epoch = step // self.steps_per_epoch
-        return (epoch + 1) / warmup_epochs if epoch < warmup_epochs else None
+        return (epoch + 1, warmup_epochs) if epoch < warmup_epochs else None
 
     def _decayed(self, step: int) -> float:
         name = self.cfg.name
@@ -98,13 +102,18 @@ class LRSchedule:
 
     def _step_decay(self, step: int) -> float:
         epoch = step // self.steps_per_epoch
-        passed = sum(1 for milestone in self.cfg.milestones if epoch >= milestone)
+        milestones, every = self.cfg.milestones, self.cfg.milestone_every
+        passed = sum(1 for milestone in milestones if epoch >= milestone)
+        last = max(milestones, default=0)
+        if every and epoch > last:  # multiples of `every` in (last, epoch]
+            passed += epoch // every - last // every
         return self.peak_lr * self.cfg.gamma**passed
 
     def _annealed(self, step: int) -> float:
         """Cosine or linear from the peak (end of warm-up) to end_lr (epoch E), then flat."""
         cfg = self.cfg
-        epoch = min(step / self.steps_per_epoch, float(cfg.epochs))
+        whole = cfg.anneal_per == "epoch"  # NVIDIA: the policy takes the epoch number only
+        epoch = min(step // self.steps_per_epoch if whole else step / self.steps_per_epoch, cfg.epochs)
         elapsed = epoch - cfg.warmup_epochs
         span = cfg.epochs - cfg.warmup_epochs
         # Same operation order as NVIDIA's lr_cosine_policy / lr_linear_policy, so the
