@@ -76,8 +76,11 @@ def test_nsight_compute_sees_the_profile_range(tmp_path):
                "--warmup", "1", "--steps", "2", "--trace-steps", "0", "--out", str(tmp_path / "prof")]
     out = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240, env=subprocess_env())
     text = out.stdout + out.stderr
-    if "ERR_NVGPUCTRPERM" in text or "Failed to initialize" in text or "LibraryNotLoaded" in text:
-        pytest.skip(f"ncu cannot read the GPU's counters here: {text.strip().splitlines()[-1]}")
-    assert out.returncode == 0, text[-3000:]
-    assert "No kernels were profiled" not in text, text[-3000:]
-    assert "gpu__time_duration.sum" in out.stdout, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]  # dlscale itself failed under ncu
+    if "gpu__time_duration.sum" in out.stdout:
+        assert out.returncode == 0, text[-3000:]
+        return
+    errors = [line for line in text.splitlines() if "==ERROR==" in line]
+    if errors:  # the tool could not profile (counters, permissions, the machine): not dlscale's ranges
+        pytest.skip(f"ncu cannot profile on this machine: {errors[0]}")
+    pytest.fail(f"ncu ran but profiled no kernel inside the PROFILE range:\n{text[-3000:]}")
