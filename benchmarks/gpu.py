@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.util
+import json
 import os
 import shlex
 import shutil
@@ -150,12 +151,19 @@ def run(stages: list[P.Stage], args, pythonpath: bool, device: str) -> int:
                 document["wall_s"] = time.monotonic() - started
                 document["goals"] = report.goals(ctx.results, device)
                 report.write_json(out / "gpu.json", document)
-                (out / "gpu.md").write_text(report.markdown(document))
+                (out / "gpu.md").write_text(_markdown(document, args.compare))
     finally:
         if not args.keep_work:
             shutil.rmtree(work, ignore_errors=True)
     print("\n" + (out / "gpu.md").read_text())
     return 0
+
+
+def _markdown(document: dict, compare: Path | None) -> str:
+    text = report.markdown(document)
+    if compare is not None:
+        text += "\n".join(report.comparison(document, json.loads(compare.read_text()), str(compare))) + "\n"
+    return text
 
 
 def _cores() -> int:
@@ -174,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=float, default=None, help="the deadline in seconds (450 on a GPU, 300 on a CPU)")
     p.add_argument("--timm-benchmark", type=Path, default=Path("benchmarks/peers/timm_benchmark.py"),
                    help="timm's benchmark.py, relative to the repository root or absolute")
+    p.add_argument("--compare", type=Path, default=None,
+                   help="an earlier gpu.json (docs/results/): its figures beside this run's in gpu.md")
     p.add_argument("--cores", type=int, default=None,
                    help="CPU cores to plan the loader sweep for (default: this machine's; 16, the CUDA machine's, "
                         "for a dry run where no GPU is visible)")

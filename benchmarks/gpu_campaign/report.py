@@ -190,3 +190,22 @@ def markdown(document: dict) -> str:
     out += ["", "Every figure's command is in gpu.json (stages -> runs -> command); each command's output is in "
             "gpu.log."]
     return "\n".join(out) + "\n"
+
+
+def comparison(document: dict, previous: dict, name: str) -> list[str]:
+    """This run's goals and medians beside an earlier gpu.json's (docs/results/)."""
+    env = previous.get("environment") or {}
+    lines = ["", f"## Against {name}", "",
+             f"{name}: {env.get('device_name', '-')}, driver {env.get('driver') or '-'}, "
+             f"torch {env.get('torch', '-')}, {previous.get('started', '-')}.", "",
+             "| figure | then | now | now / then |", "|---|---|---|---|"]
+    then_goals = {g["goal"]: g["value"] for g in previous.get("goals", [])}
+    rows = [(g["what"], then_goals.get(g["goal"]), g["value"]) for g in document["goals"]]
+    for stage, result in document["stages"].items():
+        old = previous.get("stages", {}).get(stage, {}).get("medians", {})
+        rows += [(f"{stage} / {run}", old.get(run, {}).get("median"), m["median"])
+                 for run, m in result.get("medians", {}).items() if m["median"] is not None or run in old]
+    for what, then, now in rows:
+        change = now / then if isinstance(then, int | float) and isinstance(now, int | float) and then else None
+        lines.append(f"| {what} | {_fmt(then, 3)} | {_fmt(now, 3)} | {_fmt(change, 3)} |")
+    return lines

@@ -202,3 +202,14 @@ def test_markdown_has_the_goal_table_and_the_progression():
     assert "| dlscale train, JPEG / synthetic | 0.90 | - | 0.800 | **no** |" in text
     assert "about 8.6 cores per GPU" in text and "input-bound" in text
     assert "| fused_sgd | - | ok | 5,600.0 | 4.67 | - |" in text
+
+
+def test_an_earlier_run_is_compared_figure_by_figure():
+    now = {"stages": _results(), "goals": report.goals(_results(), "cuda")}
+    earlier_stages = _results()
+    earlier_stages["peers"]["medians"]["dlscale bench"]["median"] = 5000.0
+    earlier = {"stages": earlier_stages, "goals": report.goals(earlier_stages, "cuda"), "started": "then",
+               "environment": {"device_name": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130"}}
+    text = "\n".join(report.comparison(now, earlier, "docs/results/gpu-h100.json"))
+    assert "## Against docs/results/gpu-h100.json" in text
+    assert "| peers / dlscale bench | 5,000.000 | 5,600.000 | 1.120 |" in text
