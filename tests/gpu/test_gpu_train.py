@@ -90,6 +90,10 @@ def test_train_checkpoint_and_exact_resume_on_the_gpu(jpeg_tree, tmp_path, signa
     assert not resumed["preempted"] and resumed["steps"] == full["steps"]
 
     expected, actual = _final_state(tmp_path / "full"), _final_state(tmp_path / "cut")
+    for name, state in (("uninterrupted", expected), ("resumed", actual)):
+        broken = [key for key, value in state.items() if not torch.isfinite(value).all()]
+        assert not broken, (f"the {name} run ends with non-finite {broken[:5]} (fp16 AMP with fused SGD: see "
+                            "test_gpu_precision.py::test_a_skipped_first_step_leaves_fused_sgd_equal_to_foreach_sgd)")
     difference = _max_difference(expected, actual)
     if difference == 0.0:
         return
