@@ -125,7 +125,8 @@ def run(stages: list[P.Stage], args, pythonpath: bool, device: str) -> int:
     if pythonpath:
         child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
     started = time.monotonic()
-    document = {"schema": 1, "command": shlex.join(["python3", "benchmarks/gpu.py", *sys.argv[1:]]),
+    command = ("PYTHONPATH=src " if pythonpath else "") + shlex.join(["python3", "benchmarks/gpu.py", *sys.argv[1:]])
+    document = {"schema": 1, "command": command,
                 "python_executable": sys.executable, "device": device, "budget_s": args.budget_s,
                 "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "wall_s": 0.0,
                 "work_dir": str(work), "environment": None, "stages": {}, "goals": []}

@@ -234,7 +234,9 @@ def summarize(stage: Stage, records: list[dict]) -> dict:
         mine = [r for r in records if r["name"] == run.name]
         values = [r["value"] for r in mine if r.get("status") == "ok" and isinstance(r.get("value"), int | float)]
         statuses = sorted({r["status"] for r in mine})
+        mfu = [r["details"]["mfu"] for r in mine if r.get("status") == "ok" and (r.get("details") or {}).get("mfu")]
         by_name[run.name] = {"values": values, "median": statistics.median(values) if values else None,
+                             "mfu": statistics.median(mfu) if mfu else None,
                              "unit": next((r.get("unit") for r in mine if r.get("unit")), None),
                              "status": "ok" if values else (statuses[0] if statuses else "not_run"),
                              "settings": run.settings}

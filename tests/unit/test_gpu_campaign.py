@@ -201,7 +201,8 @@ def test_markdown_has_the_goal_table_and_the_progression():
     assert "| dlscale bench / bare PyTorch loop | 0.98 | - | 0.991 | yes |" in text
     assert "| dlscale train, JPEG / synthetic | 0.90 | - | 0.800 | **no** |" in text
     assert "about 8.6 cores per GPU" in text and "input-bound" in text
-    assert "| fused_sgd | - | ok | 5,600.0 | 4.67 | - |" in text
+    assert "| fused_sgd | - | ok | 5,600.0 | - | 4.67 | - |" in text
+    assert "The throughput is that of progression / compile_reduce_overhead." in text
 
 
 def test_an_earlier_run_is_compared_figure_by_figure():
