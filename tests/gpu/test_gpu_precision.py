@@ -126,9 +126,10 @@ def test_fp16_scaler_skips_the_step_with_an_inf_gradient(fused):
 def test_a_skipped_first_step_leaves_fused_sgd_equal_to_foreach_sgd():
     """fp16 training often overflows on its first step (the scaler starts at 2**16). The first
     step is where SGD creates its momentum buffers; a skipped one must leave none behind that the
-    next step would read. torch's fused SGD has been seen to create them with empty_like before
-    its kernel returns on overflow, so the next step reads uninitialised memory (seen here with
-    torch 2.13 on the CPU; reported with 2.11 on CUDA in LibreYOLO/libreyolo#771)."""
+    next step would read. torch's fused SGD creates them with empty_like before its kernel returns
+    on overflow, so the next step reads uninitialised memory (seen with torch 2.13 on the CPU;
+    reported with 2.11 on CUDA in LibreYOLO/libreyolo#771); dlscale's build_optimizer starts them
+    at zero (tests/unit/test_optim.py checks the same on the CPU)."""
     params = {}
     for fused in (False, True):
         _, setup = tiny_setup(precision="amp_fp16", speed=SpeedOptions(fused_optimizer=fused))
