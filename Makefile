@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 CONSTRAINTS := constraints/$(if $(HAS_GPU),gpu,cpu).txt
 
-.PHONY: bench test lint install install-dev clean
+.PHONY: bench test lint install install-dev clean gpu-bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,13 @@ test: install-dev
 lint: install-dev
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/lint-imports
+
+# The GPU campaign (docs/benchmarks.md): tests and measurements on a CUDA machine as it is, in under
+# 8 minutes. It installs nothing (the GPU machine has no package registry): the machine's python3
+# with src/ on PYTHONPATH. GPU_OUT receives gpu.json, gpu.md and gpu.log.
+GPU_OUT ?= runs/gpu
+gpu-bench:
+	PYTHONPATH=src $(PYTHON) benchmarks/gpu.py --out $(GPU_OUT)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -199,6 +199,34 @@ def test_fused_and_foreach_match_the_plain_loop_on_cpu():
     torch.testing.assert_close(foreach, loop)
 
 
+def _train_after_a_skipped_first_step(fused):
+    """An fp16-style run whose first step overflows (the loss scaler skips it), then three steps.
+    Before each optimizer step, freed NaN-filled blocks of the parameters' sizes make memory that
+    the step would take uninitialised read as NaN."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    optimizer = build_optimizer(model, OptimConfig(lr=0.1), global_batch=256, fused=fused)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    data = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+    for step in range(4):
+        loss = model(data).square().mean() * (float("inf") if step == 0 else 1.0)
+        scaler.scale(loss).backward()
+        junk = [torch.full_like(p, float("nan")) for p in model.parameters()]
+        del junk
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+    return torch.cat([p.detach().flatten() for p in model.parameters()]), scaler.get_scale()
+
+
+def test_a_skipped_first_step_leaves_fused_sgd_equal_to_the_plain_loop():
+    loop, loop_scale = _train_after_a_skipped_first_step(None)
+    fused, fused_scale = _train_after_a_skipped_first_step(True)
+    assert loop_scale == fused_scale == 2.0**15  # the first step was skipped, the others were not
+    assert torch.isfinite(fused).all()
+    torch.testing.assert_close(fused, loop)
+
+
 def test_fused_where_unsupported_names_the_alternative():
     model = nn.Linear(2, 2, device="meta")
     with pytest.raises(ConfigError, match="fused=False"):

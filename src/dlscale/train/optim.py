@@ -144,7 +144,7 @@ def build_optimizer(
         raise ConfigError("the model has no trainable parameters; unfreeze some layers")
     for group in groups:
         group["initial_lr"] = lr
-    return torch.optim.SGD(
+    optimizer = torch.optim.SGD(
         groups,
         lr=lr,
         momentum=cfg.momentum,
@@ -152,6 +152,20 @@ def build_optimizer(
         weight_decay=cfg.weight_decay,
         **_sgd_implementation(model, fused),
     )
+    if optimizer.defaults.get("fused") and cfg.momentum:
+        _zero_momentum_buffers(optimizer)
+    return optimizer
+
+
+def _zero_momentum_buffers(optimizer: torch.optim.SGD) -> None:
+    """Fused SGD makes its momentum buffers with empty_like before its kernel runs, and the kernel
+    returns at once when the fp16 loss scaler found inf gradients: a skipped first step (common:
+    the scaler starts at 2**16) leaves uninitialised buffers that the next step reads (seen with
+    torch 2.13 on the CPU; reported with 2.11 on CUDA, LibreYOLO/libreyolo#771). Zeros give stock
+    SGD's first update (no dampening: momentum * 0 + grad) and survive a skipped step."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            optimizer.state[param]["momentum_buffer"] = torch.zeros_like(param)
 
 
 def loss_fn(cfg: OptimConfig) -> nn.CrossEntropyLoss:

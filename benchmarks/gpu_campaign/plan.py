@@ -1,0 +1,395 @@
+"""What the campaign runs: stages of commands, each with its estimated time.
+
+A stage's compared runs go in rounds (a b c, a b c, ...): the machine's drift hits every program
+alike, and each figure is the median over rounds. A stage has a time budget; the campaign a
+deadline. Every command is a list of arguments for this Python (sys.executable), run in the
+repository root with src/ on PYTHONPATH when dlscale is not installed.
+
+How the times are estimated (the dry run prints them): a process costs STARTUP_S before its
+first step (interpreter, torch and dlscale imports, CUDA context, model, batches on the device),
+then steps x batch / rate, with the rates of RATES: ResNet-50 at batch 256 on one H100, taken at
+the low end of what such a GPU reaches (3,000-7,000 img/s with AMP and channels_last; fp32 and
+tf32 by their peak ratios), so that the estimate errs long. torch.compile adds COMPILE_S.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+STARTUP_S = {"cuda": 12.0, "cpu": 3.0}
+"""Seconds from process start to the first step: ~2-3 s of imports, 1-2 s for the CUDA context,
+model and batch pool, cuDNN's first calls; rounded up. On the CPU: the measured 2.5-4 s here."""
+
+RATES = {"fp32": 1000.0, "tf32": 2000.0, "amp": 2500.0, "channels_last": 3000.0}
+"""Assumed img/s of ResNet-50, batch 256, on an H100 (the low end; a faster GPU ends sooner)."""
+
+CPU_RATE = 100.0
+"""img/s of the tiny CPU models (resnet18 at 32 px: 100-600 img/s on the 2-core development VM)."""
+
+COMPILE_S = {"default": 60.0, "reduce-overhead": 90.0, "max-autotune": 240.0, "max-autotune-no-cudagraphs": 240.0}
+"""torch.compile of ResNet-50's training step with 16 cores (inductor's compile workers): about a
+minute, more with CUDA graphs; max-autotune also times Triton templates for every convolution and
+matmul, minutes. Guesses to be replaced by the first measured run's stage times."""
+
+
+@dataclass
+class Run:
+    """One command of the campaign and how its figure is read."""
+
+    name: str
+    """Its name in tables and in gpu.json (unique within the stage)."""
+    argv: list[str]
+    """Arguments after the interpreter; "{work}" is the work directory, "{workers}" the loader
+    sweep's fastest worker count (filled in when the run starts)."""
+    reader: str
+    """How its figure is read: one of runner.READERS."""
+    estimate_s: float
+    output: str | None = None
+    """A file the command writes (in the work directory) that the reader reads."""
+    unavailable: str | None = None
+    """Why it cannot run here; None when it can."""
+    settings: str = ""
+    """The settings in words, for the tables."""
+    reuse: str | None = None
+    """"stage/run": take that run's figures instead of running again (the same command)."""
+    env: dict[str, str] = field(default_factory=dict)
+
+    def command(self, python: str = "python3", pythonpath: bool = True) -> str:
+        prefix = "PYTHONPATH=src " if pythonpath else ""
+        return prefix + shlex.join([python, *self.argv])
+
+
+@dataclass
+class Stage:
+    name: str
+    title: str
+    budget_s: float
+    """Seconds this stage may take; rounds after the first start only if one more fits."""
+    runs: list[Run]
+    rounds: int = 1
+    setup: list[Run] = field(default_factory=list)
+    """Run once, in order, before the rounds; a failed one fails the rounds."""
+    ratios: list[tuple[str, str]] = field(default_factory=list)
+    """(numerator, denominator) run names: ratios of their medians."""
+    chain: bool = False
+    """Also each run against the one before it (the progression's steps)."""
+    note: str = ""
+
+    def estimate_s(self) -> float:
+        live = [r for r in self.runs if r.unavailable is None and r.reuse is None]
+        return sum(r.estimate_s for r in self.setup) + self.rounds * sum(r.estimate_s for r in live)
+
+
+@dataclass
+class Features:
+    """What this machine and this checkout offer; decides which runs are unavailable."""
+
+    device: str
+    """"cuda" or "cpu"."""
+    bench_flags: frozenset[str] = frozenset()
+    """Options `dlscale bench` accepts (compile modes and CUDA graphs arrive in later versions)."""
+    torchvision: bool = False
+    timm: bool = False
+    timm_script: str = "benchmarks/peers/timm_benchmark.py"
+    timm_script_found: bool = False
+    xdist: bool = False
+    cores: int = 1
+
+
+def may_start(left_s: float, estimate_s: float) -> bool:
+    """A command starts when at least half its estimate (at most a minute) is left before the
+    deadline: estimates err long, and one that runs over is stopped and recorded as timed out."""
+    return left_s >= min(0.5 * estimate_s, 60.0)
+
+
+def round_fits(left_s: float, round_s: float) -> bool:
+    """Rounds after the first start only when a whole one fits the stage's budget."""
+    return left_s >= round_s
+
+
+def simulate(stages: list[Stage], budget_s: float) -> list[str]:
+    """What the estimates predict the rules above will do: rounds dropped, runs not started."""
+    clock, lines = 0.0, []
+    for stage in stages:
+        deadline = min(budget_s, clock + stage.budget_s)
+        live = [r for r in stage.runs if r.unavailable is None and r.reuse is None]
+        for run in stage.setup:
+            clock += run.estimate_s if may_start(deadline - clock, run.estimate_s) else 0.0
+        done = 0
+        for k in range(stage.rounds):
+            if k > 0 and not round_fits(deadline - clock, sum(r.estimate_s for r in live)):
+                break
+            for run in live:
+                if may_start(deadline - clock, run.estimate_s):
+                    clock = min(clock + run.estimate_s, deadline)
+                else:
+                    lines.append(f"{stage.name}: {run.name} would not start ({max(deadline - clock, 0):.0f} s left)")
+            done = k + 1
+        if live and done < stage.rounds:
+            lines.append(f"{stage.name}: {done} of {stage.rounds} rounds")
+        lines.append(f"{stage.name} ends at ~{clock:.0f} s")
+    return lines
+
+
+def bench_estimate(device: str, steps: int, batch: int, rate: float, compile_s: float = 0.0) -> float:
+    if device == "cpu":
+        return STARTUP_S["cpu"] + steps * batch / CPU_RATE
+    return STARTUP_S["cuda"] + compile_s + steps * batch / rate
+
+
+# ------------------------------------------------------------------------------- bench shapes
+
+@dataclass(frozen=True)
+class Shape:
+    """Model, batch and step counts of the bench runs: ResNet-50 at 256 on a GPU, tiny on the CPU."""
+
+    model: list[str]
+    batch: int
+    warmup: int
+    per_iter: int
+    iters: int
+    timm_model: list[str]
+    bare_model: list[str]
+
+    @property
+    def steps(self) -> int:
+        return self.warmup + self.per_iter * self.iters
+
+    def bench(self, *, warmup: int | None = None) -> list[str]:
+        return [*self.model, "--batch-size", str(self.batch), "--num-warmup-batches", str(warmup or self.warmup),
+                "--num-batches-per-iter", str(self.per_iter), "--num-iters", str(self.iters)]
+
+
+SHAPES = {
+    # 10 warm-up steps (cuDNN autotuning, allocator growth), 6 timed iterations of 5 steps.
+    "cuda": Shape(model=["--model", "resnet50", "--image-size", "224"], batch=256, warmup=10, per_iter=5, iters=6,
+                  timm_model=["--model", "resnet50", "--img-size", "224"],
+                  bare_model=["--model", "resnet50", "--image-size", "224"]),
+    # resnet18 at 32 px (full width, so that torchvision's and timm's resnet18 are the same model).
+    "cpu": Shape(model=["--model", "resnet18", "--image-size", "32", "--device", "cpu"], batch=8, warmup=2,
+                 per_iter=2, iters=2, timm_model=["--model", "resnet18", "--img-size", "32", "--device", "cpu"],
+                 bare_model=["--model", "resnet18", "--image-size", "32", "--device", "cpu"]),
+}
+
+WHAT = {"cuda": "ResNet-50, batch 256, 224 px, synthetic data",
+        "cpu": "the tiny CPU rehearsal (resnet18, batch 8, 32 px)"}
+"""What the bench runs measure, for the titles."""
+
+BEST_EAGER = ["--precision", "amp_bf16", "--channels-last", "--fused-optimizer"]
+"""The eager configuration the peers are compared in: bf16 AMP, NHWC, fused SGD (+ cuDNN autotuning on GPUs)."""
+
+
+# ------------------------------------------------------------------------------------- stages
+
+def env_stage(f: Features) -> Stage:
+    run = Run("environment", ["benchmarks/gpu_campaign/environment.py"], "env", 8.0 if f.device == "cuda" else 4.0,
+              settings="GPU, driver, torch, CUDA, cuDNN, NCCL, CPU, peers' versions")
+    return Stage("env", "Environment", 60.0, [run])
+
+
+def pytest_stage(f: Features) -> Stage:
+    paths = [] if f.device == "cuda" else ["tests/gpu"]  # the whole suite's gpu marks; on the CPU all skip
+    workers = ["-n", "4"] if f.xdist and f.device == "cuda" else []
+    argv = ["-m", "pytest", "-m", "gpu", *paths, "-q", "-p", "no:cacheprovider", *workers,
+            "--junitxml", "{work}/junit.xml", "-o", "junit_family=xunit2"]
+    estimate = (100.0 if workers else 180.0) if f.device == "cuda" else 10.0
+    note = "pytest-xdist: 4 workers share the GPU" if workers else ""
+    run = Run("pytest -m gpu", argv, "pytest", estimate, output="{work}/junit.xml", settings="the GPU test tier")
+    return Stage("pytest", "GPU test tier (`pytest -m gpu`)", 150.0 if f.device == "cuda" else 60.0, [run], note=note)
+
+
+def eager_flags(device: str) -> list[str]:
+    """The best eager configuration: bf16 AMP, channels_last, fused SGD, cuDNN autotuning; on the
+    CPU fp32 (bf16 convolutions are slow there) with channels_last and fused SGD."""
+    if device == "cuda":
+        return [*BEST_EAGER, "--cudnn-benchmark"]
+    return ["--precision", "fp32", "--channels-last", "--fused-optimizer"]
+
+
+def dlscale_bench(shape: Shape, flags: list[str], tag: str, *, warmup: int | None = None) -> list[str]:
+    return ["-m", "dlscale", "bench", *shape.bench(warmup=warmup), *flags, "--json", f"{{work}}/{tag}-{{round}}.json",
+            "--output-dir", "{work}/runs"]
+
+
+def peers_stage(f: Features) -> Stage:
+    shape, device = SHAPES[f.device], f.device
+    flags = eager_flags(device)
+    est = bench_estimate(device, shape.steps, shape.batch, RATES["channels_last"])
+    ours = Run("dlscale bench", dlscale_bench(shape, flags, "peers-dlscale"), "bench", est,
+               output="{work}/peers-dlscale-{round}.json", settings=" ".join(flags))
+    bare_flags = [*shape.bare_model, "--batch-size", str(shape.batch), *flags,
+                  "--num-warmup-batches", str(shape.warmup), "--num-batches-per-iter", str(shape.per_iter),
+                  "--num-iters", str(shape.iters)]
+    bare = Run("bare loop", ["benchmarks/bare_loop.py", *bare_flags, "--json", "{work}/peers-bare-{round}.json"],
+               "bare", est, output="{work}/peers-bare-{round}.json", settings="torchvision resnet, " + " ".join(flags),
+               unavailable=None if f.torchvision else "torchvision is not installed here (it is on the CUDA machine)")
+    precision = ["--amp", "--amp-dtype", "bfloat16"] if device == "cuda" else []
+    timm_argv = [f.timm_script, "--bench", "train", *shape.timm_model, "-b", str(shape.batch), *precision,
+                 "--channels-last", "--num-warm-iter", str(shape.warmup),
+                 "--num-bench-iter", str(shape.per_iter * shape.iters)]
+    why = None if f.timm else "timm is not installed here (it is on the CUDA machine)"
+    if f.timm and not f.timm_script_found:
+        why = f"{f.timm_script} is missing (--timm-benchmark PATH)"
+    timm = Run("timm benchmark.py", timm_argv, "timm", est + 3.0, unavailable=why,
+               settings="--bench train, timm's resnet, " + " ".join(precision + ["--channels-last"]))
+    return Stage("peers", f"dlscale bench against a bare PyTorch loop and timm's benchmark.py: {WHAT[device]}", 120.0,
+                 [ours, bare, timm], rounds=3 if device == "cuda" else 1,
+                 ratios=[("dlscale bench", "bare loop"), ("dlscale bench", "timm benchmark.py")],
+                 note="same model, batch, precision and memory layout; timm uses its own SGD (foreach, "
+                      "Nesterov), synchronises after every step and times the whole loop")
+
+
+@dataclass(frozen=True)
+class DataShape:
+    """The real-data stage's sizes: 40 steps of 256 per epoch on a GPU (10,240 files, 1 GiB)."""
+
+    unique: int
+    train: int
+    val: int
+    workers: list[int]
+    loader_batches: int
+    train_sets: dict[str, str]
+
+
+def data_shape(f: Features) -> DataShape:
+    if f.device == "cpu":
+        sets = {"model.name": "resnet18", "model.width": "8", "precision": "fp32", "batch_size": "8",
+                "data.image_size": "32", "log_every": "1", "device": "cpu", "speed.cudnn_benchmark": "false"}
+        return DataShape(unique=16, train=32, val=4, workers=[0, 2], loader_batches=4, train_sets=sets)
+    cores = max(f.cores, 4)
+    workers = sorted({cores // 4, cores // 2, 3 * cores // 4, cores - 1})  # 4, 8, 12, 15 on 16 cores
+    sets = {"model.name": "resnet50", "precision": "amp_bf16", "batch_size": "256", "data.image_size": "224",
+            "log_every": "5", "device": "cuda", "speed.cudnn_benchmark": "true"}
+    return DataShape(unique=256, train=10240, val=64, workers=workers, loader_batches=12, train_sets=sets)
+
+
+def train_argv(shape: DataShape, name: str, *, synthetic: bool) -> list[str]:
+    sets = {**shape.train_sets, "speed.channels_last": "true", "speed.fused_optimizer": "true",
+            "schedule.name": "constant", "schedule.epochs": "2", "schedule.warmup_epochs": "0",
+            "checkpoint.enabled": "false", "data.num_workers": "{workers}"}
+    if synthetic:
+        sets.update({"data.name": "synthetic", "data.synthetic_size": str(shape.train),
+                     "data.synthetic_val_size": str(shape.val), "data.synthetic_classes": "4"})
+    data = [] if synthetic else ["--data", "{work}/jpegs"]
+    flags = [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
+    return ["-m", "dlscale", "train", "--config", "imagenet:default", *data, *flags,
+            "--output-dir", "{work}/runs", "--name", f"{name}-{{round}}"]
+
+
+def data_stage(f: Features) -> Stage:
+    shape, device = data_shape(f), f.device
+    batch = int(shape.train_sets["batch_size"])
+    size = shape.train_sets["data.image_size"]
+    tree = Run("JPEG tree", ["benchmarks/gpu_campaign/jpeg_tree.py", "{work}/jpegs", "--unique", str(shape.unique),
+                             "--train", str(shape.train), "--val", str(shape.val)], "none",
+               15.0 if device == "cuda" else 6.0, settings=f"{shape.train} train JPEGs of 500x375 (~100 KiB)")
+    loader = Run("dlscale loader", ["-m", "dlscale", "loader", "--data", "{work}/jpegs", "--workers",
+                                    ",".join(map(str, shape.workers)), "--batch-size", str(batch), "--batches",
+                                    str(shape.loader_batches), "--image-size", size, "--device", device,
+                                    "--prewarm", "--out", "{work}/loader"], "loader",
+                 25.0 if device == "cuda" else 6.0, output="{work}/loader/summary.json",
+                 settings=f"workers {','.join(map(str, shape.workers))}, batch {batch}, {size} px, to the device")
+    epoch_s = shape.train / (RATES["channels_last"] if device == "cuda" else CPU_RATE)
+    estimate = STARTUP_S[device] + 3.0 + 2 * epoch_s
+    real = Run("train JPEG", train_argv(shape, "train-real", synthetic=False), "train", estimate,
+               output="{work}/runs/train-real-{round}", settings="ImageFolder of JPEGs, fast decode path")
+    synthetic = Run("train synthetic", train_argv(shape, "train-synthetic", synthetic=True), "train", estimate,
+                    output="{work}/runs/train-synthetic-{round}", settings="random uint8 images, same loader")
+    return Stage("data", "Real data: JPEG decoding against synthetic input", 120.0, [real, synthetic],
+                 rounds=2, setup=[tree, loader], ratios=[("train JPEG", "train synthetic")],
+                 note="the same `dlscale train` (2 epochs, the first not counted); data.num_workers is the loader "
+                      "sweep's fastest setting")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One entry of the SC20 progression: what it adds, and its assumed rate and compile time."""
+
+    name: str
+    flags: list[str]
+    rate: float
+    compile_mode: str | None = None
+    needs: str | None = None
+    """A `dlscale bench` option without which the entry is unavailable."""
+    cuda_only: bool = False
+
+
+def progression_steps(f: Features) -> list[Step]:
+    # fused SGD is the default on CUDA: the steps before "fused_sgd" turn it off where bench can.
+    off = ["--no-fused-optimizer"] if "--no-fused-optimizer" in f.bench_flags else []
+    best = eager_flags(f.device)
+    if f.device == "cpu":
+        return [Step("fp32", ["--precision", "fp32"], CPU_RATE),
+                Step("tf32", [], 0, cuda_only=True), Step("amp_fp16", [], 0, cuda_only=True),
+                Step("amp_bf16", [], 0, cuda_only=True),
+                Step("channels_last", ["--precision", "fp32", "--channels-last"], CPU_RATE),
+                Step("fused_sgd", best, CPU_RATE),
+                Step("compile_reduce_overhead", [], 0, cuda_only=True),
+                Step("compile_max_autotune", [], 0, cuda_only=True), Step("cuda_graphs", [], 0, cuda_only=True)]
+    return [
+        Step("fp32", ["--precision", "fp32", *off], RATES["fp32"]),
+        Step("tf32", ["--precision", "tf32", *off], RATES["tf32"]),
+        Step("amp_fp16", ["--precision", "amp_fp16", *off], RATES["amp"]),
+        Step("amp_bf16", ["--precision", "amp_bf16", *off], RATES["amp"]),
+        Step("channels_last", ["--precision", "amp_bf16", "--channels-last", *off], RATES["channels_last"]),
+        Step("fused_sgd", best, RATES["channels_last"]),
+        Step("compile_reduce_overhead", [*best, "--compile", "--compile-mode", "reduce-overhead"],
+             RATES["channels_last"], "reduce-overhead", needs="--compile-mode"),
+        Step("compile_max_autotune", [*best, "--compile", "--compile-mode", "max-autotune"],
+             RATES["channels_last"], "max-autotune", needs="--compile-mode"),
+        Step("cuda_graphs", [*best, "--cuda-graphs"], RATES["channels_last"], needs="--cuda-graphs"),
+    ]
+
+
+def progression_stage(f: Features) -> Stage:
+    shape, runs = SHAPES[f.device], []
+    for step in progression_steps(f):
+        warmup = shape.warmup + 5 if step.compile_mode else None  # compilation and graph capture in warm-up
+        compile_s = COMPILE_S.get(step.compile_mode or "", 0.0)
+        steps = shape.steps + (5 if step.compile_mode else 0)
+        run = Run(step.name, dlscale_bench(shape, step.flags, f"progression-{step.name}", warmup=warmup), "bench",
+                  bench_estimate(f.device, steps, shape.batch, step.rate or 1.0, compile_s),
+                  output=f"{{work}}/progression-{step.name}-{{round}}.json", settings=" ".join(step.flags))
+        if step.cuda_only and f.device != "cuda":
+            run.unavailable = "GPU only (not in the tiny CPU run)"
+        elif step.needs and step.needs not in f.bench_flags:
+            run.unavailable = f"this dlscale bench has no {step.needs} yet"
+        elif step.flags == eager_flags(f.device):
+            run.reuse = "peers/dlscale bench"  # the same command: its figures, not another run
+        runs.append(run)
+    off = "--no-fused-optimizer" in f.bench_flags
+    note = ("each step adds one thing to the one before; the steps before fused_sgd run with --no-fused-optimizer"
+            if off else
+            "each step adds one thing to the one before; fused_sgd adds --fused-optimizer and --cudnn-benchmark, and "
+            "where fused SGD is already dlscale's default on CUDA the steps before it use it too (gpu.json records "
+            "each run's fused_optimizer)")
+    return Stage("progression", f"The SC20 progression: {WHAT[f.device]}", 10_000.0, runs,
+                 chain=True, ratios=[(r.name, runs[0].name) for r in runs[1:]], note=note)
+
+
+STAGES = {"env": env_stage, "pytest": pytest_stage, "peers": peers_stage, "data": data_stage,
+          "progression": progression_stage}
+"""Every stage, in the order they run (the cheapest checks first, the long compilations last)."""
+
+
+def build_plan(f: Features, only: dict[str, set[str] | None] | None = None, rounds: int | None = None) -> list[Stage]:
+    """The stages to run; only: {stage: run names or None for all} (env always runs); rounds: at most
+    this many rounds per stage."""
+    stages = []
+    for name, builder in STAGES.items():
+        if only is not None and name != "env" and name not in only:
+            continue
+        stage = builder(f)
+        chosen = (only or {}).get(name)
+        if chosen:
+            unknown = chosen - {r.name.replace(" ", "_") for r in stage.runs}
+            if unknown:
+                raise ValueError(f"stage {name} has no run {', '.join(sorted(unknown))}")
+            stage.runs = [r for r in stage.runs if r.name.replace(" ", "_") in chosen]
+            kept = {r.name for r in stage.runs}
+            stage.ratios = [(a, b) for a, b in stage.ratios if a in kept and b in kept]
+        if rounds is not None:
+            stage.rounds = max(1, min(stage.rounds, rounds))
+        stages.append(stage)
+    return stages

@@ -1,0 +1,218 @@
+"""gpu.json (every figure with its command and the environment) and gpu.md (the tables), and the
+goals of the campaign checked against the figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+GOALS = {
+    "throughput": ("ResNet-50, batch 256, synthetic, one GPU (img/s)", 4500.0, 6000.0),
+    "vs_bare": ("dlscale bench / bare PyTorch loop", 0.98, None),
+    "vs_timm": ("dlscale bench / timm benchmark.py (train)", 1.10, None),
+    "real_data": ("dlscale train, JPEG / synthetic", 0.90, None),
+}
+"""name -> (what, floor, goal): the issue's targets; throughput has a floor and a higher goal."""
+
+
+def _median(results: dict, stage: str, run: str) -> float | None:
+    return results.get(stage, {}).get("medians", {}).get(run, {}).get("median")
+
+
+def _ratio(results: dict, stage: str, numerator: str, denominator: str) -> float | None:
+    for ratio in results.get(stage, {}).get("ratios", []):
+        if (ratio["numerator"], ratio["denominator"]) == (numerator, denominator) and not ratio.get("chain"):
+            return ratio["ratio"]
+    return None
+
+
+def cores_needed(results: dict) -> dict | None:
+    """Cores per GPU the JPEG path would need to feed the synthetic training rate, from the loader
+    sweep's best images per CPU-second (decode, crop, collate: the loader's whole cost)."""
+    loader = next((r for r in results.get("data", {}).get("setup", []) if r["name"] == "dlscale loader"), None)
+    rate = _median(results, "data", "train synthetic")
+    if not loader or loader.get("status") != "ok" or not rate:
+        return None
+    per_core = max((row["images_per_cpu_s"] or 0) for row in loader["details"]["rows"])
+    return {"images_per_cpu_s": per_core, "synthetic_img_per_s": rate,
+            "cores": rate / per_core if per_core else None}
+
+
+def goals(results: dict, mode: str) -> list[dict]:
+    progression = results.get("progression", {}).get("medians", {})
+    medians = {f"progression / {name}": m["median"] for name, m in progression.items()}
+    medians["peers / dlscale bench"] = _median(results, "peers", "dlscale bench")
+    measured = {name: value for name, value in medians.items() if value is not None}
+    source = max(measured, key=measured.get) if measured else None
+    values = {"throughput": measured.get(source) if source else None,
+              "vs_bare": _ratio(results, "peers", "dlscale bench", "bare loop"),
+              "vs_timm": _ratio(results, "peers", "dlscale bench", "timm benchmark.py"),
+              "real_data": _ratio(results, "data", "train JPEG", "train synthetic")}
+    rows = []
+    for key, (what, floor, goal) in GOALS.items():
+        value = values[key]
+        met = None if value is None or mode != "cuda" else value >= floor
+        rows.append({"goal": key, "what": what, "floor": floor, "goal_value": goal, "value": value, "met": met,
+                     "goal_met": None if value is None or goal is None or mode != "cuda" else value >= goal})
+    real = results.get("data", {}).get("runs", [])
+    warnings = list(dict.fromkeys(w for r in real if r["name"] == "train JPEG"
+                                  for w in r.get("details", {}).get("input_bound_warnings", [])))
+    rows[0]["source"] = source
+    rows[-1]["input_bound_warnings"] = warnings
+    rows[-1]["cores_needed"] = cores_needed(results)
+    return rows
+
+
+def write_json(path: Path, document: dict) -> None:
+    path.write_text(json.dumps(document, indent=2, default=str) + "\n")
+
+
+# ----------------------------------------------------------------------------------- markdown
+
+def _fmt(value, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _status(entry: dict) -> str:
+    return entry["status"] if entry["status"] == "ok" else f"{entry['status']}"
+
+
+def environment_lines(env: dict) -> list[str]:
+    smi = env.get("nvidia_smi") or {}
+    if env.get("cuda_available"):
+        device = (f"- GPU: {env.get('device_name', '-')} ({_fmt(env.get('gpu_memory_gib'))} GiB), driver "
+                  f"{env.get('driver') or '-'}, max SM clock {smi.get('clocks.max.sm', '-')}, power limit "
+                  f"{smi.get('power.limit', '-')}")
+    else:
+        device = "- no GPU: CPU only"
+    return [device,
+            f"- torch {env.get('torch')}, CUDA {env.get('cuda')}, cuDNN {env.get('cudnn')}, NCCL {env.get('nccl')}, "
+            f"Python {env.get('python')}, triton {env.get('triton') or '-'}",
+            f"- CPU: {env.get('cpu_model') or '-'}, {env.get('available_cores')} cores; {env.get('pillow')}; "
+            f"torchvision {env.get('torchvision') or '-'}, timm {env.get('timm') or '-'}",
+            f"- dlscale {env.get('dlscale')} at {env.get('git_sha') or 'a copy without git'}"]
+
+
+def stage_table(result: dict) -> list[str]:
+    lines = ["| run | settings | status | img/s per round | median |", "|---|---|---|---|---|"]
+    for name, m in result.get("medians", {}).items():
+        rounds = ", ".join(f"{v:,.1f}" for v in m["values"]) or "-"
+        lines.append(f"| {name} | {m['settings'] or '-'} | {m['status']} | {rounds} | {_fmt(m['median'])} |")
+    ratios = [r for r in result.get("ratios", []) if not r.get("chain")]
+    if ratios:
+        lines += ["", "| ratio | of medians | per round |", "|---|---|---|"]
+        lines += [f"| {r['numerator']} / {r['denominator']} | **{_fmt(r['ratio'], 3)}** | "
+                  f"{', '.join(f'{p:.3f}' for p in r['per_round']) or '-'} |" for r in ratios]
+    return lines
+
+
+def progression_table(result: dict) -> list[str]:
+    chain = {r["numerator"]: r["ratio"] for r in result.get("ratios", []) if r.get("chain")}
+    base = {r["numerator"]: r["ratio"] for r in result.get("ratios", []) if not r.get("chain")}
+    lines = ["| step | adds | status | img/s (median) | MFU | x fp32 | x previous step |",
+             "|---|---|---|---|---|---|---|"]
+    for name, m in result.get("medians", {}).items():
+        mfu = f"{100 * m['mfu']:.1f}%" if m.get("mfu") else "-"
+        lines.append(f"| {name} | {m['settings'] or '-'} | {m['status']} | {_fmt(m['median'])} | {mfu} | "
+                     f"{_fmt(base.get(name), 2)} | {_fmt(chain.get(name), 2)} |")
+    return lines
+
+
+def data_tables(result: dict) -> list[str]:
+    lines = []
+    loader = next((r for r in result.get("setup", []) if r["name"] == "dlscale loader"), None)
+    if loader and loader.get("status") == "ok":
+        lines += ["`dlscale loader` (to the device, page cache warm):", "",
+                  "| workers | img/s | CPU cores busy | img per CPU-s |", "|---|---|---|---|"]
+        lines += [f"| {row['workers']} | {_fmt(row['images_per_s'])} | {_fmt(row['cpu_cores_busy'], 2)} | "
+                  f"{_fmt(row['images_per_cpu_s'])} |" for row in loader["details"]["rows"]]
+        lines.append("")
+    return lines + stage_table(result)
+
+
+def failures(results: dict) -> list[str]:
+    lines = []
+    for stage in results.values():
+        for entry in stage.get("setup", []) + stage.get("runs", []):
+            if entry.get("status") not in ("ok", "unavailable"):
+                lines.append(f"- {stage['name']} / {entry['name']} (round {entry.get('round', 0)}): "
+                             f"{entry['status']}: {entry.get('error', '')}")
+    return lines
+
+
+def markdown(document: dict) -> str:
+    results, env = document["stages"], document.get("environment") or {}
+    out = [f"# GPU campaign: {env.get('device_name', document['device'])}", "",
+           f"`{document['command']}`, {document['started']}, {document['wall_s']:.0f} s of a "
+           f"{document['budget_s']:.0f} s budget ({document['device']} mode).", "", *environment_lines(env), "",
+           "## Goals", ""]
+    if document["device"] != "cuda":
+        out += ["A CPU rehearsal: tiny models, so nothing below is judged against the goals.", ""]
+    out += ["| goal | floor | goal | measured | met |", "|---|---|---|---|---|"]
+    for g in document["goals"]:
+        met = "-" if g["met"] is None else ("yes" if g["met"] else "**no**")
+        if g["goal_met"] is not None:
+            met += f" (goal {'yes' if g['goal_met'] else 'no'})"
+        out.append(f"| {g['what']} | {_fmt(g['floor'], 2)} | {_fmt(g['goal_value'], 2)} | {_fmt(g['value'], 3)} "
+                   f"| {met} |")
+    if document["goals"] and document["goals"][0].get("source"):
+        out.append(f"\nThe throughput is that of {document['goals'][0]['source']}.")
+    real = document["goals"][-1]
+    warnings = real.get("input_bound_warnings", [])
+    if warnings:
+        more = f" ({len(warnings)} warnings over the JPEG runs; all in gpu.json)" if len(warnings) > 1 else ""
+        out.append(f"\nInput-bound warning of the JPEG run{more}: {warnings[-1]}")
+    need = real.get("cores_needed")
+    if need and need["cores"]:
+        out.append(f"\nThe loader decodes {need['images_per_cpu_s']:,.0f} img per CPU-second at best: feeding "
+                   f"{need['synthetic_img_per_s']:,.0f} img/s takes about {need['cores']:.1f} cores per GPU.")
+    sections = {"progression": progression_table, "peers": stage_table, "data": data_tables}
+    for name, render in sections.items():
+        if name in results:
+            stage = results[name]
+            out += ["", f"## {stage['title']}", "", *render(stage)]
+            if stage.get("note"):
+                out += ["", f"Note: {stage['note']}."]
+    if "pytest" in results:
+        run = next(iter(results["pytest"]["runs"]), {})
+        d = run.get("details", {})
+        out += ["", "## GPU test tier", "", f"`{run.get('command', '')}`: {run.get('status', '-')}, "
+                f"{d.get('passed', '-')} passed, {d.get('failed', '-')} failed, {d.get('skipped', '-')} skipped "
+                f"in {_fmt(run.get('seconds'))} s."]
+        out += [f"- {t['test']}: {t['outcome']} {t['message'][:200]}" for t in d.get("tests", [])
+                if t["outcome"] == "failed"]
+    out += ["", "## Stages", "", "| stage | status | seconds | estimate | budget |", "|---|---|---|---|---|"]
+    for stage in results.values():
+        statuses = {e.get("status") for e in stage.get("setup", []) + stage.get("runs", [])} - {"unavailable"}
+        status = "ok" if statuses <= {"ok"} else ", ".join(sorted(statuses))
+        out.append(f"| {stage['name']} | {status} | {_fmt(stage.get('seconds'))} | {_fmt(stage['estimate_s'])} | "
+                   f"{_fmt(stage['budget_s'], 0)} |")
+    problems = failures(results)
+    if problems:
+        out += ["", "Not measured or failed:", "", *problems]
+    out += ["", "Every figure's command is in gpu.json (stages -> runs -> command); each command's output is in "
+            "gpu.log."]
+    return "\n".join(out) + "\n"
+
+
+def comparison(document: dict, previous: dict, name: str) -> list[str]:
+    """This run's goals and medians beside an earlier gpu.json's (docs/results/)."""
+    env = previous.get("environment") or {}
+    lines = ["", f"## Against {name}", "",
+             f"{name}: {env.get('device_name', '-')}, driver {env.get('driver') or '-'}, "
+             f"torch {env.get('torch', '-')}, {previous.get('started', '-')}.", "",
+             "| figure | then | now | now / then |", "|---|---|---|---|"]
+    then_goals = {g["goal"]: g["value"] for g in previous.get("goals", [])}
+    rows = [(g["what"], then_goals.get(g["goal"]), g["value"]) for g in document["goals"]]
+    for stage, result in document["stages"].items():
+        old = previous.get("stages", {}).get(stage, {}).get("medians", {})
+        rows += [(f"{stage} / {run}", old.get(run, {}).get("median"), m["median"])
+                 for run, m in result.get("medians", {}).items() if m["median"] is not None or run in old]
+    for what, then, now in rows:
+        change = now / then if isinstance(then, int | float) and isinstance(now, int | float) and then else None
+        lines.append(f"| {what} | {_fmt(then, 3)} | {_fmt(now, 3)} | {_fmt(change, 3)} |")
+    return lines

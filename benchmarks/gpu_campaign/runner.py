@@ -1,0 +1,260 @@
+"""Running the plan: each command as a subprocess with a deadline, its output appended to the log,
+its figure read back; rounds interleaved; medians and ratios per stage. A failed or timed-out
+command is recorded and the campaign goes on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from gpu_campaign.plan import Run, Stage, may_start, round_fits
+
+LOG_TAIL_CHARS = 200_000
+"""Output kept per command in gpu.log (the end of it): the log stays far below 16 MiB."""
+
+
+@dataclass
+class Context:
+    python: str
+    root: Path
+    work: Path
+    env: dict[str, str]
+    log: TextIO
+    deadline: float
+    """time.monotonic() after which no command runs."""
+    pythonpath: bool
+    """Commands are shown with PYTHONPATH=src (dlscale is not installed)."""
+    values: dict[str, str] = field(default_factory=dict)
+    """Placeholders filled in when a command starts: {workers}."""
+    results: dict[str, dict] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+    say: Callable[[str], None] = print
+
+    def fill(self, text: str, round_index: int) -> str:
+        text = text.replace("{work}", str(self.work)).replace("{round}", str(round_index))
+        for key, value in self.values.items():
+            text = text.replace("{" + key + "}", value)
+        return text
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+# ------------------------------------------------------------------------------------ readers
+
+def read_env(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
+    return {"value": None, "unit": None, "details": json.loads(out[out.index("{"):])}
+
+
+def read_pytest(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
+    root = ET.parse(path).getroot()
+    cases = []
+    for case in root.iter("testcase"):
+        outcome, message = "passed", ""
+        for tag in ("failure", "error", "skipped"):
+            node = case.find(tag)
+            if node is not None:
+                outcome = "failed" if tag in ("failure", "error") else "skipped"
+                message = (node.get("message") or node.text or "")[:400]
+                break
+        cases.append({"test": f"{case.get('classname')}::{case.get('name')}", "outcome": outcome,
+                      "seconds": float(case.get("time") or 0.0), "message": message})
+    counts = {k: sum(1 for c in cases if c["outcome"] == k) for k in ("passed", "failed", "skipped")}
+    return {"value": counts["passed"], "unit": "passed", "details": {**counts, "tests": cases}}
+
+
+def read_bench(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
+    s = json.loads(path.read_text())
+    keep = ("img_per_sec_total_ci95", "mfu", "peak_tflops", "step_time_ms", "peak_memory_bytes", "device_name",
+            "precision", "channels_last", "fused_optimizer", "cudnn_benchmark", "compile", "compile_mode",
+            "iterations")
+    return {"value": s["img_per_sec_total_mean"], "unit": "img/s", "details": {k: s.get(k) for k in keep}}
+
+
+def read_bare(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
+    s = json.loads(path.read_text())
+    return {"value": s["img_per_sec_mean"], "unit": "img/s",
+            "details": {"img_per_sec_ci95": s["img_per_sec_ci95"], "iterations": s["iterations"]}}
+
+
+def read_timm(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
+    result = json.loads(out.split("--result", 1)[1])
+    if "error" in result:
+        raise ValueError(f"timm reported: {result['error']}")
+    return {"value": result["train_samples_per_sec"], "unit": "img/s",
+            "details": {k: result.get(k) for k in ("train_step_time", "train_batch_size", "train_img_size")}}
+
+
+def read_loader(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
+    rows = json.loads(path.read_text())["settings"]
+    keep = ("workers", "images_per_s", "cpu_cores_busy", "images_per_cpu_s", "speedup")
+    best = max(rows, key=lambda row: row["images_per_s"])
+    ctx.values["workers"] = str(best["workers"])
+    return {"value": best["images_per_s"], "unit": "img/s",
+            "details": {"rows": [{k: row.get(k) for k in keep} for row in rows], "best_workers": best["workers"]}}
+
+
+def read_train(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
+    """Median img/s of the log windows of epochs after the first, without each epoch's first window
+    (its data wait holds the workers' restart); the input-bound warnings the run printed."""
+    records = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    windows = [r for r in records if r.get("record") == "train"]
+    later = [r for r in windows if r["epoch"] >= 1] or windows
+    first_of_epoch = {min(r["iteration"] for r in later if r["epoch"] == e) for e in {r["epoch"] for r in later}}
+    steady = [r for r in later if r["iteration"] not in first_of_epoch] or later
+    warnings = [line.strip() for line in out.splitlines() if "input-bound" in line]
+    summary = json.loads((path / "summary.json").read_text())
+    return {"value": statistics.median(r["throughput_img_per_s"] for r in steady), "unit": "img/s",
+            "details": {"windows": len(steady), "data_time_ms": statistics.median(r["data_time_ms"] for r in steady),
+                        "step_time_ms": statistics.median(r["step_time_ms"] for r in steady),
+                        "input_bound_warnings": warnings, "summary_total_ips": summary.get("total_ips"),
+                        "num_workers": ctx.values.get("workers")}}
+
+
+def read_nothing(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
+    return {"value": None, "unit": None, "details": {"output": out.strip().splitlines()[-1:] if out.strip() else []}}
+
+
+READERS = {"env": read_env, "pytest": read_pytest, "bench": read_bench, "bare": read_bare, "timm": read_timm,
+           "loader": read_loader, "train": read_train, "none": read_nothing}
+
+
+# ---------------------------------------------------------------------------------- commands
+
+def _stop(process: subprocess.Popen) -> None:
+    """End the command and everything it started (its own process group), politely first."""
+    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def execute(run: Run, ctx: Context, stage: str, round_index: int, deadline: float) -> dict:
+    """Run one command until it ends or the deadline; its record for gpu.json."""
+    argv = [ctx.fill(a, round_index) for a in run.argv]
+    shown = Run(run.name, argv, run.reader, run.estimate_s).command("python3", ctx.pythonpath)
+    record = {"name": run.name, "round": round_index, "command": shown, "estimate_s": run.estimate_s}
+    left = deadline - time.monotonic()
+    if not may_start(left, run.estimate_s):
+        ctx.say(f"[{ctx.elapsed():5.0f} s] {stage}: {run.name}: not run, {left:.0f} s left, "
+                f"~{run.estimate_s:.0f} s needed")
+        return {**record, "status": "not_run", "error": f"budget: {max(left, 0):.0f} s left, ~{run.estimate_s:.0f} s "
+                f"estimated; run it alone with --stages {stage}:{run.name.replace(' ', '_')}"}
+    started = time.monotonic()
+    process = subprocess.Popen([ctx.python, *argv], cwd=ctx.root, env={**ctx.env, **run.env}, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = process.communicate(timeout=max(left, 1.0))
+        status = "ok" if process.returncode == 0 else "failed"
+    except subprocess.TimeoutExpired:
+        _stop(process)
+        out, _ = process.communicate()
+        status = "timeout"
+    seconds = time.monotonic() - started
+    ctx.log.write(f"\n### {stage} / {run.name} / round {round_index}: {status} after {seconds:.1f} s "
+                  f"(exit {process.returncode})\n$ {shown}\n{out[-LOG_TAIL_CHARS:]}\n")
+    ctx.log.flush()
+    record.update({"status": status, "seconds": round(seconds, 2), "returncode": process.returncode})
+    path = Path(ctx.fill(run.output, round_index)) if run.output else None
+    if status == "ok" or run.reader == "pytest":  # failed tests still leave their report
+        try:
+            record.update(READERS[run.reader](run, out, path, ctx))
+        except Exception as exc:  # noqa: BLE001 - recorded; the campaign goes on
+            status = record["status"] = "failed"
+            record["error"] = f"could not read its result: {type(exc).__name__}: {exc}"
+    if status != "ok" and "error" not in record:
+        tail = [line for line in out.strip().splitlines() if line.strip()][-3:]
+        record["error"] = ("timed out at the deadline; " if status == "timeout" else "") + " | ".join(tail)[-600:]
+    value = record.get("value")
+    shown_value = f" {value:.1f} {record.get('unit')}" if isinstance(value, float) else ""
+    ctx.say(f"[{ctx.elapsed():5.0f} s] {stage}: {run.name} (round {round_index}) {status}{shown_value} "
+            f"in {seconds:.1f} s")
+    return record
+
+
+# ------------------------------------------------------------------------------------- stages
+
+def run_stage(stage: Stage, ctx: Context) -> dict:
+    started = time.monotonic()
+    deadline = min(ctx.deadline, started + stage.budget_s)
+    ctx.say(f"[{ctx.elapsed():5.0f} s] stage {stage.name}: {stage.title} (budget {stage.budget_s:.0f} s, "
+            f"estimate {stage.estimate_s():.0f} s)")
+    result = {"name": stage.name, "title": stage.title, "note": stage.note, "budget_s": stage.budget_s,
+              "estimate_s": round(stage.estimate_s(), 1), "setup": [], "runs": [], "rounds_done": 0}
+    for run in stage.setup:
+        result["setup"].append(execute(run, ctx, stage.name, 0, deadline))
+    live = [r for r in stage.runs if r.unavailable is None and r.reuse is None]
+    for run in stage.runs:
+        if run.unavailable is not None:
+            result["runs"].append({"name": run.name, "round": 0, "status": "unavailable", "error": run.unavailable,
+                                   "command": run.command("python3", ctx.pythonpath)})
+        elif run.reuse is not None:
+            result["runs"].extend(_reused(run, ctx))
+    for round_index in range(stage.rounds):
+        round_s = sum(r.estimate_s for r in live)
+        if round_index > 0 and not round_fits(deadline - time.monotonic(), round_s):
+            result["note"] = (result["note"] + "; " if result["note"] else "") + \
+                f"{round_index} of {stage.rounds} rounds (the stage's time budget)"
+            break
+        for run in live:
+            result["runs"].append(execute(run, ctx, stage.name, round_index, deadline))
+        result["rounds_done"] = round_index + 1
+    result["seconds"] = round(time.monotonic() - started, 1)
+    result.update(summarize(stage, result["runs"]))
+    return result
+
+
+def _reused(run: Run, ctx: Context) -> list[dict]:
+    stage, name = run.reuse.split("/", 1)
+    found = [dict(r, name=run.name, reused_from=run.reuse) for r in ctx.results.get(stage, {}).get("runs", [])
+             if r["name"] == name]
+    return found or [{"name": run.name, "round": 0, "status": "not_run", "error": f"{run.reuse} did not run"}]
+
+
+def summarize(stage: Stage, records: list[dict]) -> dict:
+    """Per run: the values of its rounds and their median; the stage's ratios of medians, with the
+    ratio of each round's pair (a b in the same round) beside it."""
+    by_name: dict[str, dict] = {}
+    for run in stage.runs:
+        mine = [r for r in records if r["name"] == run.name]
+        values = [r["value"] for r in mine if r.get("status") == "ok" and isinstance(r.get("value"), int | float)]
+        statuses = sorted({r["status"] for r in mine})
+        mfu = [r["details"]["mfu"] for r in mine if r.get("status") == "ok" and (r.get("details") or {}).get("mfu")]
+        by_name[run.name] = {"values": values, "median": statistics.median(values) if values else None,
+                             "mfu": statistics.median(mfu) if mfu else None,
+                             "unit": next((r.get("unit") for r in mine if r.get("unit")), None),
+                             "status": "ok" if values else (statuses[0] if statuses else "not_run"),
+                             "settings": run.settings}
+    ratios = [_ratio(a, b, by_name, records) for a, b in stage.ratios]
+    if stage.chain:
+        done = [r.name for r in stage.runs if by_name[r.name]["median"] is not None]
+        ratios += [dict(_ratio(b, a, by_name, records), chain=True) for a, b in zip(done, done[1:], strict=False)]
+    return {"medians": by_name, "ratios": ratios}
+
+
+def _ratio(a: str, b: str, by_name: dict, records: list[dict]) -> dict:
+    top, bottom = by_name[a]["median"], by_name[b]["median"]
+    value = top / bottom if top is not None and bottom else None
+    pairs = []
+    rounds = {r["round"] for r in records}
+    for k in sorted(rounds):
+        x = [r["value"] for r in records if r["name"] == a and r["round"] == k and r.get("status") == "ok"]
+        y = [r["value"] for r in records if r["name"] == b and r["round"] == k and r.get("status") == "ok"]
+        if x and y and y[0]:
+            pairs.append(x[0] / y[0])
+    return {"numerator": a, "denominator": b, "ratio": value, "per_round": pairs}

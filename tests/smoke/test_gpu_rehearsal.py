@@ -1,0 +1,72 @@
+"""`python benchmarks/gpu.py --device cpu`: the campaign's tiny CPU rehearsal, run as a user runs it
+(a subprocess); its gpu.json and gpu.md are complete and consistent, with ratios, and it leaves
+no more than the three files it promises (the GPU machine hands back at most 8)."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _campaign(out: Path, *args: str) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "benchmarks/gpu.py", "--device", "cpu", "--out", str(out), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(p.name for p in out.iterdir()) == ["gpu.json", "gpu.log", "gpu.md"]
+    document = json.loads((out / "gpu.json").read_text())
+    assert document["device"] == "cpu" and document["environment"]["torch"]
+    assert (out / "gpu.md").read_text() in done.stdout  # the tables end the output
+    return document
+
+
+def test_tests_peers_and_progression(tmp_path):
+    document = _campaign(tmp_path, "--stages", "pytest,peers,progression:fp32+channels_last+fused_sgd")
+    stages = document["stages"]
+    assert list(stages) == ["env", "pytest", "peers", "progression"]
+
+    tier = stages["pytest"]["runs"][0]
+    assert tier["status"] == "ok" and tier["details"]["skipped"] > 20 and tier["details"]["failed"] == 0
+
+    peers = {r["name"]: r for r in stages["peers"]["runs"]}
+    ours = peers["dlscale bench"]
+    assert ours["status"] == "ok" and ours["value"] > 0 and ours["command"].startswith("python3 -m dlscale bench")
+    for name, package in (("bare loop", "torchvision"), ("timm benchmark.py", "timm")):
+        if importlib.util.find_spec(package) is None:
+            assert peers[name]["status"] == "unavailable" and package in peers[name]["error"]
+
+    progression = stages["progression"]
+    medians = {name: m["median"] for name, m in progression["medians"].items()}
+    assert medians["fp32"] > 0 and medians["channels_last"] > 0
+    assert medians["fused_sgd"] == stages["peers"]["medians"]["dlscale bench"]["median"]  # the same command, reused
+    vs_fp32 = {r["numerator"]: r["ratio"] for r in progression["ratios"] if not r.get("chain")}
+    assert vs_fp32["channels_last"] == medians["channels_last"] / medians["fp32"]
+    chained = {(r["numerator"], r["denominator"]) for r in progression["ratios"] if r.get("chain")}
+    assert chained == {("channels_last", "fp32"), ("fused_sgd", "channels_last")}
+    assert {g["goal"] for g in document["goals"]} == {"throughput", "vs_bare", "vs_timm", "real_data"}
+    assert all(g["met"] is None for g in document["goals"])  # a CPU rehearsal judges nothing
+
+    text = (tmp_path / "gpu.md").read_text()
+    assert "## The SC20 progression" in text and "| channels_last |" in text and "x fp32" in text
+    assert "## GPU test tier" in text and "skipped" in text
+    log = (tmp_path / "gpu.log").read_text()
+    assert "### peers / dlscale bench / round 0: ok" in log
+
+
+def test_the_real_data_stage(tmp_path):
+    document = _campaign(tmp_path, "--stages", "data", "--rounds", "1")
+    data = document["stages"]["data"]
+    setup = {r["name"]: r for r in data["setup"]}
+    assert setup["JPEG tree"]["status"] == "ok" and setup["dlscale loader"]["status"] == "ok"
+    workers = setup["dlscale loader"]["details"]["best_workers"]
+    assert [row["workers"] for row in setup["dlscale loader"]["details"]["rows"]] == [0, 2]
+    runs = {r["name"]: r for r in data["runs"]}
+    assert runs["train JPEG"]["status"] == runs["train synthetic"]["status"] == "ok"
+    assert f"data.num_workers={workers}" in runs["train JPEG"]["command"]  # the loader's fastest setting
+    ratio = data["ratios"][0]
+    assert ratio["ratio"] == runs["train JPEG"]["value"] / runs["train synthetic"]["value"]
+    assert "train JPEG / train synthetic" in (tmp_path / "gpu.md").read_text()
