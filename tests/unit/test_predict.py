@@ -250,3 +250,20 @@ def test_wrong_kind_of_run_directory(tmp_path):
         inputs.workload_from_run(tmp_path)
     with pytest.raises(ConfigError, match="no summary.json"):
         inputs.network_from_comm_run(tmp_path / "missing")
+
+
+def test_profile_run_gives_the_split_and_the_gradient_times(tmp_path):
+    from dlscale.predict import inputs
+
+    breakdown = {"step_ms": 100.0, "data_ms": 10.0, "forward_ms": 30.0, "backward_ms": 55.0, "optimizer_ms": 5.0,
+                 "exposed_comm_ms": 5.0}
+    ready = [{"name": "fc.bias", "numel": 10, "ready_ms": 1.0}, {"name": "fc.weight", "numel": 5120, "ready_ms": 2.0},
+             {"name": "conv1.weight", "numel": 9408, "ready_ms": 50.0}]
+    (tmp_path / "summary.json").write_text(json.dumps({
+        "kind": "profile", "model": "resnet18", "batch_size": 32, "image_size": 64, "device": "cuda",
+        "breakdown": [{"rank": 0, **breakdown}], "grad_ready": ready}))
+    work, spread = inputs.workload_from_run(tmp_path)
+    assert spread is None
+    assert work.step_s == pytest.approx(0.085)  # 100 - 10 data - 5 exposed communication
+    assert work.forward_fraction == pytest.approx(30 / 85) and work.backward_fraction == pytest.approx(50 / 85)
+    assert [(g.numel, g.ready_fraction) for g in work.grads] == [(10, 0.02), (5120, 0.04), (9408, 1.0)]

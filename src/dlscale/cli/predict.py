@@ -172,6 +172,8 @@ def run(args: argparse.Namespace) -> int:
     if args.grad_bytes:
         workload = replace(workload, grad_bytes_per_element=args.grad_bytes)
     net, cores = _network(args)
+    if args.comm_run is None:  # other machines than the one the run measured: its cores are not theirs
+        workload = replace(workload, cpu_threads=None, cpu_cores=None)
     strategy = _strategy(args)
     ceilings = _ceilings(args, net, cores)
     batch = args.batch_size if args.global_batch is None and args.peak_tflops is None else None

@@ -248,8 +248,11 @@ def predict_point(n: int, workload: Workload, strategy: Strategy, net: Network, 
     ceiling = ceilings.input_img_per_s
     if ceiling is not None:
         rate = min(rate, ceiling)
+    limit = _limit(batch / compute, rate, ceiling, exposed, stragglers)
+    if limit == "compute" and slowdown > 1 + LIMIT_THRESHOLD:
+        limit = "shared CPU cores"
     return Point(n, net.nodes(n), batch, 1e3 * compute, 1e3 * comm, 1e3 * exposed, 1e3 * stragglers,
-                 1e3 * batch / rate, rate, ceiling, _limit(batch / compute, rate, ceiling, exposed, stragglers))
+                 1e3 * batch / rate, rate, ceiling, limit)
 
 
 def _limit(compute_rate: float, rate: float, ceiling: float | None, exposed: float, stragglers: float) -> str:
