@@ -39,8 +39,8 @@ from dlscale.strategies import TOPOLOGIES
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "neighbor_allreduce")
 
 # torch 2.13 renamed the tensor forms (the old names warn); torch >= 2.4 (pyproject) may lack the new ones.
-_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_gather_op = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_op = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 MODES = ("both", "out-of-place", "in-place")
 ELEMENT = 4  # float32
 
@@ -111,66 +111,72 @@ class Case:
 
 
 def _case(op: str, size: int, group, device: torch.device, graph) -> Case | None:
+    """The buffers, call and known result of `op` on a message of `size` bytes (None: too small to split)."""
     n, r = dist.get_world_size(group), dist.get_rank(group)
     count = size // ELEMENT
     if op in ("all_gather", "reduce_scatter"):
         count //= n  # per rank: the size is the whole array
     if count < 1:
         return None
-    if op == "all_reduce":
-        inp, out = torch.empty(count, device=device), torch.empty(count, device=device)
+    return _BUILDERS[op](count, n, r, group, device, graph)
 
-        def run(in_place: bool) -> None:
-            if not in_place:
-                out.copy_(inp)
-            dist.all_reduce(out if not in_place else inp, group=group)
 
-        def reset() -> None:
-            inp.copy_(_pattern(count, device, r + 1))
+def _in_place_op(call: Callable[[torch.Tensor], None], count: int, r: int, device: torch.device,
+                 expected: torch.Tensor) -> Case:
+    """all_reduce and broadcast: torch has only the in-place form; out-of-place copies the input first."""
+    inp, out = torch.empty(count, device=device), torch.empty(count, device=device)
 
-        return Case(count, count * ELEMENT, run, lambda ip: inp if ip else out, reset,
-                    _pattern(count, device, n * (n + 1) / 2))
-    if op == "broadcast":
-        inp, out = torch.empty(count, device=device), torch.empty(count, device=device)
+    def run(in_place: bool) -> None:
+        if not in_place:
+            out.copy_(inp)
+        call(inp if in_place else out)
 
-        def run(in_place: bool) -> None:
-            if not in_place:
-                out.copy_(inp)
-            dist.broadcast(out if not in_place else inp, src=dist.get_global_rank(group, 0) if group else 0,
-                           group=group)
+    def reset() -> None:
+        inp.copy_(_pattern(count, device, r + 1))
 
-        def reset() -> None:
-            inp.copy_(_pattern(count, device, r + 1))
+    return Case(count, count * ELEMENT, run, lambda in_place: inp if in_place else out, reset, expected)
 
-        return Case(count, count * ELEMENT, run, lambda ip: inp if ip else out, reset, _pattern(count, device, 1))
-    if op == "all_gather":
-        whole = torch.empty(n * count, device=device)
-        inp = torch.empty(count, device=device)
-        mine = whole[r * count:(r + 1) * count]
 
-        def run(in_place: bool) -> None:
-            _all_gather(whole, mine if in_place else inp, group=group)
+def _all_reduce(count, n, r, group, device, graph) -> Case:
+    return _in_place_op(lambda t: dist.all_reduce(t, group=group), count, r, device,
+                        _pattern(count, device, n * (n + 1) / 2))
 
-        def reset() -> None:
-            inp.copy_(_pattern(count, device, r + 1))
-            mine.copy_(inp)
 
-        expected = torch.cat([_pattern(count, device, s + 1) for s in range(n)])
-        return Case(count, n * count * ELEMENT, run, lambda ip: whole, reset, expected)
-    if op == "reduce_scatter":
-        whole = torch.empty(n * count, device=device)
-        out = torch.empty(count, device=device)
-        mine = whole[r * count:(r + 1) * count]
+def _broadcast(count, n, r, group, device, graph) -> Case:
+    root = dist.get_global_rank(group, 0) if group is not None else 0
+    return _in_place_op(lambda t: dist.broadcast(t, src=root, group=group), count, r, device,
+                        _pattern(count, device, 1))
 
-        def run(in_place: bool) -> None:
-            _reduce_scatter(mine if in_place else out, whole, group=group)
 
-        def reset() -> None:
-            whole.copy_(_pattern(n * count, device, r + 1))
+def _all_gather(count, n, r, group, device, graph) -> Case:
+    whole, inp = torch.empty(n * count, device=device), torch.empty(count, device=device)
+    mine = whole[r * count:(r + 1) * count]  # in place: this rank's slice of the output is the input
 
-        expected = _pattern(count, device, n * (n + 1) / 2, offset=r * count)
-        return Case(count, n * count * ELEMENT, run, lambda ip: mine if ip else out, reset, expected)
-    # neighbor_allreduce: uniform weights over self and in-neighbours
+    def reset() -> None:
+        inp.copy_(_pattern(count, device, r + 1))
+        mine.copy_(inp)
+
+    expected = torch.cat([_pattern(count, device, s + 1) for s in range(n)])
+    return Case(count, n * count * ELEMENT, lambda in_place: _all_gather_op(whole, mine if in_place else inp,
+                                                                             group=group),
+                lambda in_place: whole, reset, expected)
+
+
+def _reduce_scatter(count, n, r, group, device, graph) -> Case:
+    whole, out = torch.empty(n * count, device=device), torch.empty(count, device=device)
+    mine = whole[r * count:(r + 1) * count]  # in place: the output is this rank's slice of the input
+
+    def reset() -> None:
+        whole.copy_(_pattern(n * count, device, r + 1))
+
+    return Case(count, n * count * ELEMENT,
+                lambda in_place: _reduce_scatter_op(mine if in_place else out, whole, group=group),
+                lambda in_place: mine if in_place else out, reset,
+                _pattern(count, device, n * (n + 1) / 2, offset=r * count))
+
+
+def _neighbor_allreduce(count, n, r, group, device, graph) -> Case:
+    """Uniform weights over self and in-neighbours; a new tensor each call (no in-place form)."""
     inp = torch.empty(count, device=device)
     result: dict[str, torch.Tensor] = {}
 
@@ -182,7 +188,11 @@ def _case(op: str, size: int, group, device: torch.device, graph) -> Case | None
 
     sources = topology.in_neighbors(graph, r)
     scale = ((r + 1) + sum(s + 1 for s in sources)) / (1 + len(sources))
-    return Case(count, count * ELEMENT, run, lambda ip: result["out"], reset, _pattern(count, device, scale))
+    return Case(count, count * ELEMENT, run, lambda in_place: result["out"], reset, _pattern(count, device, scale))
+
+
+_BUILDERS = {"all_reduce": _all_reduce, "all_gather": _all_gather, "reduce_scatter": _reduce_scatter,
+             "broadcast": _broadcast, "neighbor_allreduce": _neighbor_allreduce}
 
 
 def count_wrong(output: torch.Tensor, expected: torch.Tensor) -> int:

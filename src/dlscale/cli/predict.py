@@ -241,7 +241,8 @@ def _validate(args: argparse.Namespace) -> int:
         print("\nMeasured gloo sweeps on this machine (goal: within 15%)")
         for r in sweep_rows:
             print(f"  {r.sweep} {r.series} {r.devices} ranks: measured {r.measured:.1f} img/s, predicted "
-                  f"{r.predicted:.1f} ({100 * r.error:+.1f}%, {r.limit}); {r.inputs}")
+                  f"{r.predicted:.1f} ({100 * r.error:+.1f}%, {r.limit}); with stragglers {r.with_stragglers:.1f} "
+                  f"({100 * r.error_with_stragglers:+.1f}%); {r.inputs}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
@@ -250,5 +251,6 @@ def _validate(args: argparse.Namespace) -> int:
                       "devices": r.devices, "metric": r.metric, "published": r.published, "predicted": r.predicted,
                       "error": r.error, "limit": r.limit, "bound": r.bound, "in_goal": r.case.in_goal} for r in rows],
             "inputs": texts,
-            "sweeps": [{**asdict(r), "error": r.error} for r in sweep_rows]}, indent=2) + "\n")
+            "sweeps": [{**asdict(r), "error": r.error, "error_with_stragglers": r.error_with_stragglers}
+                       for r in sweep_rows]}, indent=2) + "\n")
     return 0

@@ -206,7 +206,7 @@ def _markdown(collection: Collection, refs: list[Reference], tables: dict, repor
 def _reference_section(refs: list[Reference], tables: dict) -> list[str]:
     if not refs:
         return ["## References", "", "None selected (`--reference hal,ngc,sc20,bluefog,horovod,dlperf,"
-                "marconi100` or `all`).", ""]
+                "marconi100,mlperf` or `all`).", ""]
     out = ["## References", ""]
     for ref in refs:
         out += [f"### {ref.name}: {ref.title}", "", f"Hardware: {_hardware(ref.hardware)}. {ref.workload}.", "",
