@@ -49,6 +49,8 @@ def add_parser(subparsers) -> None:
     compute.add_argument("--global-batch", type=int, default=None, help="images per step over all devices "
                          "(strong scaling: the batch per device is this / N)")
     compute.add_argument("--image-size", type=int, default=224)
+    compute.add_argument("--step-overhead-ms", type=float, default=0.0,
+                         help="part of the single-device step that does not shrink with the batch (strong scaling)")
     compute.add_argument("--grad-bytes", type=int, choices=(2, 4), default=None,
                          help="bytes per gradient element (4: fp32, torch AMP included; 2: fp16 gradients)")
     network = p.add_argument_group("network (one of, numbers override)")
@@ -168,29 +170,14 @@ def run(args: argparse.Namespace) -> int:
     if args.validate:
         return _validate(args)
     devices = parse_devices(args.gpus)
-    workload, _ = _workload(args)  # a run's spread is used only when asked for (--stragglers-from)
-    if args.grad_bytes:
-        workload = replace(workload, grad_bytes_per_element=args.grad_bytes)
-    net, cores = _network(args)
-    if args.comm_run is None:  # other machines than the one the run measured: its cores are not theirs
-        workload = replace(workload, cpu_threads=None, cpu_cores=None)
-    strategy = _strategy(args)
-    ceilings = _ceilings(args, net, cores)
+    workload, net, cores = _inputs(args)
+    strategy, ceilings = _strategy(args), _ceilings(args, net, cores)
     batch = args.batch_size if args.global_batch is None and args.peak_tflops is None else None
     points = predict(devices, workload, strategy, net, ceilings, batch=batch, global_batch=args.global_batch)
-    mode = f"strong scaling, global batch {args.global_batch}" if args.global_batch else \
-        f"weak scaling, batch {points[0].batch_per_device} per device"
+    mode = (f"strong scaling, global batch {args.global_batch}" if args.global_batch
+            else f"weak scaling, batch {points[0].batch_per_device} per device")
     title = f"{workload.model}, {mode}, {strategy.name} on {net.name}"
-    lines = [f"Prediction: {title}",
-             f"  compute: {workload.source}",
-             f"  network: {net.source} ({net.intra.bandwidth_gbs:.3f} GB/s per device inside a node, "
-             f"{net.inter.bandwidth_gbs:.3f} GB/s per node between nodes, {net.devices_per_node} per node)",
-             f"  strategy: {_describe(strategy)}",
-             *([f"  cores: CPU ranks of {workload.cpu_threads} thread(s) share {workload.cpu_cores} cores; when they "
-                "fill them, communication runs after backward, not under it"] if workload.cpu_threads else []),
-             *(f"  {key}: {text}" for key, text in ceilings.source.items()),
-             "", *output.table(points)]
-    print("\n".join(lines), flush=True)
+    print("\n".join([*_header(title, workload, net, strategy, ceilings), "", *output.table(points)]), flush=True)
     settings = {"model": workload.model, "title": title, "devices": devices, "global_batch": args.global_batch,
                 "strategy": asdict(strategy), "network_name": net.name, "network": asdict(net)}
     result = output.summary(points, settings, {"compute": workload.source, "network": net.source, **ceilings.source})
@@ -205,6 +192,34 @@ def run(args: argparse.Namespace) -> int:
         plot.draw(path / "predicted.png", result["points"], title)
         print(f"Run directory: {path}")
     return 0
+
+
+def _inputs(args: argparse.Namespace) -> tuple[Workload, Network, int | None]:
+    """The workload with the command line's adjustments, the network, the platform's cores per node."""
+    workload, _ = _workload(args)  # a run's spread is used only when asked for (--stragglers-from)
+    if args.grad_bytes:
+        workload = replace(workload, grad_bytes_per_element=args.grad_bytes)
+    if not 0 <= args.step_overhead_ms < 1e3 * workload.step_s:
+        raise ConfigError(f"--step-overhead-ms {args.step_overhead_ms:g} must be >= 0 and below the step "
+                          f"({1e3 * workload.step_s:.2f} ms)")
+    workload = replace(workload, overhead_s=args.step_overhead_ms / 1e3)
+    net, cores = _network(args)
+    if args.comm_run is None:  # other machines than the one the run measured: its cores are not theirs
+        workload = replace(workload, cpu_threads=None, cpu_cores=None)
+    return workload, net, cores
+
+
+def _header(title: str, workload: Workload, net: Network, strategy: Strategy, ceilings: Ceilings) -> list[str]:
+    """What was predicted and where every input came from."""
+    lines = [f"Prediction: {title}",
+             f"  compute: {workload.source}",
+             f"  network: {net.source} ({net.intra.bandwidth_gbs:.3f} GB/s per device inside a node, "
+             f"{net.inter.bandwidth_gbs:.3f} GB/s per node between nodes, {net.devices_per_node} per node)",
+             f"  strategy: {_describe(strategy)}"]
+    if workload.cpu_threads:
+        lines.append(f"  cores: CPU ranks of {workload.cpu_threads} thread(s) share {workload.cpu_cores} cores; when "
+                     "they fill them, communication runs after backward, not under it")
+    return lines + [f"  {key}: {text}" for key, text in ceilings.source.items()]
 
 
 def _describe(strategy: Strategy) -> str:
