@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from dlscale.cli.common import add_config_arguments, resolve_config
 from dlscale.distributed import DistEnv, shutdown
+from dlscale.metrics.ranks import describe
 from dlscale.train.loop import fit
 
 
@@ -51,6 +52,9 @@ def _print_summary(s: dict) -> None:
         print(f"stopped by {s['signal']} at epoch {s['epochs_completed']} step {s['steps']}; "
               "run the same command to resume", flush=True)
         return
+    ranks = describe(s["stragglers"], "log windows") if s.get("stragglers") else None
+    if ranks:
+        print(ranks, flush=True)
     if s["best_top1_pct"] is not None:
         print(f"best top-1 {s['best_top1_pct']:.2f}% (epoch {s['best_epoch']}), top-5 {s['best_top5_pct']:.2f}%; "
               f"{s['epochs_completed']} epochs in {s['train_time_s']:.1f} s", flush=True)
