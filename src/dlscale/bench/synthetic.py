@@ -21,6 +21,8 @@ from torch import nn
 from dlscale.config.sections import BenchConfig, OptimConfig
 from dlscale.distributed import DistEnv, init_process_group, select_device
 from dlscale.errors import DeviceError
+from dlscale.metrics.cost import imagenet_epoch_cost
+from dlscale.metrics.energy import device_energy_meter, energy_summary
 from dlscale.metrics.hardware import mfu, peak_flops
 from dlscale.metrics.ranks import describe, lead_times, stragglers
 from dlscale.metrics.run import RunDir, default_run_name, device_name
@@ -177,16 +179,22 @@ def run_bench(
         say(line)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    meter = device_energy_meter(device)  # NVML, sampled off this thread over the timed iterations
     with _out_of_memory_hint(cfg, device):
         rates = measure(
             step, next_batch, batch_size=cfg.batch_size, num_warmup_batches=cfg.num_warmup_batches,
             num_batches_per_iter=cfg.num_batches_per_iter, num_iters=cfg.num_iters, clock=clock,
             sync=device_synchronizer(device),
-            on_warmup_done=lambda: (strategy.reset_stats(), say("Running benchmark...")),
+            on_warmup_done=lambda: (strategy.reset_stats(), meter and meter.start(), say("Running benchmark...")),
             on_iter=lambda i, rate: say(f"Iter #{i}: {rate.total_ips:.1f} img/sec per {word}"),
             forward_timer=forward,
         )
+    measured = meter.stop() if meter else None
     summary = summarize(gather_rates(rates, device))
+    timed_images = cfg.batch_size * cfg.num_batches_per_iter * cfg.num_iters * env.world_size
+    summary.update(energy_summary(measured, timed_images, device), price_per_device_hour=cfg.price_per_device_hour,
+                   cost_per_imagenet_epoch=imagenet_epoch_cost(summary["total_ips"], env.world_size,
+                                                               cfg.price_per_device_hour))
     summary.update(_describe(cfg, env, device, setup, summary))
     summary.update(_peak_memory(device))
     summary.update(_comm_stats(strategy, device))

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 from dlscale.errors import ConfigError
+from dlscale.metrics.cost import check_price
 from dlscale.report import DEFAULT_TOLERANCE_PTS, build_report
 
 
@@ -26,16 +27,23 @@ def add_parser(subparsers) -> None:
     p.add_argument("--top1-tolerance", type=float, default=DEFAULT_TOLERANCE_PTS, metavar="POINTS",
                    help="flag a train run whose final top-1 is more than this many percentage points below the "
                         f"smallest-batch run of the same model and data ({DEFAULT_TOLERANCE_PTS:g})")
+    p.add_argument("--price-per-device-hour", type=float, default=None, metavar="PRICE",
+                   help="what one device costs for one hour, for runs that recorded no price: the runs table "
+                        "shows the cost per epoch")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    check_price(args.price_per_device_hour)
     if args.top1_tolerance < 0:
         raise ConfigError(f"--top1-tolerance must be >= 0 percentage points, got {args.top1_tolerance:g}")
     words = ["dlscale", "report", *args.paths, "-o", str(args.output_dir),
              *[w for r in args.reference for w in ("--reference", r)], "--top1-tolerance", f"{args.top1_tolerance:g}"]
+    if args.price_per_device_hour is not None:
+        words += ["--price-per-device-hour", f"{args.price_per_device_hour:g}"]
     report = build_report(args.paths, args.output_dir, args.reference, args.top1_tolerance,
-                          command=" ".join(shlex.quote(w) for w in words))
+                          command=" ".join(shlex.quote(w) for w in words),
+                          price_per_device_hour=args.price_per_device_hour)
     for line in report.flagged:
         print(f"FLAG: {line}")
     drawn = [p.name for p in report.files if p.suffix == ".png"]

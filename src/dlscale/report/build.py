@@ -67,7 +67,8 @@ def compute(collection: Collection, tolerance_pts: float) -> Figures:
 
 
 def build_report(paths: list, out_dir: Path, references: list[str] = (),
-                 tolerance_pts: float = DEFAULT_TOLERANCE_PTS, command: str = "") -> Report:
+                 tolerance_pts: float = DEFAULT_TOLERANCE_PTS, command: str = "",
+                 price_per_device_hour: float | None = None) -> Report:
     refs = [load_reference(name) for name in resolve_names(list(references))]
     figures = compute(load(paths), tolerance_pts)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -76,7 +77,7 @@ def build_report(paths: list, out_dir: Path, references: list[str] = (),
                       f"{a.baseline.name} (global batch {a.baseline.global_batch}, {a.baseline.final_top1:.2f}%)"
                       for a in figures.accuracy if a.flagged]
     tables = {
-        "runs": t.runs_table(figures.collection.runs),
+        "runs": t.runs_table(figures.collection.runs, price_per_device_hour),
         "scaling": t.scaling_table(figures.series, figures.flags),
         "speedup": t.time_table(figures.times),
         "accuracy": t.accuracy_table(figures.accuracy, tolerance_pts),

@@ -31,6 +31,8 @@ from dlscale.data.counting import ReadMeter, count_reads
 from dlscale.data.dataset import EXCLUDED_LABEL
 from dlscale.distributed import DistEnv, init_process_group, select_device
 from dlscale.errors import ConfigError, DlscaleError, StorageError
+from dlscale.metrics.cost import train_costs
+from dlscale.metrics.energy import device_energy_meter, energy_summary
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.input_bound import input_bound_warning
 from dlscale.metrics.ranks import lead_times, slowest, stragglers
@@ -151,10 +153,17 @@ def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, 
     if note:
         run.records.message(note)
     run.clock_origin = (time.perf_counter(), progress.elapsed_s)
+    meter, first_step = device_energy_meter(device), progress.step  # NVML, sampled off this thread
     try:
         run.preemption = preemption
+        if meter:
+            meter.start()
         preempted = _epochs(run, progress)
         summary = _summary(run, progress, preempted=preempted, signal=run.stop_signal or preemption.signal_name)
+        # Energy of this attempt's training (validation and checkpoints included) per image it trained.
+        summary.update(energy_summary(meter.stop() if meter else None,
+                                      (progress.step - first_step) * run.plan.global_batch, device),
+                       **train_costs(progress.history, progress.elapsed_s, env.world_size, cfg.price_per_device_hour))
         run.records.summary(summary)
         return summary
     finally:
