@@ -87,14 +87,23 @@ def bench_two_ranks(workdir, name, *, throttle_rank=None, one_cpu=False, extra=(
     return outputs[0][0], workdir / "runs" / name
 
 
+def _explain(run):
+    out = subprocess.run([sys.executable, "-m", "dlscale", "explain", str(run), "--reference", "none"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def test_a_rank_slowed_from_outside_is_named_and_an_even_run_names_none(tmp_path):
     out, run = bench_two_ranks(tmp_path, "slowed", throttle_rank=1)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["stragglers"]["straggler"] == 1, summary["rank_forward_ms"]
     assert "Straggler: rank 1 (slowest in" in out
+    assert "[stragglers] straggler: rank 1: effect " in _explain(run)
 
     out, run = bench_two_ranks(tmp_path, "even", one_cpu=True)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["stragglers"]["straggler"] is None, summary["rank_forward_ms"]
     assert "Straggler" not in out
     assert len(summary["rank_forward_ms"]) == 2 and len(summary["rank_forward_ms"][1]) == 10
+    assert "[stragglers] straggler:" not in _explain(run)  # "ranks even", or "sometimes slower" under load

@@ -1,6 +1,7 @@
 """`dlscale train` records what its input pipeline read in every log window: the data set's files and
 bytes, and the kernel's counters of the main process and its loader workers."""
 
+import csv
 import json
 import subprocess
 import sys
@@ -60,3 +61,16 @@ def test_log_windows_add_up_to_the_files_each_epoch_read(tmp_path, persistent):
     events.Reload()
     assert {"io/read_gb_per_s", "io/read_ops_per_s", "io/files_per_s"} <= set(events.Tags()["scalars"])
     assert len(events.Scalars("io/read_ops_per_s")) == 8
+
+    # dlscale report: the reads over time on twin axes, averaged over the epochs asked for (HAL's 10:60).
+    out = subprocess.run([sys.executable, "-m", "dlscale", "report", "runs", "-o", "report", "--io-epochs", "1:1"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (row,) = csv.DictReader((tmp_path / "report" / "io.csv").open())
+    second = [w for w in windows if w["epoch"] == 1]
+    seconds = sum(w["window_s"] for w in second)
+    assert (row["first_epoch"], row["last_epoch"], row["windows"]) == ("1", "1", "4")
+    assert float(row["files_per_s"]) == pytest.approx(16 / seconds)
+    assert float(row["read_gb_per_s"]) == pytest.approx(sum(w["io_read_bytes"] for w in second) / seconds / 1e9)
+    assert (tmp_path / "report" / "io_over_time.png").stat().st_size > 0
+    assert "## Why below the reference (dlscale explain)\n" in (tmp_path / "report" / "report.md").read_text()
