@@ -32,6 +32,10 @@ slowest rank is a coin toss: two ranks give the same one in 8 of 10 windows 11% 
 its median excess is the noise's, well under STRAGGLER_EXCESS."""
 
 
+MIN_WINDOWS = 8
+"""Fewer windows name no straggler: with noise alone one of two ranks is the slowest in 80% of 5 windows
+37% of the time, of 8 windows 7% (binomial); a 5-iteration bench of a tiny model on the loaded development
+machine came out with rank 0 slowest in 4 of 5 by a median of 25%."""
 SOMETIMES = 0.2
 """A rank slower by STRAGGLER_EXCESS in this share of the windows (and at least two) is "sometimes"
 slower. Even runs on the shared development machine had such windows in 0 to 5 of 10 (0 to 2 with both
@@ -59,8 +63,8 @@ def stragglers(windows: Sequence[Sequence[float]]) -> dict:
     """The ranks' lead times over windows (each window a list with one time per rank): the rank that is
     slowest most often, in how many windows, its median excess over the others in all windows, and:
 
-        straggler   that rank, when it is the slowest in STRAGGLER_SHARE of the windows and its median
-                    excess is at least STRAGGLER_EXCESS: consistently slower; else None
+        straggler   that rank, when it is the slowest in STRAGGLER_SHARE of at least MIN_WINDOWS windows
+                    and its median excess is at least STRAGGLER_EXCESS: consistently slower; else None
         pattern     "always" (a straggler), "sometimes" (at least two windows, and SOMETIMES of them, have
                     a rank STRAGGLER_EXCESS slower, but no rank is consistently), "even" (fewer: one noisy
                     window on a shared machine is not a pattern), "one rank"
@@ -74,7 +78,8 @@ def stragglers(windows: Sequence[Sequence[float]]) -> dict:
     top = max(set(ranks), key=lambda r: (ranks.count(r), -r))
     excess = statistics.median(_excess(w, top) for w in windows)
     slower = [(r, e) for r, e in per_window if e >= STRAGGLER_EXCESS]
-    consistent = ranks.count(top) >= STRAGGLER_SHARE * len(windows) and excess >= STRAGGLER_EXCESS
+    consistent = (len(windows) >= MIN_WINDOWS and ranks.count(top) >= STRAGGLER_SHARE * len(windows)
+                  and excess >= STRAGGLER_EXCESS)
     pattern = "always" if consistent else ("sometimes" if len(slower) >= max(2, SOMETIMES * len(windows)) else "even")
     return {
         "ranks": len(windows[0]), "windows": len(windows), "slowest_rank": top,
