@@ -68,7 +68,8 @@ def next_step(explanation: Explanation, run: RunFacts) -> str:
         why = f"nothing checked explains the {explanation.gap:.2f}x gap"
     else:
         why = "nothing checked stands out"
-    return f"{why}. Measure next: `{profile}` (each part of the step on every rank; docs/profiling.md)"
+    return f"{why[0].upper()}{why[1:]}. Measure next: `{profile}` (each part of the step on every rank; " \
+           "docs/profiling.md)"
 
 
 def _profile_command(run: RunFacts) -> str:

@@ -9,6 +9,7 @@ from dlscale.explain import effects
 from dlscale.explain.context import Context, Result
 from dlscale.explain.findings import Effect, Finding, RuledOut
 from dlscale.explain.target import precision_family
+from dlscale.metrics.input_bound import INPUT_BOUND_SHARE
 from dlscale.predict.layers import forward_macs, model_parameters
 
 
@@ -117,9 +118,12 @@ def _input_pipeline(ctx: Context) -> Result:
         return [RuledOut("recipe", "input pipeline: synthetic batches already on the device (the reference read "
                                    f"{recipe.get('data_backend') or 'its data'}: more work than this run did)")]
     workers, theirs = run.data.get("num_workers"), recipe.get("loader_workers")
-    if workers is None or not theirs or workers >= int(theirs):
+    total, compute = run.steady_rates()
+    waits = 1.0 - total / compute if total and compute else None
+    if workers is None or not theirs or workers >= int(theirs) or (waits is not None and waits < INPUT_BOUND_SHARE):
+        limit = "" if waits is None else f"; the run waits for data {100 * max(waits, 0.0):.1f}% of each step"
         return [RuledOut("recipe", f"loader workers per rank: {workers} (the reference: {theirs or 'not stated'}; "
-                                   f"data backend {recipe.get('data_backend') or 'not stated'})")]
+                                   f"data backend {recipe.get('data_backend') or 'not stated'}){limit}")]
     return [Finding("recipe", f"{workers} loader workers per rank, the reference {theirs}",
                     f"run: data.num_workers={workers}, {run.data.get('name')} data; reference: {theirs} workers, "
                     f"{recipe.get('data_backend') or 'backend not stated'} ({ctx.target.cite(recipe=True)})",
@@ -160,8 +164,7 @@ def software(ctx: Context) -> Result:
     differ = [k for k, v in theirs.items() if k not in ours or not str(ours[k] or "").startswith(str(v))]
     if not differ:
         return [RuledOut("software", f"the reference's versions: {run_text}")]
-    where = {s["id"]: s["where"] for s in ctx.target.reference.sources}
-    cited = "; ".join(where[i] for i in ctx.target.software.get("source", []) if i in where)
+    cited = f"references/{ctx.target.reference.name}.json, sources {', '.join(ctx.target.software.get('source', []))}"
     return [Finding("software", f"other software than the reference's ({', '.join(differ)})",
                     f"run: {run_text}; reference: {', '.join(f'{k} {v}' for k, v in theirs.items())} ({cited})",
                     Effect(None, "no published figure of this system on other versions"),
