@@ -64,9 +64,9 @@ def lines(a: RunFacts, b: RunFacts) -> list[str]:
             out += [f"  {key}: {_show(old)} -> {_show(new)}" for key, old, new in rows]
     if not any(found.values()):
         out += ["", "The records do not differ in any setting, version or package."]
-    for label, run in (("A", a), ("B", b)):
-        if run.env.get("command"):
-            out.append(f"{label}'s command: {run.env['command']}")
+    commands = [(label, run.env["command"]) for label, run in (("A", a), ("B", b)) if run.env.get("command")]
+    if commands:
+        out += ["", *(f"{label}'s command: {command}" for label, command in commands)]
     return out
 
 

@@ -50,8 +50,19 @@ def git_dirty() -> bool | None:
 def command_line() -> dict:
     """The exact command of this process, and its parent's (torchrun's, srun's, mpirun's line)."""
     parent = _cmdline(os.getppid())
-    return {"command": shlex.join([sys.executable, *sys.argv]), "argv": list(sys.argv),
+    return {"command": shlex.join(_command_words()), "argv": list(sys.argv),
             "parent_command": shlex.join(parent) if parent else None}
+
+
+def _command_words() -> list[str]:
+    """sys.argv as it was typed: `python -m dlscale ...` (Python puts __main__.py's path in argv[0]), a
+    script under its interpreter, or a console script (bin/dlscale) by its own path."""
+    first = sys.argv[0] if sys.argv else ""
+    if first.endswith(os.path.join("dlscale", "__main__.py")):
+        return [sys.executable, "-m", "dlscale", *sys.argv[1:]]
+    if first.endswith(".py") or first in ("", "-c"):
+        return [sys.executable, *sys.argv]
+    return list(sys.argv)
 
 
 def _cmdline(pid: int) -> list[str] | None:
