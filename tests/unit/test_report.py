@@ -36,7 +36,9 @@ def train(root, name, world, global_batch, top1s, seconds_per_epoch=10.0, ips=10
                      train_time_s=seconds_per_epoch * len(top1s), total_ips=ips, history=history)
 
 
-NO_LOADER = {"loader_workers.png": "needs runs of dlscale loader"}
+NO_LOADER = {"loader_workers.png": "needs runs of dlscale loader",
+             "io_over_time.png": "needs train runs that recorded their reads (io_* in metrics.jsonl)"}
+"""Plots these hand-made runs cannot feed; tests/smoke/test_cli_loader.py and test_train_io.py draw them."""
 
 
 def png_size(path):

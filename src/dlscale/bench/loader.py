@@ -12,8 +12,8 @@ reads what the process and its DataLoader workers did from the kernel's counters
     /proc/<pid>/stat  utime+stime CPU seconds
 
 summed over the main process and its workers (read while the workers are alive: they are
-persistent). No kernel counter gives file opens, so the data set counts them itself, with the
-bytes of the files it opened (one os.stat per file), in shared memory: one row per worker.
+persistent; dlscale.metrics.proc_io). No kernel counter gives file opens, so the data set counts
+them itself, with the bytes of the files it opened (dlscale.data.counting).
 
 Warm-up batches (worker start-up, first batches) are not timed. Counts in the timed window
 include the batches the workers prefetch, which the window's start and end cancel in a steady
@@ -31,60 +31,14 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import torch
-from torch.utils.data import get_worker_info
 
 from dlscale.config import DataConfig
 from dlscale.data import DeviceNormalizer, DevicePrefetcher, build_loaders
+from dlscale.data.counting import count_reads
 from dlscale.metrics.hardware import available_cores
+from dlscale.metrics.proc_io import sum_counters
 from dlscale.metrics.timing import device_synchronizer
 from dlscale.report.figure import figure, save
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def process_counters(pid: int) -> dict[str, float]:
-    """rchar, read_bytes, syscr (from /proc/<pid>/io) and cpu_s (from /proc/<pid>/stat)."""
-    counters = {"rchar": 0.0, "read_bytes": 0.0, "syscr": 0.0, "cpu_s": 0.0}
-    try:
-        with open(f"/proc/{pid}/io") as file:
-            for line in file:
-                key, _, value = line.partition(":")
-                if key in counters:
-                    counters[key] = float(value)
-        with open(f"/proc/{pid}/stat") as file:
-            fields = file.read().rsplit(")", 1)[1].split()  # after "(command name)"
-        counters["cpu_s"] = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
-    except (OSError, IndexError, ValueError):
-        pass  # a process that already exited, or no /proc: its counters stay 0
-    return counters
-
-
-class CountingSource:
-    """A source that counts the files it opens and their bytes. Counts live in a shared-memory
-    tensor with one row per process (main = row 0, worker k = row k + 1), so workers never
-    write the same element and no lock is needed."""
-
-    def __init__(self, source, workers: int):
-        self.source = source
-        self.counts = torch.zeros((workers + 1, 2), dtype=torch.int64).share_memory_()
-        self.has_files = hasattr(source, "path")
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def load(self, index: int):
-        info = get_worker_info()
-        row = self.counts[0 if info is None else info.id + 1]
-        try:
-            return self.source.load(index)
-        finally:
-            if self.has_files:
-                row[0] += 1
-                row[1] += os.stat(self.source.path(index)).st_size
-
-    def totals(self) -> tuple[int, int]:
-        files, size = self.counts.sum(dim=0).tolist()
-        return int(files), int(size)
 
 
 def _epochs(loader, device: torch.device | None, normalizer) -> Iterator:
@@ -104,14 +58,13 @@ def measure_setting(cfg: DataConfig, *, batch_size: int, batches: int, warmup: i
 
 def _measure(cfg: DataConfig, *, batch_size: int, batches: int, warmup: int, device, seed: int) -> dict:
     loader, _, info = build_loaders(cfg, rank=0, world_size=1, batch_size=batch_size, seed=seed)
-    counting = CountingSource(loader.dataset.source, cfg.num_workers)
-    loader.dataset.source = counting
+    counting = count_reads(loader)
     normalizer = DeviceNormalizer(info.mean, info.std, device) if device is not None else None
     stream = _epochs(loader, device, normalizer)
     for _ in range(warmup):
         next(stream)
     pids = _pids(loader)
-    before, counted, start = _totals(pids), counting.totals(), time.perf_counter()
+    before, counted, start = sum_counters(pids), counting.totals(), time.perf_counter()
     images = skipped = 0
     for _ in range(batches):
         batch = next(stream)
@@ -121,7 +74,7 @@ def _measure(cfg: DataConfig, *, batch_size: int, batches: int, warmup: int, dev
         device_synchronizer(device)()
     elapsed = time.perf_counter() - start
     pids = _pids(loader)  # workers start on the first batch when warmup is 0
-    after, (files, size) = _totals(pids), counting.totals()
+    after, (files, size) = sum_counters(pids), counting.totals()
     del stream, loader  # the persistent workers exit with the loader
     delta = {key: after[key] - before.get(key, 0.0) for key in after}
     files, size = files - counted[0], size - counted[1]
@@ -145,14 +98,6 @@ def _pids(loader) -> list[int]:
     iterator = getattr(loader, "_iterator", None)
     workers = getattr(iterator, "_workers", []) if iterator is not None else []
     return [os.getpid(), *(worker.pid for worker in workers)]
-
-
-def _totals(pids: list[int]) -> dict[str, float]:
-    totals = {"rchar": 0.0, "read_bytes": 0.0, "syscr": 0.0, "cpu_s": 0.0}
-    for pid in pids:
-        for key, value in process_counters(pid).items():
-            totals[key] += value
-    return totals
 
 
 def sweep(cfg: DataConfig, workers: list[int], *, batch_size: int, batches: int, warmup: int | None,

@@ -21,14 +21,17 @@ from torch import nn
 from dlscale.config.sections import BenchConfig, OptimConfig
 from dlscale.distributed import DistEnv, init_process_group, select_device
 from dlscale.errors import DeviceError
+from dlscale.metrics.cost import imagenet_epoch_cost
+from dlscale.metrics.energy import device_energy_meter, energy_summary
 from dlscale.metrics.hardware import mfu, peak_flops
+from dlscale.metrics.ranks import describe, lead_times, stragglers
 from dlscale.metrics.run import RunDir, default_run_name, device_name
-from dlscale.metrics.timing import device_synchronizer, mean_ci95
+from dlscale.metrics.timing import DeviceTimer, device_synchronizer, mean_ci95, time_forward
 from dlscale.models import build_model
 from dlscale.models.flops import count_macs, train_flops_per_image
 from dlscale.precision import build_precision, precision_note
 from dlscale.train.replica import build_replica
-from dlscale.train.step import StepParts, train_step
+from dlscale.train.step import StepParts, no_regions, train_step
 
 Clock = Callable[[], float]
 
@@ -41,6 +44,12 @@ class IterRate:
     """Images per second of this rank over the iteration, data wait included."""
     compute_ips: float
     """The same with the time spent fetching batches excluded."""
+    step_ms: float = 0.0
+    """This rank's time per step in the iteration."""
+    data_ms: float = 0.0
+    """Its wait for the next batch per step."""
+    forward_ms: float = 0.0
+    """Its forward pass per step (forward_timer): with data_ms what the allreduce does not even out."""
 
 
 def measure(
@@ -55,12 +64,16 @@ def measure(
     sync: Callable[[], None] = lambda: None,
     on_warmup_done: Callable[[], None] = lambda: None,
     on_iter: Callable[[int, IterRate], None] = lambda i, rate: None,
+    forward_timer: DeviceTimer | None = None,
 ) -> list[IterRate]:
-    """Run warm-up steps untimed, then timed iterations; return this rank's rate per iteration."""
+    """Run warm-up steps untimed, then timed iterations; return this rank's rate per iteration.
+    forward_timer: the timer that `step` runs its forward passes under, read after each iteration."""
     for _ in range(num_warmup_batches):
         step(*next_batch())
     sync()
     on_warmup_done()
+    if forward_timer is not None:
+        forward_timer.total_s(), forward_timer.reset()
     rates = []
     images = batch_size * num_batches_per_iter
     for i in range(num_iters):
@@ -73,7 +86,12 @@ def measure(
             step(*batch)
         sync()
         elapsed = clock() - start
-        rate = IterRate(images / elapsed, images / max(elapsed - data_s, 1e-12))
+        forward_s = forward_timer.total_s() if forward_timer is not None else 0.0
+        if forward_timer is not None:
+            forward_timer.reset()
+        per_step = 1000.0 / num_batches_per_iter
+        rate = IterRate(images / elapsed, images / max(elapsed - data_s, 1e-12), per_step * elapsed,
+                        per_step * data_s, per_step * forward_s)
         rates.append(rate)
         on_iter(i, rate)
     return rates
@@ -101,17 +119,30 @@ def summarize(per_rank: Sequence[Sequence[IterRate]]) -> dict:
         "compute_ips": mean_ci95(compute)[0],
         "iterations": totals,
         "iterations_per_rank": [[rate.total_ips for rate in rates] for rates in per_rank],
+        **_rank_times(per_rank),
     }
+
+
+def _rank_times(per_rank: Sequence[Sequence[IterRate]]) -> dict:
+    """Every rank's step, data wait and forward time per step in each timed iteration ([rank][iteration]),
+    and the straggler verdict over the iterations (dlscale.metrics.ranks)."""
+    table = {key: [[getattr(rate, key) for rate in rates] for rates in per_rank]
+             for key in ("step_ms", "data_ms", "forward_ms")}
+    by_iteration = [list(column) for column in zip(*table["data_ms"], strict=True)]
+    forward = [list(column) for column in zip(*table["forward_ms"], strict=True)]
+    return {f"rank_{key}": value for key, value in table.items()} | {
+        "stragglers": stragglers(lead_times(by_iteration, forward))}
 
 
 def gather_rates(rates: list[IterRate], device: torch.device) -> list[list[IterRate]]:
     """Every rank's per-iteration rates, on every rank (one all_gather)."""
     if not dist.is_initialized():
         return [rates]
-    local = torch.tensor([[r.total_ips, r.compute_ips] for r in rates], dtype=torch.float64, device=device)
+    local = torch.tensor([[r.total_ips, r.compute_ips, r.step_ms, r.data_ms, r.forward_ms] for r in rates],
+                         dtype=torch.float64, device=device)
     gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, local)
-    return [[IterRate(float(a), float(b)) for a, b in t.tolist()] for t in gathered]
+    return [[IterRate(*map(float, row)) for row in t.tolist()] for t in gathered]
 
 
 def run_bench(
@@ -133,8 +164,13 @@ def run_bench(
     def next_batch():
         return pool[next(cursor) % len(pool)]
 
+    forward = DeviceTimer(device)
+    if not cfg.speed.compile:
+        time_forward(setup.model, forward)  # inside DDP's wrapper, after its buffer broadcast
+
     def step(images, labels):
-        return train_step(parts, [(images, labels)])
+        return train_step(parts, [(images, labels)], regions=lambda name: forward if cfg.speed.compile and
+                          name == "forward" else no_regions(name))
 
     word = "GPU" if device.type == "cuda" else "CPU"
     note = precision_note(cfg.precision, device.type)
@@ -143,21 +179,31 @@ def run_bench(
         say(line)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    meter = device_energy_meter(device)  # NVML, sampled off this thread over the timed iterations
     with _out_of_memory_hint(cfg, device):
         rates = measure(
             step, next_batch, batch_size=cfg.batch_size, num_warmup_batches=cfg.num_warmup_batches,
             num_batches_per_iter=cfg.num_batches_per_iter, num_iters=cfg.num_iters, clock=clock,
             sync=device_synchronizer(device),
-            on_warmup_done=lambda: (strategy.reset_stats(), say("Running benchmark...")),
+            on_warmup_done=lambda: (strategy.reset_stats(), meter and meter.start(), say("Running benchmark...")),
             on_iter=lambda i, rate: say(f"Iter #{i}: {rate.total_ips:.1f} img/sec per {word}"),
+            forward_timer=forward,
         )
+    measured = meter.stop() if meter else None
     summary = summarize(gather_rates(rates, device))
+    timed_images = cfg.batch_size * cfg.num_batches_per_iter * cfg.num_iters * env.world_size
+    summary.update(energy_summary(measured, timed_images, device), price_per_device_hour=cfg.price_per_device_hour,
+                   cost_per_imagenet_epoch=imagenet_epoch_cost(summary["total_ips"], env.world_size,
+                                                               cfg.price_per_device_hour))
     summary.update(_describe(cfg, env, device, setup, summary))
     summary.update(_peak_memory(device))
     summary.update(_comm_stats(strategy, device))
     say(f"Img/sec per {word}: {summary['img_per_sec_per_rank_mean']:.1f} +-{summary['img_per_sec_per_rank_ci95']:.1f}")
     say(f"Total img/sec on {env.world_size} {word}(s): "
         f"{summary['img_per_sec_total_mean']:.1f} +-{summary['img_per_sec_total_ci95']:.1f}")
+    ranks = describe(summary["stragglers"], "iterations")
+    if ranks:
+        say(ranks[0].upper() + ranks[1:])
     return summary
 
 
@@ -171,6 +217,8 @@ class BenchSetup:
     """Synthetic batches on the device, cycled through."""
     macs: int
     """Multiply-accumulates of one forward pass of one image."""
+    model: nn.Module | None = None
+    """The unwrapped model (inside the strategy's wrapper and torch.compile)."""
 
 
 def build_bench(cfg: BenchConfig, env: DistEnv, device: torch.device) -> BenchSetup:
@@ -184,7 +232,7 @@ def build_bench(cfg: BenchConfig, env: DistEnv, device: torch.device) -> BenchSe
     replica = build_replica(model, env=env, device=device, speed=cfg.speed, strategy=cfg.strategy, optim=optim,
                             global_batch=cfg.batch_size * env.world_size, precision=precision,
                             loss_fn=nn.CrossEntropyLoss())
-    return BenchSetup(replica.parts, synthetic_pool(cfg, device, seed=cfg.seed + env.rank), macs)
+    return BenchSetup(replica.parts, synthetic_pool(cfg, device, seed=cfg.seed + env.rank), macs, replica.model)
 
 
 def synthetic_pool(cfg: BenchConfig, device: torch.device, *, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -24,6 +24,7 @@ COMMANDS = {
     "torchrun": "dlscale.cli.torchrun",
     "comm": "dlscale.cli.comm",
     "predict": "dlscale.cli.predict",
+    "explain": "dlscale.cli.explain",
 }
 
 

@@ -54,6 +54,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--pool-batches", type=int, default=8, help="distinct random batches on the device")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--pg-timeout", type=float, default=600.0, help="seconds before a stuck collective fails")
+    p.add_argument("--price-per-device-hour", type=float, default=None, metavar="PRICE",
+                   help="what one device costs for one hour: prints the cost of an ImageNet epoch at the measured rate")
     p.add_argument("--json", type=Path, default=None, help="also write the summary object to this file")
     p.add_argument("--output-dir", type=Path, default=Path("runs"), help="root of run directories")
     p.add_argument("--name", default=None, help="run directory name (default: from model, precision, time)")
@@ -97,7 +99,7 @@ def config_from_args(args: argparse.Namespace, *, has_gpu: bool) -> tuple[BenchC
     cfg = BenchConfig(
         **fields, num_classes=args.num_classes, width=args.width, precision=precision, speed=speed,
         strategy=strategy_from_args(args, StrategyConfig()), device=args.device, pool_batches=args.pool_batches,
-        seed=args.seed, pg_timeout_s=args.pg_timeout,
+        seed=args.seed, pg_timeout_s=args.pg_timeout, price_per_device_hour=args.price_per_device_hour,
     )
     return cfg, note
 
@@ -132,6 +134,12 @@ def _print_extras(summary: dict) -> None:
               flush=True)
     gib = summary["peak_memory_bytes"] / 2**30
     print(f"Peak memory ({summary['peak_memory_kind']}): {gib:.2f} GiB", flush=True)
+    if summary["energy_j"] is not None:
+        print(f"Energy: {summary['avg_power_w']:.1f} W per GPU, "
+              f"{summary['joules_per_image']:.3f} J/img ({summary['energy_method']}, NVML)", flush=True)
+    if summary["cost_per_imagenet_epoch"] is not None:
+        print(f"Cost: {summary['cost_per_imagenet_epoch']:.2f} per ImageNet epoch (1,281,167 images) at "
+              f"{summary['price_per_device_hour']:g} per device-hour", flush=True)
     if summary["mfu"] is not None:
         print(f"MFU: {100 * summary['mfu']:.1f}% of {summary['peak_tflops']:.1f} TFLOP/s "
               f"({summary['train_gflops_per_image']:.2f} GFLOP per image trained)", flush=True)

@@ -17,6 +17,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from dlscale.errors import ConfigError
+from dlscale.metrics.cost import check_price
 from dlscale.predict import inputs, output, validate
 from dlscale.predict.graphs import TOPOLOGIES
 from dlscale.predict.model import OVERLAPS, STRATEGIES, Ceilings, Strategy, Workload, predict
@@ -78,6 +79,8 @@ def add_parser(subparsers) -> None:
     ceilings.add_argument("--stragglers-from", type=Path, default=None, metavar="DIR",
                           help="a dlscale bench run whose per-rank step spread sets the stragglers term")
     ceilings.add_argument("--step-cv", type=float, default=None, help="the spread (std / mean) of a step, given")
+    p.add_argument("--price-per-device-hour", type=float, default=None, metavar="PRICE",
+                   help="what one device costs for one hour: adds the cost of an ImageNet epoch at each count")
     p.add_argument("--validate", action="store_true", help="predict every shipped published scaling point")
     p.add_argument("--sweep", type=Path, action="append", default=[], metavar="DIR",
                    help="with --validate: a dlscale scale sweep (--nproc 1,2) of this machine, with --comm-run")
@@ -170,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
     if args.validate:
         return _validate(args)
     devices = parse_devices(args.gpus)
+    price = check_price(args.price_per_device_hour)
     workload, net, cores = _inputs(args)
     strategy, ceilings = _strategy(args), _ceilings(args, net, cores)
     batch = args.batch_size if args.global_batch is None and args.peak_tflops is None else None
@@ -177,10 +181,11 @@ def run(args: argparse.Namespace) -> int:
     mode = (f"strong scaling, global batch {args.global_batch}" if args.global_batch
             else f"weak scaling, batch {points[0].batch_per_device} per device")
     title = f"{workload.model}, {mode}, {strategy.name} on {net.name}"
-    print("\n".join([*_header(title, workload, net, strategy, ceilings), "", *output.table(points)]), flush=True)
+    print("\n".join([*_header(title, workload, net, strategy, ceilings), "", *output.table(points, price)]), flush=True)
     settings = {"model": workload.model, "title": title, "devices": devices, "global_batch": args.global_batch,
                 "strategy": asdict(strategy), "network_name": net.name, "network": asdict(net)}
-    result = output.summary(points, settings, {"compute": workload.source, "network": net.source, **ceilings.source})
+    result = output.summary(points, settings, {"compute": workload.source, "network": net.source, **ceilings.source},
+                            price)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

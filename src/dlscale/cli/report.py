@@ -6,8 +6,13 @@ import argparse
 import shlex
 from pathlib import Path
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, DlscaleError
+from dlscale.explain import text
+from dlscale.explain.build import explain_run
+from dlscale.explain.runs import read_run
+from dlscale.metrics.cost import check_price
 from dlscale.report import DEFAULT_TOLERANCE_PTS, build_report
+from dlscale.report.io_rates import parse_epochs
 
 
 def add_parser(subparsers) -> None:
@@ -26,16 +31,31 @@ def add_parser(subparsers) -> None:
     p.add_argument("--top1-tolerance", type=float, default=DEFAULT_TOLERANCE_PTS, metavar="POINTS",
                    help="flag a train run whose final top-1 is more than this many percentage points below the "
                         f"smallest-batch run of the same model and data ({DEFAULT_TOLERANCE_PTS:g})")
+    p.add_argument("--price-per-device-hour", type=float, default=None, metavar="PRICE",
+                   help="what one device costs for one hour, for runs that recorded no price: the runs table "
+                        "shows the cost per epoch")
+    p.add_argument("--io-epochs", default=None, metavar="FIRST:LAST",
+                   help="average the train runs' read GB/s and read operations/s over these epochs (HAL: 10:60); "
+                        "default: all")
+    p.add_argument("--no-explain", action="store_true", help="leave out dlscale explain's findings per run")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    check_price(args.price_per_device_hour)
     if args.top1_tolerance < 0:
         raise ConfigError(f"--top1-tolerance must be >= 0 percentage points, got {args.top1_tolerance:g}")
     words = ["dlscale", "report", *args.paths, "-o", str(args.output_dir),
              *[w for r in args.reference for w in ("--reference", r)], "--top1-tolerance", f"{args.top1_tolerance:g}"]
+    if args.price_per_device_hour is not None:
+        words += ["--price-per-device-hour", f"{args.price_per_device_hour:g}"]
+    io_epochs = parse_epochs(args.io_epochs)
+    if args.io_epochs:
+        words += ["--io-epochs", args.io_epochs]
     report = build_report(args.paths, args.output_dir, args.reference, args.top1_tolerance,
-                          command=" ".join(shlex.quote(w) for w in words))
+                          command=" ".join(shlex.quote(w) for w in words),
+                          price_per_device_hour=args.price_per_device_hour, io_epochs=io_epochs,
+                          explain=None if args.no_explain else _explained)
     for line in report.flagged:
         print(f"FLAG: {line}")
     drawn = [p.name for p in report.files if p.suffix == ".png"]
@@ -44,3 +64,16 @@ def run(args: argparse.Namespace) -> int:
     for name, reason in report.not_drawn.items():
         print(f"  not drawn: {name} ({reason})")
     return 0
+
+
+def _explained(path: Path) -> list[str]:
+    """dlscale explain's few largest findings for a run: against its matching reference, else by itself."""
+    try:
+        run = read_run(path)
+        try:
+            explanation = explain_run(run)
+        except ConfigError:  # no published reference matches: what the run shows by itself
+            explanation = explain_run(run, "none")
+        return text.short(explanation)
+    except DlscaleError as error:
+        return [f"not explained ({error})"]

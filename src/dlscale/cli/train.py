@@ -7,6 +7,8 @@ from dataclasses import replace
 
 from dlscale.cli.common import add_config_arguments, resolve_config
 from dlscale.distributed import DistEnv, shutdown
+from dlscale.metrics.cost import check_price
+from dlscale.metrics.ranks import describe
 from dlscale.train.loop import fit
 
 
@@ -24,6 +26,9 @@ def add_parser(subparsers) -> None:
                    help="stop when validation top-1 reaches this fraction (0.76) and record the time")
     p.add_argument("--output-dir", default="runs", help="root of run directories")
     p.add_argument("--name", default=None, help="run directory name (default: <file>-<preset>)")
+    p.add_argument("--price-per-device-hour", type=float, default=None, metavar="PRICE",
+                   help="what one device costs for one hour: the summary states the cost per epoch and per run "
+                        "(sets price_per_device_hour)")
     p.add_argument("--raport-file", default=None,
                    help="also write NVIDIA DeepLearningExamples' JSON-lines log (DLLL records) here")
     p.set_defaults(run=run)
@@ -36,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
         cfg = replace(cfg, target_accuracy=args.target_accuracy)
     if args.name:
         cfg = replace(cfg, name=args.name)
+    if args.price_per_device_hour is not None:
+        cfg = replace(cfg, price_per_device_hour=check_price(args.price_per_device_hour))
     try:
         summary = fit(cfg, env, run_name=preset, output_dir=args.output_dir, resume=args.resume,
                       raport_file=args.raport_file)
@@ -51,9 +58,18 @@ def _print_summary(s: dict) -> None:
         print(f"stopped by {s['signal']} at epoch {s['epochs_completed']} step {s['steps']}; "
               "run the same command to resume", flush=True)
         return
+    ranks = describe(s["stragglers"], "log windows") if s.get("stragglers") else None
+    if ranks:
+        print(ranks, flush=True)
     if s["best_top1_pct"] is not None:
         print(f"best top-1 {s['best_top1_pct']:.2f}% (epoch {s['best_epoch']}), top-5 {s['best_top5_pct']:.2f}%; "
               f"{s['epochs_completed']} epochs in {s['train_time_s']:.1f} s", flush=True)
+    if s.get("energy_j") is not None:
+        print(f"energy: {s['avg_power_w']:.1f} W per GPU, {s['joules_per_image']:.3f} J/img, "
+              f"{s['energy_j'] / 3.6e6:.3f} kWh ({s['energy_method']}, NVML)", flush=True)
+    if s.get("cost_per_run") is not None:
+        print(f"cost: {s['cost_per_epoch']:.2f} per epoch, {s['cost_per_run']:.2f} for the run "
+              f"({s['world_size']} devices at {s['price_per_device_hour']:g} per device-hour)", flush=True)
     if s["target_top1_pct"] is not None:
         if s["time_to_target_s"] is not None:
             print(f"### Time to {s['target_top1_pct']:.2f}% top-1: {s['time_to_target']} | "

@@ -379,8 +379,13 @@ class TrainConfig:
     """Seconds before a collective that a peer never joins fails."""
     name: str | None = None
     """Run directory name under the output directory (default: the preset's name)."""
+    price_per_device_hour: float | None = None
+    """What one device costs for one hour (--price-per-device-hour): the summary then states the cost per
+    epoch and per run (device-hours x price; no currency)."""
 
     def __post_init__(self) -> None:
+        _check(self.price_per_device_hour is None or self.price_per_device_hour > 0,
+               f"price_per_device_hour={self.price_per_device_hour} must be > 0 (or unset)")
         for key in ("batch_size", "global_batch_size", "val_batch_size", "max_steps_per_epoch"):
             value = getattr(self, key)
             _check(value is None or value >= 1, f"{key}={value} must be >= 1 (or unset)")
@@ -425,8 +430,13 @@ class BenchConfig:
     """Seed of the weights and of the synthetic batches (rank r uses seed + r)."""
     pg_timeout_s: float = 600.0
     """Seconds before a collective that a peer never joins fails."""
+    price_per_device_hour: float | None = None
+    """What one device costs for one hour: the summary then states the cost of an ImageNet epoch at the
+    measured rate."""
 
     def __post_init__(self) -> None:
+        if self.price_per_device_hour is not None and not self.price_per_device_hour > 0:
+            raise ConfigError(f"--price-per-device-hour must be > 0, got {self.price_per_device_hour}")
         positive = ("batch_size", "num_batches_per_iter", "num_iters", "num_classes", "width", "pool_batches")
         for name in positive:
             if getattr(self, name) <= 0:

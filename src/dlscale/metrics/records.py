@@ -16,7 +16,11 @@ from dlscale.metrics.run import RunDir, to_jsonable
 # TensorBoard tags (docs/references.md#tensorboard-tags; HAL and SC20 log the same quantities). Log steps
 # and epoch ends write disjoint tags, so every tag is one increasing sequence of steps.
 TB_TRAIN_TAGS = {"train_loss": "loss/train", "lr": "lr", "throughput_img_per_s": "throughput/train",
-                 "consensus_distance": "consensus/distance", "comm_time_ms_per_step": "comm/time_ms_per_step"}
+                 "consensus_distance": "consensus/distance", "comm_time_ms_per_step": "comm/time_ms_per_step",
+                 **{f"io_{key}": f"io/{key}" for key in ("read_gb_per_s", "read_ops_per_s", "files_per_s",
+                                                         "file_read_gb_per_s", "storage_read_gb_per_s")}}
+"""io/*: what the input pipeline read per second in each log window, over all ranks (HAL's file-system
+GB/s and IOPS over a run: docs/references.md#hal-io)."""
 TB_EPOCH_TAGS = {"val_loss": "loss/val", "val_top1_pct": "top1/val", "val_top5_pct": "top5/val",
                  "throughput_img_per_s": "throughput/epoch"}
 

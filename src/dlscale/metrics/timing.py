@@ -83,6 +83,14 @@ class DeviceTimer:
         self.count += 1
         self._open = None
 
+    def __enter__(self) -> DeviceTimer:
+        """`with timer:` times its body (train_step's regions use it for the forward pass)."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
     def total_s(self) -> float:
         """Seconds summed over the intervals since the last reset (waits for the last CUDA event)."""
         if self.pairs:
@@ -97,6 +105,15 @@ class DeviceTimer:
         event = self.event(enable_timing=True)
         event.record()
         return event
+
+
+def time_forward(module: torch.nn.Module, timer: DeviceTimer) -> None:
+    """Time `module`'s own forward passes in training mode with `timer`, by hooks on the module: inside a
+    DDP wrapper that is after the buffer broadcast DDP's forward starts with, where every rank waits for
+    rank 0 (and on gloo rank 0 for the others), which would hide a slow rank. Not for compiled models,
+    whose graphs the hooks would break: time the wrapper's forward there (train_step's regions)."""
+    module.register_forward_pre_hook(lambda m, args: timer.start() if m.training else None)
+    module.register_forward_hook(lambda m, args, out: timer.stop() if m.training else None)
 
 
 @dataclass

@@ -9,6 +9,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from dlscale.metrics.cost import imagenet_epoch_cost
 from dlscale.metrics.provenance import host_info
 from dlscale.predict.model import Point
 
@@ -16,22 +17,28 @@ HEADERS = ("devices", "nodes", "batch", "compute ms", "comm ms", "exposed ms", "
            "img/s/device", "img/s total", "efficiency", "limited by")
 
 
-def table(points: list[Point]) -> list[str]:
-    """Aligned rows, one per device count."""
+def table(points: list[Point], price_per_device_hour: float | None = None) -> list[str]:
+    """Aligned rows, one per device count; with a price, the cost of an ImageNet epoch at each count."""
+    headers = HEADERS if price_per_device_hour is None else (*HEADERS[:-1], "cost/ImageNet epoch", HEADERS[-1])
     rows = [[f"{p.devices}", f"{p.nodes}", f"{p.batch_per_device}", f"{p.compute_ms:.2f}", f"{p.comm_ms:.2f}",
              f"{p.exposed_ms:.2f}", f"{p.stragglers_ms:.2f}", f"{p.step_ms:.2f}", f"{p.img_per_s_per_device:,.1f}",
              f"{p.img_per_s_total:,.0f}", f"{100 * p.efficiency:.1f}%" if p.efficiency is not None else "-",
+             *([] if price_per_device_hour is None else
+               [f"{imagenet_epoch_cost(p.img_per_s_total, p.devices, price_per_device_hour):,.2f}"]),
              p.limit] for p in points]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     line = lambda cells: "  ".join(c.rjust(w) if i < len(cells) - 1 else c  # noqa: E731 - a one-line formatter
                                    for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
-    return [line(HEADERS), *(line(r) for r in rows)]
+    return [line(headers), *(line(r) for r in rows)]
 
 
-def summary(points: list[Point], settings: dict, inputs: dict) -> dict:
-    """summary.json of a predict run: what it was asked, where each input came from, every point."""
-    return {"kind": "predict", **settings, "inputs": inputs, "points": [p.as_dict() for p in points],
-            "max_devices": max(p.devices for p in points)}
+def summary(points: list[Point], settings: dict, inputs: dict, price_per_device_hour: float | None = None) -> dict:
+    """summary.json of a predict run: what it was asked, where each input came from, every point (with
+    the cost of an ImageNet epoch when a price is given)."""
+    rows = [{**p.as_dict(), "cost_per_imagenet_epoch": imagenet_epoch_cost(p.img_per_s_total, p.devices,
+                                                                            price_per_device_hour)} for p in points]
+    return {"kind": "predict", **settings, "inputs": inputs, "price_per_device_hour": price_per_device_hour,
+            "points": rows, "max_devices": max(p.devices for p in points)}
 
 
 def _write_json(path: Path, data) -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlscale.report import loader, plots, predictions
+from dlscale.report import io_rates, loader, plots, predictions
 from dlscale.report import tables as t
 from dlscale.report.compare import dist_optimizer_rows, progression_rows
 from dlscale.report.load import Collection, load
@@ -29,6 +30,7 @@ PLOTS = {
     "progression.png": "Throughput over precision and speed settings",
     "dist_optimizers.png": "allreduce vs neighbor-allreduce (and other strategies)",
     "loader_workers.png": "Input pipeline: speedup vs DataLoader workers",
+    "io_over_time.png": "I/O throughout training: read GB/s and read operations/s per log window",
 }
 
 
@@ -54,6 +56,8 @@ class Figures:
     times: list
     progression: list
     strategies: list
+    io_runs: list
+    """Train runs with per-window read counters (report.io_rates.IORun)."""
 
 
 def compute(collection: Collection, tolerance_pts: float) -> Figures:
@@ -63,11 +67,16 @@ def compute(collection: Collection, tolerance_pts: float) -> Figures:
              for a in accuracy if a.flagged}
     efficiencies = {r.run.path: r.efficiency for s in series for r in s.ok_rows}
     return Figures(collection, series, accuracy, flags, time_rows(series),
-                   progression_rows(collection.runs, efficiencies), dist_optimizer_rows(collection.runs, efficiencies))
+                   progression_rows(collection.runs, efficiencies), dist_optimizer_rows(collection.runs, efficiencies),
+                   io_rates.io_runs([r.path for r in collection.runs if r.kind == "train"]))
 
 
 def build_report(paths: list, out_dir: Path, references: list[str] = (),
-                 tolerance_pts: float = DEFAULT_TOLERANCE_PTS, command: str = "") -> Report:
+                 tolerance_pts: float = DEFAULT_TOLERANCE_PTS, command: str = "",
+                 price_per_device_hour: float | None = None, io_epochs: tuple[int, int] | None = None,
+                 explain: Callable[[Path], list[str]] | None = None) -> Report:
+    """explain: lines for a run directory (dlscale explain's findings; the CLI passes them in, since
+    explain/ sits above report/ in the layers)."""
     refs = [load_reference(name) for name in resolve_names(list(references))]
     figures = compute(load(paths), tolerance_pts)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -76,7 +85,7 @@ def build_report(paths: list, out_dir: Path, references: list[str] = (),
                       f"{a.baseline.name} (global batch {a.baseline.global_batch}, {a.baseline.final_top1:.2f}%)"
                       for a in figures.accuracy if a.flagged]
     tables = {
-        "runs": t.runs_table(figures.collection.runs),
+        "runs": t.runs_table(figures.collection.runs, price_per_device_hour),
         "scaling": t.scaling_table(figures.series, figures.flags),
         "speedup": t.time_table(figures.times),
         "accuracy": t.accuracy_table(figures.accuracy, tolerance_pts),
@@ -85,19 +94,22 @@ def build_report(paths: list, out_dir: Path, references: list[str] = (),
         "references": t.reference_table(refs),
         "loader": loader.table(figures.collection.loaders),
         "predictions": predictions.table(figures.collection.predictions, figures.collection.runs),
+        "io": io_rates.table(figures.io_runs, io_epochs),
     }
-    headers = {**t.CSV_HEADERS, "loader": loader.CSV, "predictions": predictions.CSV}
+    headers = {**t.CSV_HEADERS, "loader": loader.CSV, "predictions": predictions.CSV, "io": io_rates.CSV}
     for name, (_, raw) in tables.items():
         report.files.append(t.write_csv(out_dir / f"{name}.csv", headers[name], raw))
     report.files.append(t.write_csv(out_dir / "epochs.csv", t.EPOCH_CSV, t.epochs_rows(figures.collection.runs)))
-    _draw(figures, refs, tolerance_pts, report)
-    text = _markdown(figures.collection, refs, tables, report, tolerance_pts, command)
+    _draw(figures, refs, tolerance_pts, report, io_epochs)
+    findings = {run.name: explain(run.path) for run in figures.collection.runs} if explain else {}
+    text = _markdown(figures.collection, refs, tables, report, tolerance_pts, command, findings)
     (out_dir / "report.md").write_text(text)
     report.files.insert(0, out_dir / "report.md")
     return report
 
 
-def _draw(f: Figures, refs: list[Reference], tolerance_pts: float, report: Report) -> None:
+def _draw(f: Figures, refs: list[Reference], tolerance_pts: float, report: Report,
+          io_epochs: tuple[int, int] | None = None) -> None:
     flagged = set(f.flags)
     runs = f.collection.runs
     drawers = {
@@ -110,6 +122,7 @@ def _draw(f: Figures, refs: list[Reference], tolerance_pts: float, report: Repor
         "progression.png": lambda p: plots.progression(p, f.progression, refs),
         "dist_optimizers.png": lambda p: plots.dist_optimizers(p, f.strategies, refs),
         "loader_workers.png": lambda p: loader.speedup_plot(p, f.collection.loaders, refs),
+        "io_over_time.png": lambda p: io_rates.plot(p, f.io_runs, io_epochs),
     }
     for name, draw in drawers.items():
         path = report.out_dir / name
@@ -122,7 +135,7 @@ def _draw(f: Figures, refs: list[Reference], tolerance_pts: float, report: Repor
 
 
 def _markdown(collection: Collection, refs: list[Reference], tables: dict, report: Report,
-              tolerance: float, command: str) -> str:
+              tolerance: float, command: str, findings: dict | None = None) -> str:
     def table(name: str, headers: list[str]) -> str:
         shown = tables[name][0]
         return t.markdown(headers, shown) if shown else "_No runs for this table._"
@@ -187,6 +200,22 @@ def _markdown(collection: Collection, refs: list[Reference], tables: dict, repor
         "error = predicted / measured - 1. How the model works: docs/prediction.md.",
         "",
         table("predictions", predictions.HEADERS),
+        "",
+        "## I/O throughout training",
+        "",
+        "What each train run's input pipeline read per second over all ranks (main processes and loader workers: "
+        "/proc read bytes and read() calls; files the data sets opened), averaged over the epochs chosen with "
+        "--io-epochs (HAL's report averages epochs 10 to 60).",
+        "",
+        table("io", io_rates.HEADERS),
+        "",
+        "## Why below the reference (dlscale explain)",
+        "",
+        "Each run against the published figure of its model, precision and device, the largest estimated effects "
+        "first (`dlscale explain RUN` gives the evidence and what to change; docs/explain.md).",
+        "",
+        *([f"- `{name}`: {line}" for name, lines in (findings or {}).items() for line in lines]
+          or ["_Not computed._"]),
         "",
     ]
     out += _reference_section(refs, tables)

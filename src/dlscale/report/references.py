@@ -95,6 +95,13 @@ class Reference:
     sources: tuple[dict, ...]
     notes: tuple[str, ...]
     series: tuple[RefSeries, ...]
+    model: str | None = None
+    """The dlscale model name of the published runs (resnet50), where they ran one."""
+    recipe: dict = field(default_factory=dict)
+    """How the published runs trained (channels_last, cudnn_benchmark, fused_optimizer, compile, cuda_graphs,
+    data_backend, loader_workers), with its sources; a series' own "recipe" adds to it (recipe_of)."""
+    software: dict = field(default_factory=dict)
+    """What the published runs ran on (torch, CUDA, a container), with its sources."""
 
     def get(self, series_id: str) -> RefSeries:
         for s in self.series:
@@ -104,6 +111,15 @@ class Reference:
 
     def of_kind(self, *kinds: str) -> list[RefSeries]:
         return [s for s in self.series if s.kind in kinds]
+
+    def recipe_of(self, series: RefSeries) -> dict:
+        """The reference's recipe with the series' own settings over it, and its precision and batch."""
+        recipe = {**self.recipe, **series.meta.get("recipe", {})}
+        recipe["source"] = sorted({*self.recipe.get("source", []), *series.meta.get("recipe", {}).get("source", [])})
+        for key in ("precision", "batch_per_device"):
+            if series.meta.get(key) is not None:
+                recipe[key] = series.meta[key]
+        return recipe
 
     def source_text(self, series: RefSeries) -> str:
         ids = series.meta.get("source", [])
@@ -169,8 +185,13 @@ def _parse(data: dict, where: str) -> Reference:
             raise ValueError(f"series {raw['id']} has no points")
         series.append(RefSeries(data["name"], raw["id"], raw["label"], raw["kind"],
                                 tuple(raw["points"]), meta))
+    for part in (data.get("recipe", {}), data.get("software", {}), *(s.meta.get("recipe", {}) for s in series)):
+        missing = [s for s in part.get("source", []) if s not in source_ids]
+        if missing:
+            raise ValueError(f"recipe or software names unknown sources {missing}")
     return Reference(
         name=data["name"], title=data["title"], hardware=data.get("hardware", {}),
         workload=data.get("workload", ""), sources=tuple(data["sources"]),
-        notes=tuple(data.get("notes", ())), series=tuple(series),
+        notes=tuple(data.get("notes", ())), series=tuple(series), model=data.get("model"),
+        recipe=data.get("recipe", {}), software=data.get("software", {}),
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from dlscale.metrics.cost import imagenet_epoch_cost, train_costs
 from dlscale.report.compare import CompareRow
 from dlscale.report.references import Reference
 from dlscale.report.scaling import AccuracyRow, Series, TimeRow
@@ -80,19 +81,31 @@ def scaling_table(series: list[Series], flags: dict | None = None) -> tuple[list
 
 
 RUNS_HEADERS = ["run", "kind", "model", "precision + options", "dist optimizer", "world size", "global batch",
-                "total img/s", "final top-1 %", "train time s", "path"]
+                "total img/s", "final top-1 %", "train time s", "W per GPU", "J/img", "cost per epoch", "path"]
 
 
-def runs_table(runs) -> tuple[list, list]:
+def runs_table(runs, price_per_device_hour: float | None = None) -> tuple[list, list]:
+    """One row per run. Cost per epoch: a train run's mean epoch (validation included), a bench run's
+    ImageNet epoch at its rate, at the run's own price or the report's (metrics/cost.py)."""
     shown, raw = [], []
     for r in sorted(runs, key=lambda r: (r.kind, r.world_size, r.name)):
         s = r.summary
         values = [r.name, r.kind, s.get("model"), r.setting, s.get("dist_optimizer"), r.world_size,
-                  r.global_batch, r.total_ips, r.final_top1, r.train_time_s, str(r.path)]
+                  r.global_batch, r.total_ips, r.final_top1, r.train_time_s, s.get("avg_power_w"),
+                  s.get("joules_per_image"), _epoch_cost(r, price_per_device_hour), str(r.path)]
         raw.append(values)
         shown.append([*values[:7], fmt(r.total_ips), fmt(r.final_top1, ".2f"), fmt(r.train_time_s, ".2f"),
-                      values[10]])
+                      fmt(values[10]), fmt(values[11], ".3f"), fmt(values[12], ".2f"), values[13]])
     return shown, raw
+
+
+def _epoch_cost(run, price: float | None) -> float | None:
+    price = run.summary.get("price_per_device_hour") or price
+    if price is None:
+        return None
+    if run.kind == "train":
+        return train_costs(list(run.epochs), run.train_time_s, run.world_size, price).get("cost_per_epoch")
+    return imagenet_epoch_cost(run.total_ips, run.world_size, price)
 
 
 TIME_HEADERS = ["series", "world size", "time", "T_base / T_N", "ideal N / N_base", "efficiency", "run"]
@@ -175,7 +188,8 @@ def reference_table(references: list[Reference]) -> tuple[list, list]:
 
 CSV_HEADERS = {
     "runs": ["run", "kind", "model", "setting", "dist_optimizer", "world_size", "global_batch",
-             "total_img_per_s", "final_top1_pct", "train_time_s", "path"],
+             "total_img_per_s", "final_top1_pct", "train_time_s", "avg_power_w", "joules_per_image",
+             "cost_per_epoch", "path"],
     "scaling": SCALING_CSV,
     "speedup": ["series", "world_size", "time_s", "speedup_time_base_over_time_n", "ideal", "efficiency", "path"],
     "accuracy": ["run", "model_data", "world_size", "global_batch", "final_top1_pct", "best_top1_pct",

@@ -27,14 +27,18 @@ from dlscale.data import (
     all_reduce_eval_sums,
     build_loaders,
 )
+from dlscale.data.counting import ReadMeter, count_reads
 from dlscale.data.dataset import EXCLUDED_LABEL
 from dlscale.distributed import DistEnv, init_process_group, select_device
 from dlscale.errors import ConfigError, DlscaleError, StorageError
+from dlscale.metrics.cost import train_costs
+from dlscale.metrics.energy import device_energy_meter, energy_summary
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.input_bound import input_bound_warning
+from dlscale.metrics.ranks import lead_times, slowest, stragglers
 from dlscale.metrics.records import Records
 from dlscale.metrics.run import RunDir, to_jsonable
-from dlscale.metrics.timing import DeviceTimer, IterationTimes, device_synchronizer, format_duration
+from dlscale.metrics.timing import DeviceTimer, IterationTimes, device_synchronizer, format_duration, time_forward
 from dlscale.models import build_model
 from dlscale.precision import build_precision, precision_note
 from dlscale.train.checkpoint import CheckpointManager
@@ -45,7 +49,7 @@ from dlscale.train.replica import build_replica
 from dlscale.train.schedule import LRSchedule
 from dlscale.train.signals import PreemptionHandler
 from dlscale.train.state import Progress, RunState
-from dlscale.train.step import StepParts, train_step
+from dlscale.train.step import StepParts, no_regions, train_step
 
 clock = time.perf_counter
 """The host clock of log windows (read after the window's device synchronisation)."""
@@ -80,6 +84,15 @@ class Run:
     """Waits for the device's queued work: every timed window ends with it before its clock is read."""
     clock_origin: tuple[float, float] = (0.0, 0.0)
     """(perf_counter, elapsed_s) when this attempt started; elapsed = e0 + now - t0."""
+    forward: DeviceTimer | None = None
+    """Times the forward passes for the log windows (by hooks on the model unless it is compiled)."""
+    forward_in_regions: bool = False
+    """A compiled model: time the forward as train_step's "forward" region (with DDP's broadcast)."""
+    reads: ReadMeter | None = None
+    """What the training input pipeline read (data set counts and /proc counters), per log window."""
+    rank_windows: list[dict] = field(default_factory=list)
+    """Each log window's per-rank step, data wait, forward and lead (data + forward) times in ms per
+    step, epochs' first windows left out (their data wait includes the loader workers' start)."""
 
     def elapsed_s(self) -> float:
         t0, e0 = self.clock_origin
@@ -140,10 +153,17 @@ def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, 
     if note:
         run.records.message(note)
     run.clock_origin = (time.perf_counter(), progress.elapsed_s)
+    meter, first_step = device_energy_meter(device), progress.step  # NVML, sampled off this thread
     try:
         run.preemption = preemption
+        if meter:
+            meter.start()
         preempted = _epochs(run, progress)
         summary = _summary(run, progress, preempted=preempted, signal=run.stop_signal or preemption.signal_name)
+        # Energy of this attempt's training (validation and checkpoints included) per image it trained.
+        summary.update(energy_summary(meter.stop() if meter else None,
+                                      (progress.step - first_step) * run.plan.global_batch, device),
+                       **train_costs(progress.history, progress.elapsed_s, env.world_size, cfg.price_per_device_hour))
         run.records.summary(summary)
         return summary
     finally:
@@ -184,8 +204,16 @@ def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: Run
         train_loader=train_loader, val_loader=val_loader, info=info,
         state=RunState(replica.model, optimizer, schedule, precision, train_loader.sampler, checkpoints, device,
                        settings={**to_jsonable(cfg), "world_size": env.world_size}),
-        sync=device_synchronizer(device),
+        sync=device_synchronizer(device), reads=ReadMeter(count_reads(train_loader)),
+        **_forward_timer(replica.model, device, compiled=cfg.speed.compile),
     )
+
+
+def _forward_timer(model: nn.Module, device: torch.device, *, compiled: bool) -> dict:
+    forward = DeviceTimer(device)
+    if not compiled:
+        time_forward(model, forward)
+    return {"forward": forward, "forward_in_regions": compiled}
 
 
 def _seed(seed: int, deterministic: bool, device: torch.device) -> None:
@@ -239,7 +267,7 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
     run.train_loader.sampler.set_epoch(progress.epoch, start_index=consumed * run.env.world_size)
     run.parts.model.train()
     batches = iter(DevicePrefetcher(run.train_loader, run.device, run.normalizer))
-    window = _Window(clock(), DeviceTimer(run.device), first=True)
+    window = _new_window(run, first=True)
     skipped: list[str] = []
     stopped = False
     while progress.epoch_step < plan.steps_per_epoch and not stopped:
@@ -251,13 +279,13 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
             window.data.stop()
             skipped.extend(batch.skipped)
             micro.append((batch.images, batch.labels))
-        loss = train_step(run.parts, micro)
+        loss = train_step(run.parts, micro, regions=window.regions)
         window.add(loss, plan.global_batch // run.env.world_size)
         progress.step += 1
         progress.epoch_step += 1
         if progress.step % cfg.log_every == 0 or progress.epoch_step == plan.steps_per_epoch:
             stopped = _log(run, progress, window)
-            window = _Window(clock(), DeviceTimer(run.device))
+            window = _new_window(run)
         else:
             stopped = _preempted_locally(run)
         every = cfg.checkpoint.every_steps
@@ -280,6 +308,9 @@ class _Window:
     start: float
     data: DeviceTimer
     """The time the device waited for its batches (on the CPU: the time the step waited)."""
+    forward: DeviceTimer
+    """The forward passes, timed without a host synchronisation (Run.forward, reset for this window)."""
+    forward_in_regions: bool = False
     first: bool = False
     """The epoch's first window: its data wait includes the loader workers' start-up."""
     images: int = 0
@@ -291,30 +322,48 @@ class _Window:
         self.images += images
         self.steps += 1
 
+    def regions(self, name: str):
+        """train_step's regions: the forward timer around "forward", nothing around the other parts."""
+        return self.forward if self.forward_in_regions and name == "forward" else no_regions(name)
+
+
+def _new_window(run: Run, first: bool = False) -> _Window:
+    if run.reads is not None:
+        run.reads.sample()  # the window counts reads from here: evaluation's are not the training input's
+    run.forward.reset()
+    return _Window(clock(), DeviceTimer(run.device), run.forward, run.forward_in_regions, first=first)
+
+
+READ_KEYS = ("files", "file_bytes", "read_bytes", "read_calls", "storage_read_bytes")
+"""What the input pipeline read in a window (data.counting.ReadMeter), summed over ranks."""
+
 
 def _log(run: Run, progress: Progress, window: _Window) -> bool:
     """Reduce the window's metrics across ranks (one collective); return the agreed stop flag."""
-    mean_loss = torch.stack(window.losses).float().mean()
+    mean_loss = torch.stack(window.losses).double().mean()
     run.sync()  # the window's device work is done before its clock is read
     elapsed = clock() - window.start
-    data_s = window.data.total_s()
-    local = torch.stack([
-        mean_loss,
-        torch.tensor(window.images / elapsed, device=run.device),
-        torch.tensor(window.images / max(elapsed - data_s, 1e-9), device=run.device),
-        *(torch.tensor(vote, device=run.device) for vote in run.preemption.votes()),
-    ])
-    if dist.is_initialized():
-        dist.all_reduce(local)  # sums: the ranks' rates add up to the job's throughput
-    loss_sum, rate, compute_rate, *votes = local.tolist()  # the one host sync of the window
-    run.stop_signal = run.preemption.agreed_name(votes)
+    data_s, forward_s = window.data.total_s(), window.forward.total_s()
+    reads = run.reads.sample() if run.reads is not None else {}
+    votes = run.preemption.votes()
+    summed = [window.images / elapsed, window.images / max(elapsed - data_s, 1e-9),
+              *(reads.get(key, 0.0) for key in READ_KEYS), *votes]
+    own = [1000 * elapsed / window.steps, 1000 * data_s / window.steps, 1000 * forward_s / window.steps]
+    local = torch.cat([mean_loss.reshape(1), torch.tensor(summed + own, dtype=torch.float64, device=run.device)])
+    ranks = _gather(local)  # sums over ranks: the ranks' rates add up to the job's throughput
+    totals, per_rank = ranks.sum(dim=0).tolist(), ranks[:, -3:].T.tolist()  # the one host sync of the window
+    loss_sum, rate, compute_rate = totals[:3]
+    read = dict(zip(READ_KEYS, totals[3:3 + len(READ_KEYS)], strict=True))
+    run.stop_signal = run.preemption.agreed_name(totals[3 + len(READ_KEYS):-3])
+    step_ms, data_ms, forward_ms = per_rank
     record = {
         "epoch": progress.epoch, "step": progress.step, "iteration": progress.epoch_step,
         "train_loss": loss_sum / run.env.world_size, "lr": run.parts.optimizer.param_groups[0]["lr"],
         "throughput_img_per_s": rate, "compute_img_per_s": compute_rate,
         "data_time_ms": 1000 * data_s / window.steps, "step_time_ms": 1000 * elapsed / window.steps,
         "grad_scale": run.parts.precision.scaler.get_scale(),  # 1.0 without fp16 loss scaling
-        **_strategy_metrics(run),
+        **_strategy_metrics(run), **_reads_record(read, elapsed), "window_s": elapsed, "elapsed_s": run.elapsed_s(),
+        **_ranks_record(run, window, step_ms, data_ms, forward_ms),
     }
     run.records.train(record)
     if not window.first and run.warned_epoch != progress.epoch:
@@ -326,6 +375,38 @@ def _log(run: Run, progress: Progress, window: _Window) -> bool:
             run.warned_epoch = progress.epoch  # once per epoch
             run.records.message(warning)
     return run.stop_signal is not None
+
+
+def _gather(local: torch.Tensor) -> torch.Tensor:
+    """Every rank's vector, one row per rank (one all_gather; the vector itself with one process)."""
+    if not dist.is_initialized():
+        return local[None]
+    rows = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(rows, local)
+    return torch.stack(rows)
+
+
+def _reads_record(read: dict, elapsed: float) -> dict:
+    """The window's reads over all ranks, as counts and rates (docs/explain.md#io-throughout-training)."""
+    return {
+        "io_files": int(read["files"]), "io_file_bytes": int(read["file_bytes"]),
+        "io_read_bytes": int(read["read_bytes"]), "io_read_calls": int(read["read_calls"]),
+        "io_storage_read_bytes": int(read["storage_read_bytes"]),
+        "io_files_per_s": read["files"] / elapsed, "io_file_read_gb_per_s": read["file_bytes"] / elapsed / 1e9,
+        "io_read_gb_per_s": read["read_bytes"] / elapsed / 1e9, "io_read_ops_per_s": read["read_calls"] / elapsed,
+        "io_storage_read_gb_per_s": read["storage_read_bytes"] / elapsed / 1e9,
+    }
+
+
+def _ranks_record(run: Run, window: _Window, step_ms: list, data_ms: list, forward_ms: list) -> dict:
+    """Every rank's step, data wait and forward time per step, and the slowest rank by lead time
+    (data wait + forward: what allreduce does not even out; dlscale.metrics.ranks)."""
+    lead = lead_times([data_ms], [forward_ms])[0]
+    rank, excess = slowest(lead)
+    if not window.first:
+        run.rank_windows.append({"step": step_ms, "data": data_ms, "forward": forward_ms, "lead": lead})
+    return {"rank_step_ms": step_ms, "rank_data_ms": data_ms, "rank_forward_ms": forward_ms,
+            "slowest_rank": rank, "slowest_excess_pct": 100 * excess}
 
 
 def _strategy_metrics(run: Run) -> dict:
@@ -458,6 +539,20 @@ def _summary(run: Run, progress: Progress, *, preempted: bool, signal: str | Non
         "target_top1_pct": 100 * cfg.target_accuracy if cfg.target_accuracy is not None else None,
         "time_to_target_s": tts, "time_to_target": format_duration(tts) if tts is not None else None,
         "train_time_s": progress.elapsed_s, "total_ips": sum(rates) / len(rates) if rates else None,
-        "skipped_samples": progress.skipped_samples,
+        "skipped_samples": progress.skipped_samples, **_ranks_summary(run),
         "preempted": preempted, "signal": signal, "history": progress.history,
     }
+
+
+def _ranks_summary(run: Run) -> dict:
+    """Each rank's mean step, data wait and forward time per step over the log windows (epochs' first
+    windows left out), and the straggler verdict over those windows (metrics.jsonl has each window)."""
+    windows = run.rank_windows
+
+    def mean(key: str) -> list[float] | None:
+        if not windows:
+            return None
+        return [sum(w[key][r] for w in windows) / len(windows) for r in range(len(windows[0][key]))]
+
+    return {"rank_step_ms": mean("step"), "rank_data_ms": mean("data"), "rank_forward_ms": mean("forward"),
+            "rank_lead_ms": mean("lead"), "stragglers": stragglers([w["lead"] for w in windows])}

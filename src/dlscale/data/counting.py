@@ -1,0 +1,85 @@
+"""What the input pipeline read: files and bytes counted by the data set, and the kernel's counters of
+the processes that read them (the main process and its DataLoader workers).
+
+No kernel counter gives file opens, so the data set counts them itself, with the bytes of the files it
+opened (one os.stat per file), in a shared-memory tensor with one row per process (main = row 0,
+worker k = row k + 1): workers never write the same element and no lock is needed. Each row also
+holds the pid of the process that last loaded through it, which is how the main process finds its
+workers' /proc counters, also when the DataLoader restarts them every epoch (the rows outlive them).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch.utils.data import get_worker_info
+
+from dlscale.metrics.proc_io import ProcessReads
+
+FILES, BYTES, PID = 0, 1, 2
+
+
+class CountingSource:
+    """A source that counts the files it opens and their bytes, and which process opened them."""
+
+    def __init__(self, source, workers: int):
+        self.source = source
+        self.counts = torch.zeros((workers + 1, 3), dtype=torch.int64).share_memory_()
+        self.has_files = hasattr(source, "path")
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def load(self, index: int):
+        info = get_worker_info()
+        row = self.counts[0 if info is None else info.id + 1]
+        try:
+            return self.source.load(index)
+        finally:
+            if self.has_files:
+                row[FILES] += 1
+                row[BYTES] += os.stat(self.source.path(index)).st_size
+            row[PID] = os.getpid()
+
+    def totals(self) -> tuple[int, int]:
+        files, size = self.counts[:, :PID].sum(dim=0).tolist()
+        return int(files), int(size)
+
+    def worker_pids(self) -> list[int]:
+        """Processes other than this one that have loaded samples (the current worker of each row)."""
+        me = os.getpid()
+        return [pid for pid in self.counts[:, PID].tolist() if pid and pid != me]
+
+
+def count_reads(loader) -> CountingSource:
+    """Wrap the source of a DataLoader of ImageDataset in a CountingSource (before its workers start)."""
+    counting = CountingSource(loader.dataset.source, loader.num_workers)
+    loader.dataset.source = counting
+    return counting
+
+
+class ReadMeter:
+    """A loader's reads since the last sample(): the data set's file counts and the kernel's counters
+    of the main process and its workers, as one dict of differences:
+
+        files, file_bytes        files the data set opened and their sizes
+        read_bytes, read_calls   /proc rchar and syscr: every byte and read() call of those processes
+        storage_read_bytes       /proc read_bytes: what had to come from storage (page-cache misses)
+        cpu_s                    their CPU seconds
+    """
+
+    def __init__(self, counting: CountingSource):
+        self.counting = counting
+        self.processes = ProcessReads()
+        self.counted = (0, 0)
+        self.sample()
+
+    def sample(self) -> dict[str, float]:
+        files, size = self.counting.totals()
+        os_delta = self.processes.sample([os.getpid(), *self.counting.worker_pids()])
+        delta = {"files": float(files - self.counted[0]), "file_bytes": float(size - self.counted[1]),
+                 "read_bytes": os_delta["rchar"], "read_calls": os_delta["syscr"],
+                 "storage_read_bytes": os_delta["read_bytes"], "cpu_s": os_delta["cpu_s"]}
+        self.counted = (files, size)
+        return delta

@@ -1,0 +1,169 @@
+"""What `dlscale explain` reads: run directories (summary.json, config.json, env.json, metrics.jsonl)
+and sweep directories (sweep.json and a run directory per point). JSON only: no torch, no matplotlib.
+Every problem with the input is a ConfigError of one line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dlscale.errors import ConfigError
+
+KINDS = ("bench", "train")
+
+
+def read_json(path: Path, what: str = "") -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        why = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else " ".join(str(error).split())
+        raise ConfigError(f"{path}: cannot be read as JSON ({why}); re-run{what} or remove the directory") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a JSON object; re-run{what} or remove the directory")
+    return data
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """One bench or train run as its files describe it."""
+
+    path: Path
+    summary: dict
+    config: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)
+    windows: tuple[dict, ...] = ()
+    """metrics.jsonl's log-step records (train runs)."""
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def kind(self) -> str:
+        return self.summary["kind"]
+
+    @property
+    def world_size(self) -> int:
+        return int(self.summary.get("world_size") or 1)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.summary.get("num_nodes") or 1)
+
+    @property
+    def model(self) -> str:
+        return str(self.summary.get("model") or self.config.get("model", {}).get("name") or "?")
+
+    @property
+    def precision(self) -> str:
+        return str(self.summary.get("precision") or self.config.get("precision") or "fp32")
+
+    @property
+    def device(self) -> str:
+        return str(self.summary.get("device") or self.env.get("device_type") or "cpu")
+
+    @property
+    def device_name(self) -> str:
+        return str(self.summary.get("device_name") or self.env.get("device_name") or self.device)
+
+    @property
+    def batch(self) -> int | None:
+        value = self.summary.get("batch_size")
+        return int(value) if value else None
+
+    @property
+    def total_ips(self) -> float | None:
+        key = "img_per_sec_total_mean" if self.kind == "bench" else "total_ips"
+        return _number(self.summary.get(key))
+
+    @property
+    def per_device_ips(self) -> float | None:
+        total = self.total_ips
+        return None if total is None else total / self.world_size
+
+    def steady_rates(self) -> tuple[float | None, float | None]:
+        """(total, compute) images/s: the bench's figures, or the mean over a train run's log windows after
+        each epoch's first (all windows when there are no others); compute leaves the data wait out."""
+        if self.kind == "bench":
+            return self.total_ips, _number(self.summary.get("compute_ips"))
+        windows = self.steady_windows() or list(self.windows)
+        pairs = [(w["throughput_img_per_s"], w["compute_img_per_s"]) for w in windows
+                 if w.get("throughput_img_per_s") and w.get("compute_img_per_s")]
+        if not pairs:
+            return self.total_ips, None
+        return sum(p[0] for p in pairs) / len(pairs), sum(p[1] for p in pairs) / len(pairs)
+
+    def speed(self, key: str) -> bool | None:
+        """A speed option as the run recorded it (bench: summary; train: config speed.*)."""
+        if key in self.summary:
+            return self.summary[key]
+        return self.config.get("speed", {}).get(key)
+
+    @property
+    def data(self) -> dict:
+        """The data settings of a train run ({} for bench: synthetic batches already on the device)."""
+        return self.config.get("data", {}) if self.kind == "train" else {}
+
+    def steady_windows(self) -> list[dict]:
+        """Log windows after the first of each epoch (whose data wait includes the workers' start)."""
+        seen, steady = set(), []
+        for window in self.windows:
+            if window.get("epoch") in seen:
+                steady.append(window)
+            seen.add(window.get("epoch"))
+        return steady
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def read_run(path: str | Path) -> RunFacts:
+    """A run directory of dlscale bench or train."""
+    directory = Path(path)
+    if not directory.is_dir():
+        raise ConfigError(f"{directory}: no such directory; give a run directory of dlscale bench or train, "
+                          "or a sweep directory of dlscale scale")
+    file = directory / "summary.json"
+    if not file.is_file():
+        raise ConfigError(f"{directory} holds no summary.json: not a finished run of dlscale bench or train "
+                          "(nor a sweep: no sweep.json)")
+    summary = read_json(file, " the command")
+    if summary.get("kind") not in KINDS:
+        raise ConfigError(f"{directory} is a {summary.get('kind', 'unknown')} run; dlscale explain reads bench, "
+                          "train and scale runs")
+    if "world_size" not in summary:
+        raise ConfigError(f"{file}: no world_size; not written by dlscale bench or train")
+    config = read_json(directory / "config.json") if (directory / "config.json").is_file() else {}
+    env = read_json(directory / "env.json") if (directory / "env.json").is_file() else {}
+    return RunFacts(directory, summary, config, env, _windows(directory / "metrics.jsonl"))
+
+
+def _windows(log: Path) -> tuple[dict, ...]:
+    if not log.is_file():
+        return ()
+    windows = []
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a crash
+        if isinstance(record, dict) and record.get("record") == "train":
+            windows.append(record)
+    return tuple(windows)
+
+
+def read_runs(path: str | Path) -> list[RunFacts]:
+    """A run directory, or a sweep directory's finished points (smallest world size first)."""
+    directory = Path(path)
+    sweep = directory / "sweep.json"
+    if not sweep.is_file():
+        return [read_run(directory)]
+    points = read_json(sweep, " dlscale scale").get("points", [])
+    done = [p["run_dir"] for p in points if p.get("status") in ("ok", "submitted") and p.get("run_dir")]
+    runs = [read_run(directory / name) for name in done if (directory / name / "summary.json").is_file()]
+    if not runs:
+        raise ConfigError(f"{directory}: the sweep has no finished point to explain")
+    return sorted(runs, key=lambda r: (r.world_size, r.name))

@@ -1,0 +1,78 @@
+"""dlscale explain's parts: which published figure a run is compared with, how findings rank, the scaling
+loss against dlscale predict's expected communication, and what --against compares."""
+
+import json
+
+import pytest
+
+from dlscale.explain.against import differences
+from dlscale.explain.build import explain, explain_run
+from dlscale.explain.findings import Effect, Explanation, Finding
+from dlscale.explain.runs import RunFacts
+from dlscale.explain.target import choose, device_score
+from dlscale.predict.platforms import platform
+
+
+def _run(tmp_path, name="r", **summary):
+    base = {"kind": "bench", "model": "resnet50", "precision": "amp_fp16", "world_size": 1, "device": "cuda",
+            "device_name": "Tesla V100-SXM2-16GB", "batch_size": 256, "img_per_sec_total_mean": 1000.0,
+            "image_size": 224, "num_classes": 1000, "width": 64, "num_batches_per_iter": 10, "num_iters": 10,
+            "img_per_sec_total_ci95": 5.0, "compute_ips": 1000.0}
+    return RunFacts(tmp_path / name, {**base, **summary})
+
+
+def test_the_matching_reference_is_the_fastest_published_figure_of_that_device_and_precision(tmp_path):
+    assert choose(_run(tmp_path), None).spec == "ngc:v100_16gb_amp"  # 1,200 over DLPerf's 802.9 and 20.06's 856.5
+    tf32 = _run(tmp_path, precision="tf32", device_name="NVIDIA A100-SXM4-80GB")
+    assert choose(tf32, None).spec == "ngc:a100_80gb_tf32"
+    assert choose(_run(tmp_path), "none") is None
+    assert choose(_run(tmp_path, world_size=8), None).devices == 8  # the published 8-GPU point
+    assert device_score("Tesla V100-SXM2-32GB", "V100 32GB") == 2
+    assert device_score("Tesla V100-SXM2-16GB", "V100 32GB") == 1 and device_score("x86_64", "V100 32GB") == 0
+
+
+def test_known_effects_rank_first_and_the_rest_is_unexplained():
+    finding = lambda cause, factor: Finding("recipe", cause, "", Effect(factor, "s"), "")  # noqa: E731
+    e = Explanation("r", "run", 100.0, "x:y", "ref", 150.0,
+                    findings=[finding("a", None), finding("b", 1.1), finding("c", 1.25)])
+    assert [f.cause for f in e.ranked()] == ["c", "b", "a"]
+    assert e.gap == pytest.approx(1.5) and e.unexplained == pytest.approx(1.5 / 1.375)
+
+
+def _write_bench(path, world, per_device):
+    path.mkdir(parents=True)
+    (path / "summary.json").write_text(json.dumps({
+        "kind": "bench", "model": "resnet50", "precision": "amp_fp16", "world_size": world, "num_nodes": 1,
+        "device": "cuda", "device_name": "Tesla V100-SXM2-16GB", "batch_size": 256, "image_size": 224,
+        "num_classes": 1000, "width": 64, "img_per_sec_total_mean": per_device * world,
+        "img_per_sec_total_ci95": 1.0, "compute_ips": per_device * world, "num_iters": 10,
+        "num_batches_per_iter": 10, "num_warmup_batches": 10, "dist_optimizer": "allreduce",
+        "iterations_per_rank": [[per_device] * 10] * world}))
+
+
+def test_the_scaling_loss_is_set_against_predicts_expected_communication(tmp_path):
+    _write_bench(tmp_path / "one", 1, 1200.0)
+    _write_bench(tmp_path / "eight", 8, 1000.0)
+    (e,) = explain(tmp_path / "eight", "none", baseline=tmp_path / "one", network=platform("dgx1-v100").network())
+    comm = next(f for f in e.findings if f.category == "communication")
+    assert "1.20x measured" in comm.cause and "dlscale predict's model" in comm.effect.source
+    assert 1.0 <= comm.effect.factor < 1.05  # DDP over NVLink hides nearly all of it (docs/prediction.md)
+    (plain,) = explain(tmp_path / "eight", "none", baseline=tmp_path / "one")
+    loss = next(f for f in plain.findings if f.category == "communication")
+    assert loss.effect.factor == pytest.approx(1.2) and loss.effect.bound
+
+
+def test_against_ignores_names_and_paths_and_dedups_summary_settings(tmp_path):
+    a = RunFacts(tmp_path / "a", {"kind": "bench", "batch_size": 8, "channels_last": False},
+                 {"batch_size": 8, "speed": {"channels_last": False}, "name": "a"}, {"command": "x a", "torch": "1"})
+    b = RunFacts(tmp_path / "b", {"kind": "bench", "batch_size": 8, "channels_last": True},
+                 {"batch_size": 8, "speed": {"channels_last": True}, "name": "b"}, {"command": "x b", "torch": "2"})
+    found = differences(a, b)
+    assert found["config"] == [("speed.channels_last", False, True)]
+    assert found["environment"] == [("torch", "1", "2")]
+
+
+def test_a_run_without_any_reference_still_reports_its_own_measurements(tmp_path):
+    e = explain_run(_run(tmp_path, compute_ips=2000.0), "none")
+    assert e.reference is None and e.findings[0].category == "input"  # waits for data half of each step
+    assert e.findings[0].effect.factor == pytest.approx(2.0)
