@@ -101,6 +101,8 @@ def stand_in_launcher(spec, point, sweep_dir):
 def test_failed_and_stuck_points_are_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(run.LAUNCHERS, "stand-in", run.PointByPoint(stand_in_launcher))
     monkeypatch.setattr(local, "TERM_GRACE_S", 2.0)
+    monkeypatch.setenv("DLSCALE_PROGRESS", "plain")  # as in a CI log, with a progress line at every change
+    monkeypatch.setenv("DLSCALE_PROGRESS_EVERY", "0")
     spec = plan.SweepSpec(command="bench", args=tuple(TINY), nproc=(1, 2), mode="strong",
                           precisions=("fp32", "bad", "slow"), launcher="stand-in", timeout_s=3.0)
     points = run.run_sweep(spec, plan.plan_points(spec, command_facts("bench", spec.args)), tmp_path / "sw", out=print)
@@ -116,6 +118,10 @@ def test_failed_and_stuck_points_are_recorded_and_the_sweep_goes_on(tmp_path, mo
     assert record["points"][4]["error"].startswith("stopped after 3 s")
     printed = capsys.readouterr().out
     assert "failed in" in printed and "timeout in" in printed
+    progress = [line for line in printed.splitlines() if line.startswith("progress: ")]
+    assert progress[0] == "progress: scale: dlscale bench 0/6 points, 0:00:00 elapsed"
+    assert progress[1].startswith("progress: scale: dlscale bench 0/6 points, running world1-fp32, ")
+    assert progress[-1].startswith("progress: scale: dlscale bench 6/6 points, 2 ok, 2 failed, 2 timeout, ")
 
     from dlscale.report.load import load
     from dlscale.report.scaling import build_series

@@ -129,7 +129,8 @@ def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, 
     if env.is_main:
         run_dir.write_setup({"kind": "train", "preset": run_name, **to_jsonable(cfg), "plan": asdict(run.plan),
                              "changes": run.state.changes}, env, device)
-    run.records = Records(run_dir, enabled=env.is_main, resume_step=progress.step, raport_file=raport_file)
+    run.records = Records(run_dir, enabled=env.is_main, resume_step=progress.step, raport_file=raport_file,
+                          steps_per_epoch=run.plan.steps_per_epoch, epochs=run.plan.epochs)
     run.records.parameters({**convnets_parameters(cfg, run.plan, env, run.info, raport_file=raport_file,
                                                   workspace=run_dir.path,
                                                   loss_scale=run.parts.precision.scaler.get_scale()),
@@ -249,6 +250,7 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
         window.add(loss, plan.global_batch // run.env.world_size)
         progress.step += 1
         progress.epoch_step += 1
+        run.records.tick(progress.epoch, progress.epoch_step)  # the terminal's bar; nothing elsewhere
         if progress.step % cfg.log_every == 0 or progress.epoch_step == plan.steps_per_epoch:
             stopped = _log(run, progress, window)
             window = _Window(clock(), DeviceTimer(run.device))
