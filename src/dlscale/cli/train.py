@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from dlscale.cli.common import add_config_arguments, resolve_config
+from dlscale.cli.common import add_config_arguments, add_tracking_arguments, resolve_config, tracking_from_args
 from dlscale.distributed import DistEnv, shutdown
 from dlscale.train.loop import fit
 
@@ -26,19 +26,21 @@ def add_parser(subparsers) -> None:
     p.add_argument("--name", default=None, help="run directory name (default: <file>-<preset>)")
     p.add_argument("--raport-file", default=None,
                    help="also write NVIDIA DeepLearningExamples' JSON-lines log (DLLL records) here")
+    add_tracking_arguments(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     env = DistEnv.from_env()
     cfg, preset = resolve_config(args)
+    tracking = tracking_from_args(args, args.output_dir)
     if args.target_accuracy is not None:
         cfg = replace(cfg, target_accuracy=args.target_accuracy)
     if args.name:
         cfg = replace(cfg, name=args.name)
     try:
         summary = fit(cfg, env, run_name=preset, output_dir=args.output_dir, resume=args.resume,
-                      raport_file=args.raport_file)
+                      raport_file=args.raport_file, tracking=tracking)
     finally:
         shutdown()
     if env.is_main:

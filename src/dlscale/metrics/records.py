@@ -3,6 +3,9 @@
 Only rank 0 constructs a Records with `enabled=True`; on other ranks every call does nothing.
 Keys carry units: `_pct` percent, `_s` seconds, `_ms` milliseconds, `_img_per_s` images/s.
 
+With --mlflow, the same records go to MLflow (dlscale.metrics.tracking): config.json as parameters,
+each record's numbers as `train/<key>` or `epoch/<key>` at its step, the summary, the run directory.
+
 The terminal: on a TTY a progress bar (epoch, step, loss, img/s, the time left in the epoch and
 in the run) follows every step and the epoch lines print above it; elsewhere every log step's
 line (`epoch 0 step 5: loss ...`) as before, with a plain `progress:` line carrying the time left
@@ -18,6 +21,7 @@ from pathlib import Path
 
 from dlscale.metrics.progress import ProgressDisplay, format_eta
 from dlscale.metrics.run import RunDir, to_jsonable
+from dlscale.metrics.tracking import Tracker, TrackingTarget, numbers
 
 # TensorBoard tags (docs/references.md#tensorboard-tags; HAL and SC20 log the same quantities). Log steps
 # and epoch ends write disjoint tags, so every tag is one increasing sequence of steps.
@@ -81,7 +85,7 @@ class Records:
     def __init__(self, run: RunDir | None, *, enabled: bool, resume_step: int = 0,
                  raport_file: str | Path | None = None, tensorboard: bool = True,
                  steps_per_epoch: int | None = None, epochs: int | None = None,
-                 display: ProgressDisplay | None = None) -> None:
+                 display: ProgressDisplay | None = None, tracking: TrackingTarget | None = None) -> None:
         self.enabled = enabled and run is not None
         self.run = run
         self.writer = None
@@ -91,8 +95,16 @@ class Records:
         self._shown_epoch: int | None = None
         self._first_log: tuple[float, int] | None = None
         """(time, step) of this attempt's first log step: the run's wall time per step counts from it."""
+        self.tracker = Tracker(None, run_name="")
+        self.ended = "FAILED"
+        """How the MLflow run ends if close() comes before a summary: the run raised."""
         if not self.enabled:
             return
+        if tracking is not None:
+            self.tracker = Tracker(tracking, run_name=run.path.name, run_dir=run.path,
+                                   tags={"dlscale.kind": "train", "dlscale.run_dir": str(run.path.resolve())})
+            if (run.path / "config.json").is_file():
+                self.tracker.params(run.read_json("config.json"))
         self.started = datetime.now()  # dllogger's elapsedtime counts from its Logger's creation
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -116,6 +128,7 @@ class Records:
         if not self.enabled:
             return
         self.run.append_metrics({"record": "train", **record})
+        self.tracker.metrics(numbers(record, "train/", skip=("step",)), record["step"])
         self._scalars(TB_TRAIN_TAGS, record, record["step"])
         self._dlll("LOG", step=[record["epoch"], record["iteration"]], data=self._dlll_data(record))
         figures = (f"loss {record['train_loss']:.4f} lr {record['lr']:.5f} "
@@ -158,6 +171,7 @@ class Records:
         if not self.enabled:
             return
         self.run.append_metrics({"record": "epoch", **record})
+        self.tracker.metrics(numbers(record, "epoch/", skip=("step",)), record["step"])
         self._scalars(TB_EPOCH_TAGS, record, record["step"])
         self._dlll("LOG", step=[record["epoch"]], data=self._dlll_data(record))
         print(f"epoch {record['epoch']}: val top1 {record['val_top1_pct']:.2f}% top5 {record['val_top5_pct']:.2f}% "
@@ -170,6 +184,8 @@ class Records:
         if not self.enabled:
             return
         self.run.write_json("summary.json", summary)
+        self.tracker.metrics(numbers(summary, "summary/"), summary.get("steps", 0))
+        self.ended = "KILLED" if summary.get("preempted") else "FINISHED"  # a preempted run resumes later
         data = {"train.total_ips": summary.get("total_ips"), "val.top1": summary.get("best_top1_pct"),
                 "val.top5": summary.get("best_top5_pct")}
         epochs = [self._dlll_data(record) for record in summary.get("history", [])]
@@ -185,6 +201,9 @@ class Records:
 
     def close(self) -> None:
         self.display.close()
+        if self.tracker.enabled:
+            self.tracker.artifacts(self.run.path)
+        self.tracker.close(self.ended)
         if self.writer is not None:
             self.writer.close()
         if self.raport is not None:
