@@ -1,6 +1,7 @@
 """Progress as a user sees it: `dlscale bench` and `dlscale train` on a pseudo-terminal (a bar with
-the time left, removed at the end, the final lines as they always were) and in a pipe (plain lines
-only, the parsed lines untouched)."""
+the time left, removed at the end, the final lines as they always were) and train in a pipe (plain
+lines only, the parsed lines untouched). The bench in a pipe, with a progress line at every update,
+is what ReFrame reads in tests/smoke/test_reframe.py."""
 
 import re
 import subprocess
@@ -46,18 +47,6 @@ def test_bench_on_a_terminal_shows_a_bar_and_leaves_the_horovod_lines(tmp_path):
     drawn = frames(text)
     assert any(re.search(r"^warm-up .*\d/3 steps, 0:00:\d\d elapsed", f) for f in drawn), drawn
     assert any(re.search(r"^benchmark .* 6/6 steps, \d+\.\d img/s per CPU, 0:00:\d\d elapsed", f) for f in drawn)
-
-
-def test_bench_in_a_pipe_prints_plain_progress_lines_only_beside_the_horovod_lines(tmp_path):
-    out = _pipe(BENCH, tmp_path, DLSCALE_PROGRESS_EVERY="0")  # a progress line at every update
-    assert out.returncode == 0, out.stderr[-3000:]
-    lines = out.stdout.splitlines()
-    progress = [line for line in lines if line.startswith("progress: ")]
-    assert "\x1b" not in out.stdout and "\r" not in out.stdout  # no terminal control in a log
-    assert any(re.fullmatch(r"progress: warm-up 3/3 steps, 0:00:\d\d elapsed, 0:00:\d\d left", p) for p in progress)
-    assert re.fullmatch(r"progress: benchmark 6/6 steps, \d+\.\d img/s per CPU, 0:00:\d\d elapsed, 0:00:00 left",
-                        progress[-1])
-    _horovod_block([line for line in lines if not line.startswith("progress: ")])
 
 
 def test_train_on_a_terminal_and_in_a_pipe(tmp_path):
