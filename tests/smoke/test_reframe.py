@@ -89,6 +89,53 @@ def test_missing_benchmark_line_fails_sanity_and_a_missed_reference_fails_perfor
     assert perf(slow, "throughput_total")[:2] == (1.0, 1000.0)
 
 
+COMM = """#!/bin/sh
+# Stands in for `python -m dlscale comm`: its table (nccl-tests' columns), then a second level's.
+cat <<'END'
+# dlscale comm: all_reduce, 1 ranks, 1 node(s), gloo on cpu; warm-up 1, iterations 3
+#
+#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong
+           8             2     float     sum      -1   552.71    0.00    0.00       0   227.96    0.00    0.00       0
+        8192          2048     float     sum      -1   545.31    0.02    0.02       0   521.34    0.02    0.02       0
+       32768          8192     float     sum      -1   554.25    0.06    0.07       0   523.00    0.06    0.06       0
+# Out of bounds values : {wrong}
+# Avg bus bandwidth    : 0.0112772
+# dlscale comm: all_reduce, inside each node (1 ranks per group), 1 node(s), gloo on cpu
+           8             2     float     sum      -1   100.00    0.00    0.00       0   100.00    0.00    0.00       0
+       32768          8192     float     sum      -1   100.00    0.33    0.33       0   100.00    0.33    0.33       0
+END
+"""
+SITE_COMM = """import sys
+sys.path.insert(0, {folder!r})
+import reframe as rfm
+from checks import dlscale_comm_check
+
+
+@rfm.simple_test
+class site_comm(dlscale_comm_check):
+    pass
+"""
+
+
+def test_comm_check_reads_the_bus_bandwidth_at_the_largest_size(tmp_path):
+    scripts = []
+    for name, wrong in (("right", "0 OK"), ("wrong", "3 FAILED")):
+        script = tmp_path / name
+        script.write_text(COMM.format(wrong=wrong))
+        script.chmod(0o755)
+        scripts.append(str(script))
+    site = tmp_path / "site_comm.py"  # a site's test file subclassing the library class
+    site.write_text(SITE_COMM.format(folder=str(CHECKS.parent)))
+    out, cases, _ = run_reframe(tmp_path / "rfm", "dlscale-ci:local", "-c", str(site), "-n", "site_comm",
+                                "-P", f"python={','.join(scripts)}", "-r")
+    (right,) = [c for name, c in cases.items() if name.endswith("/right")]
+    (wrong,) = [c for name, c in cases.items() if name.endswith("/wrong")]
+    assert right["result"] == "pass", out.stdout[-3000:]
+    assert perf(right, "busbw")[0] == 0.07 and perf(right, "algbw")[0] == 0.06  # all ranks' table, not a level's
+    assert perf(right, "time_largest")[0] == 554.25
+    assert wrong["result"] == "fail" and wrong["fail_phase"] == "sanity"
+
+
 def test_launchers_command_lines(tmp_path):
     out, cases, prefix = run_reframe(tmp_path / "rfm", "dlscale-ci", "-n", "^dlscale_bench$", "-S",
                                      "devices_per_node=2", "-P", "num_nodes=1,2", "-P", "launch=launcher,torchrun",
