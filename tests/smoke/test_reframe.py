@@ -70,7 +70,8 @@ def test_bench_and_sweep_on_the_local_scheduler(tmp_path):
 def test_missing_benchmark_line_fails_sanity_and_a_missed_reference_fails_performance(tmp_path):
     scripts = []
     for name, what, total in (("no-total", "the total line missing", ""),
-                              ("slow", "all of them, slow", 'echo "Total img/sec on 1 CPU(s): 1.0 +-0.1"')):
+                              ("slow", "all of them, slow, with MFU as a GPU run prints it",
+                               'echo "Total img/sec on 1 CPU(s): 1.0 +-0.1"\necho "MFU: 41.2% of 989.4 TFLOP/s"')):
         script = tmp_path / name
         script.write_text(FAKE.format(what=what, total=total))
         script.chmod(0o755)
@@ -87,6 +88,7 @@ def test_missing_benchmark_line_fails_sanity_and_a_missed_reference_fails_perfor
     assert "Total img/sec" in missing["fail_reason"]
     assert slow["result"] == "fail" and slow["fail_phase"] == "performance"
     assert perf(slow, "throughput_total")[:2] == (1.0, 1000.0)
+    assert perf(slow, "mfu")[0] == 41.2 and perf(slow, "mfu")[4] == "%"  # where dlscale knows the peak
 
 
 COMM = """#!/bin/sh

@@ -120,11 +120,11 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 args.json.parent.mkdir(parents=True, exist_ok=True)
                 args.json.write_text(json.dumps(to_jsonable(summary), indent=2) + "\n")
-            # After the measurement: MLflow costs the timed iterations nothing.
-            track_finished(tracking, run_dir.path, kind="bench", settings=run_dir.read_json("config.json"),
-                           steps=iteration_metrics(summary), summary=summary)
     finally:
         shutdown()
+    if env.is_main:  # after the measurement and the process group: MLflow holds up no rank
+        track_finished(tracking, run_dir.path, kind="bench", settings=run_dir.read_json("config.json"),
+                       steps=iteration_metrics(summary), summary=summary)
     return 0
 
 

@@ -72,6 +72,11 @@ def remaining_s(done: float, total: float, rate_per_s: float | None) -> float | 
     return max(total - done, 0.0) / rate_per_s
 
 
+def _count(value: float) -> str:
+    """1200000 -> '1200000', 2.5 -> '2.5' (never '1.2e+06')."""
+    return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
+
+
 @dataclass
 class _Task:
     description: str
@@ -92,7 +97,7 @@ class _Task:
 
     def text(self, now: float) -> str:
         """`12/97 steps, loss 2.31, 0:00:05 elapsed, 0:00:31 left` (without the description)."""
-        count = f"{self.completed:g}/{self.total:g}" if self.total is not None else f"{self.completed:g}"
+        count = _count(self.completed) + (f"/{_count(self.total)}" if self.total is not None else "")
         parts = [f"{count} {self.unit}".strip()]
         if self.status:
             parts.append(self.status)

@@ -121,12 +121,10 @@ class Tracker:
     """One MLflow run, fed from a background thread. `Tracker(None)` (not asked, or not rank 0) does nothing."""
 
     def __init__(self, target: TrackingTarget | None, *, run_name: str, tags: Mapping[str, str] | None = None,
-                 run_dir: Path | None = None, warn: Callable[[str], None] = _warn,
-                 client_factory: Callable[[str], object] | None = None) -> None:
+                 run_dir: Path | None = None, warn: Callable[[str], None] = _warn) -> None:
         self.target = target
         self.run_name, self.tags, self.run_dir = run_name, dict(tags or {}), run_dir
         self.warn = warn
-        self.client_factory = client_factory
         self.run_id: str | None = None
         self.resumed = False
         """The run directory's MLflow run, logged into again (a resumed training run)."""
@@ -189,7 +187,7 @@ class Tracker:
 
     def _open(self):
         """The client, the experiment and the run: the run directory's own if it was tracked here before."""
-        client = (self.client_factory or _mlflow_client)(self.target.uri)
+        client = _mlflow_client(self.target.uri)
         previous = self._previous_run()
         if previous:
             self.run_id, self.resumed = previous, True
