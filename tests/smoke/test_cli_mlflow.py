@@ -1,6 +1,7 @@
-"""`--mlflow`: runs written by `dlscale train` and `dlscale bench` read back with MLflow's own client,
-against the run directory (config.json, metrics.jsonl, summary.json); a tracker that fails is one
-warning and the run goes on; a resumed run logs into the same MLflow run."""
+"""`--mlflow`: runs written by `dlscale train` (a process of its own, as a user runs it) and
+`dlscale bench` read back with MLflow's own client, against the run directory (config.json,
+metrics.jsonl, summary.json); a tracker that fails is one warning and the run goes on; a resumed
+run logs into the same MLflow run. (`dlscale scale --mlflow`: tests/smoke/test_cli_scale.py.)"""
 
 import json
 import subprocess
@@ -11,6 +12,7 @@ import pytest
 pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402 - after the skip
 
+from dlscale.cli import main  # noqa: E402
 from dlscale.errors import ConfigError  # noqa: E402
 from dlscale.metrics import tracking  # noqa: E402
 
@@ -30,7 +32,7 @@ def _history(client, run_id, key):
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
 
-def test_train_and_bench_read_back_as_their_run_directories(tmp_path):
+def test_train_and_bench_read_back_as_their_run_directories(tmp_path, monkeypatch, capsys):
     out = _dlscale([*TRAIN, "--output-dir", "runs", "--name", "t", "--mlflow"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "warning" not in out.stderr and "INFO" not in out.stderr
@@ -62,11 +64,10 @@ def test_train_and_bench_read_back_as_their_run_directories(tmp_path):
     assert {"config.json", "env.json", "metrics.jsonl", "summary.json"} <= artifacts
     assert "checkpoints" not in artifacts and "tb" not in artifacts
 
-    # bench into the same store: each timed iteration at its index, the summary's figures.
-    out = _dlscale([*BENCH, "--output-dir", "runs", "--name", "b", "--mlflow", "--mlflow-experiment", "bench"],
-                   tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "Total img/sec on 1 CPU(s)" in out.stdout
+    # bench into the same store (in this process): each timed iteration at its index, the summary.
+    monkeypatch.chdir(tmp_path)
+    assert main([*BENCH, "--output-dir", "runs", "--name", "b", "--mlflow", "--mlflow-experiment", "bench"]) == 0
+    assert "Total img/sec on 1 CPU(s)" in capsys.readouterr().out
     kept = json.loads((tmp_path / "runs" / "b" / "mlflow.json").read_text())
     run = client.get_run(kept["run_id"])
     assert client.get_experiment(run.info.experiment_id).name == "bench"
@@ -78,13 +79,13 @@ def test_train_and_bench_read_back_as_their_run_directories(tmp_path):
     assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"summary.json", "config.json"}
 
 
-def test_a_failing_tracker_is_one_warning_and_training_goes_on(tmp_path):
+def test_a_failing_tracker_is_one_warning_and_training_goes_on(tmp_path, capsys):
     (tmp_path / "not-a-folder").write_text("a file where the store's folder should be\n")
     store = f"sqlite:///{tmp_path / 'not-a-folder' / 'mlflow.db'}"
-    out = _dlscale([*TRAIN, "--output-dir", "runs", "--name", "t", "--mlflow", store], tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    warnings = [line for line in out.stderr.splitlines() if "MLflow" in line]
-    assert len(warnings) == 1 and warnings[0].startswith(f"warning: MLflow tracking ({store}) failed"), out.stderr
+    assert main([*TRAIN, "--output-dir", str(tmp_path / "runs"), "--name", "t", "--mlflow", store]) == 0
+    stderr = capsys.readouterr().err
+    warnings = [line for line in stderr.splitlines() if "MLflow" in line]
+    assert len(warnings) == 1 and warnings[0].startswith(f"warning: MLflow tracking ({store}) failed"), stderr
     summary = json.loads((tmp_path / "runs" / "t" / "summary.json").read_text())
     assert summary["epochs_completed"] == 2 and not (tmp_path / "runs" / "t" / "mlflow.json").exists()
 

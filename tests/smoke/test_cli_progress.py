@@ -1,10 +1,9 @@
-"""Progress as a user sees it: `dlscale bench` and `dlscale train` on a pseudo-terminal (a bar with
-the time left, removed at the end, the final lines as they always were) and train in a pipe (plain
-lines only, the parsed lines untouched). The bench in a pipe, with a progress line at every update,
-is what ReFrame reads in tests/smoke/test_reframe.py."""
+"""Progress as a user sees it: `dlscale bench` and `dlscale train` on a pseudo-terminal: a bar with
+the time left, removed at the end, the final lines as they always were. In a pipe: the bench with a
+progress line at every update is what ReFrame reads in tests/smoke/test_reframe.py; train's step
+line and its plain progress line are tests/unit/test_progress.py's."""
 
 import re
-import subprocess
 import sys
 
 from terminal import frames, run_on_pty, screen
@@ -18,11 +17,6 @@ ENV = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
 HOROVOD = [r"Model: resnet18", r"Batch size: 4", r"Number of CPUs: 1", r"Running warmup\.\.\.",
            r"Running benchmark\.\.\.", *(rf"Iter #{i}: \d+\.\d img/sec per CPU" for i in range(3)),
            r"Img/sec per CPU: \d+\.\d \+-\d+\.\d", r"Total img/sec on 1 CPU\(s\): \d+\.\d \+-\d+\.\d"]
-
-
-def _pipe(args, tmp_path, **env):
-    return subprocess.run([sys.executable, "-m", "dlscale", *args, "--output-dir", "runs"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=180, env={**ENV, **env})
 
 
 def _pty(args, tmp_path):
@@ -49,7 +43,7 @@ def test_bench_on_a_terminal_shows_a_bar_and_leaves_the_horovod_lines(tmp_path):
     assert any(re.search(r"^benchmark .* 6/6 steps, \d+\.\d img/s per CPU, 0:00:\d\d elapsed", f) for f in drawn)
 
 
-def test_train_on_a_terminal_and_in_a_pipe(tmp_path):
+def test_train_on_a_terminal(tmp_path):
     text = _pty([*TRAIN, "--name", "tty"], tmp_path)
     shown = screen(text)
     epochs = [line for line in shown if re.fullmatch(r"epoch \d: val top1 .* img/s, \d+\.\d s", line)]
@@ -59,12 +53,3 @@ def test_train_on_a_terminal_and_in_a_pipe(tmp_path):
     assert drawn and all(re.search(r"^epoch [01] .*\d/4 steps, step \d/8, loss \d+\.\d{4} lr [\d.]+ [\d.]+ img/s, "
                                    r"0:00:\d\d elapsed, 0:00:\d\d left in the epoch, 0:00:\d\d in the run$", f)
                          for f in drawn), drawn
-
-    piped = _pipe([*TRAIN, "--name", "pipe"], tmp_path, DLSCALE_PROGRESS_EVERY="0")
-    assert piped.returncode == 0, piped.stderr[-3000:]
-    lines = piped.stdout.splitlines()
-    steps = [line for line in lines if re.fullmatch(r"epoch \d step \d: loss \d+\.\d{4} lr [\d.]+ [\d.]+ img/s", line)]
-    assert len(steps) == 4  # every log step's line, as before
-    progress = [line for line in lines if line.startswith("progress: ")]
-    assert len(progress) == 4 and all("left in the epoch" in p and "in the run" in p for p in progress)
-    assert len([line for line in lines if re.fullmatch(r"epoch \d: val top1 .* img/s, \d+\.\d s", line)]) == 2
