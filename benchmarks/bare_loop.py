@@ -37,34 +37,19 @@ def build_model(source: str, name: str, num_classes: int) -> nn.Module:
 
 
 def set_tf32(enabled: bool) -> None:
-    mode = "tf32" if enabled else "ieee"
-    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9
-        torch.backends.cuda.matmul.fp32_precision = mode
-        torch.backends.cudnn.conv.fp32_precision = mode
-    else:
-        torch.backends.cuda.matmul.allow_tf32 = enabled
-        torch.backends.cudnn.allow_tf32 = enabled
+    """The legacy switches, which keep every TF32 getter readable (docs/references.md#pytorch-tf32)."""
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
 
 
-def run(args: argparse.Namespace) -> dict:
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
-    if device.type == "cuda":
-        set_tf32(args.precision != "fp32")
-        torch.backends.cudnn.benchmark = args.cudnn_benchmark
-    torch.manual_seed(args.seed)
-    layout = torch.channels_last if args.channels_last else torch.contiguous_format
-    model = build_model(args.model_source, args.model, args.num_classes).to(device, memory_format=layout)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=0.0,
-                                **({"fused": True} if args.fused_optimizer else {}))
-    dtype = AUTOCAST[args.precision]
-    scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "amp_fp16")
+def timed_rates(model: nn.Module, optimizer: torch.optim.Optimizer, precision: str, pool: list, *,
+                warmup: int, iters: int, per_iter: int, device: torch.device,
+                clock=time.perf_counter, on_iter=lambda i, rate: None) -> list[float]:
+    """Horovod's protocol in plain torch calls: `warmup` untimed steps, then `iters` timed
+    iterations of `per_iter` steps, each ended by a device synchronisation; img/s per iteration."""
+    dtype = AUTOCAST[precision]
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "amp_fp16")
     loss_fn = nn.CrossEntropyLoss()
-    generator = torch.Generator(device=device).manual_seed(args.seed)
-    shape = (args.batch_size, 3, args.image_size, args.image_size)
-    pool = [(torch.randn(shape, device=device, generator=generator).contiguous(memory_format=layout),
-             torch.randint(0, args.num_classes, (args.batch_size,), device=device, generator=generator))
-            for _ in range(args.pool_batches)]
 
     def sync() -> None:
         if device.type == "cuda":
@@ -79,17 +64,40 @@ def run(args: argparse.Namespace) -> dict:
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
 
-    for i in range(args.num_warmup_batches):
+    for i in range(warmup):
         step(i)
     sync()
     rates = []
-    for it in range(args.num_iters):
-        start = time.perf_counter()
-        for i in range(args.num_batches_per_iter):
+    for it in range(iters):
+        start = clock()
+        for i in range(per_iter):
             step(i)
         sync()
-        rates.append(args.batch_size * args.num_batches_per_iter / (time.perf_counter() - start))
-        print(f"Iter #{it}: {rates[-1]:.1f} img/sec", flush=True)
+        rates.append(pool[0][0].shape[0] * per_iter / (clock() - start))
+        on_iter(it, rates[-1])
+    return rates
+
+
+def run(args: argparse.Namespace) -> dict:
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    if device.type == "cuda":
+        set_tf32(args.precision != "fp32")
+        torch.backends.cudnn.benchmark = args.cudnn_benchmark
+    torch.manual_seed(args.seed)
+    layout = torch.channels_last if args.channels_last else torch.contiguous_format
+    model = build_model(args.model_source, args.model, args.num_classes).to(device, memory_format=layout)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=0.0,
+                                **({"fused": True} if args.fused_optimizer else {}))
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+    shape = (args.batch_size, 3, args.image_size, args.image_size)
+    pool = [(torch.randn(shape, device=device, generator=generator).contiguous(memory_format=layout),
+             torch.randint(0, args.num_classes, (args.batch_size,), device=device, generator=generator))
+            for _ in range(args.pool_batches)]
+
+    rates = timed_rates(model, optimizer, args.precision, pool, warmup=args.num_warmup_batches,
+                        iters=args.num_iters, per_iter=args.num_batches_per_iter, device=device,
+                        on_iter=lambda it, rate: print(f"Iter #{it}: {rate:.1f} img/sec", flush=True))
     mean = statistics.mean(rates)
     ci95 = 1.96 * statistics.pstdev(rates)
     print(f"Img/sec: {mean:.1f} +-{ci95:.1f}", flush=True)

@@ -28,12 +28,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from torch import nn
+from bare_loop import timed_rates
 
 from dlscale.bench.synthetic import run_bench
 from dlscale.config import BenchConfig
 from dlscale.distributed import DistEnv
-from dlscale.metrics.timing import device_synchronizer
 from dlscale.models import build_model
 from dlscale.speed import SpeedOptions
 
@@ -47,32 +46,11 @@ def bare_loop(cfg: BenchConfig, device: torch.device, clock=time.perf_counter) -
     model = build_model(cfg.model, num_classes=cfg.num_classes, width=cfg.width).to(device, memory_format=fmt)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9,
                                 **({"fused": True} if cfg.speed.fused_optimizer else {}))
-    dtype = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16}.get(cfg.precision)
-    scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "amp_fp16")
     shape = (cfg.batch_size, 3, cfg.image_size, cfg.image_size)
     pool = [(torch.randn(shape, device=device).contiguous(memory_format=fmt),
              torch.randint(0, cfg.num_classes, (cfg.batch_size,), device=device)) for _ in range(cfg.pool_batches)]
-    sync = device_synchronizer(device)
-
-    def step(i):
-        images, labels = pool[i % len(pool)]
-        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-            loss = nn.functional.cross_entropy(model(images), labels)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-
-    for i in range(cfg.num_warmup_batches):
-        step(i)
-    sync()
-    rates = []
-    for _ in range(cfg.num_iters):
-        start = clock()
-        for i in range(cfg.num_batches_per_iter):
-            step(i)
-        sync()
-        rates.append(cfg.batch_size * cfg.num_batches_per_iter / (clock() - start))
+    rates = timed_rates(model, optimizer, cfg.precision, pool, warmup=cfg.num_warmup_batches, iters=cfg.num_iters,
+                        per_iter=cfg.num_batches_per_iter, device=device, clock=clock)
     return statistics.mean(rates)
 
 

@@ -21,8 +21,8 @@ measures the device work it launched, not only the launch, as SC20's nvtx_range_
 Without backends, a range costs one attribute test and nothing else.
 
 After the timed window, measure_overlap() estimates how much of DDP's gradient allreduce runs
-hidden under backward, and a few more steps run under torch.profiler for a trace; neither is
-part of the timed steps.
+hidden under backward, measure_grad_ready() records when backward produces each gradient, and a
+few more steps run under torch.profiler for a trace; none of them is part of the timed steps.
 """
 
 from __future__ import annotations
@@ -262,6 +262,65 @@ def measure_overlap(parts: StepParts, batches: BatchSource, *, steps: int, sync:
     return {"comm_ms": 1000 * comm, "exposed_comm_ms": 1000 * max(exposed, 0.0)}
 
 
+class _LastBatch:
+    """A batch source that remembers the last batch it served, to run it again (`again`) without
+    drawing more data than the timed steps did."""
+
+    def __init__(self, batches: BatchSource) -> None:
+        self.batches, self.last = batches, None
+
+    @property
+    def epoch(self) -> int:
+        return self.batches.epoch
+
+    def __call__(self) -> Batch:
+        self.last = self.batches()
+        return self.last
+
+    def again(self) -> Batch:
+        return self.last if self.last is not None else self()
+
+
+def measure_grad_ready(parts: StepParts, batches: Callable[[], Batch], *, steps: int,
+                       sync: Callable[[], None] | None, clock: Clock = time.perf_counter) -> list[dict]:
+    """When backward produces each parameter's gradient: ms after backward starts, mean of `steps`
+    backward passes without communication (DDP's no_sync). With a device sync in each hook, a GPU's
+    time is the gradient's, not its launch's. What `dlscale predict --from-run` lays DDP's buckets on."""
+    if steps < 1:
+        return []
+    module = getattr(parts.model, "_orig_mod", parts.model)
+    ddp = module if isinstance(module, DistributedDataParallel) else None
+    named = [(n, p) for n, p in (ddp.module if ddp else module).named_parameters() if p.requires_grad]
+    sync = sync or (lambda: None)
+    times: dict[str, list[float]] = {n: [] for n, _ in named}
+    start = [0.0]
+
+    def hook(name: str) -> Callable[[torch.Tensor], None]:
+        def record(_: torch.Tensor) -> None:
+            sync()
+            times[name].append(clock() - start[0])
+        return record
+
+    handles = [p.register_post_accumulate_grad_hook(hook(n)) for n, p in named]
+    try:
+        for _ in range(steps):
+            images, labels = batches()
+            parts.optimizer.zero_grad(set_to_none=True)
+            with ddp.no_sync() if ddp else contextlib.nullcontext():
+                with parts.precision.autocast():
+                    loss = parts.loss_fn(parts.model(images), labels)
+                sync()
+                start[0] = clock()
+                parts.precision.backward(loss)
+                sync()
+    finally:
+        for handle in handles:
+            handle.remove()
+        parts.optimizer.zero_grad(set_to_none=True)
+    return [{"name": n, "numel": p.numel(), "ready_ms": 1000 * sum(times[n]) / len(times[n])}
+            for n, p in named if times[n]]
+
+
 # ------------------------------------------------------------------------ the whole window
 
 
@@ -273,8 +332,10 @@ def profile_window(parts: StepParts, batches: BatchSource, device: torch.device,
     (DDP only, measure_overlap); then `trace_steps` steps under torch.profiler, kept apart so
     that neither the probe nor the profiler's overhead is in the timed steps.
 
-    Returns {"steps": this rank's per-step records, "breakdown": their means, "trace": path}.
+    Returns {"steps": this rank's per-step records, "breakdown": their means, "trace": path,
+    "grad_ready": measure_grad_ready's per-parameter times}.
     """
+    batches = _LastBatch(batches)
     device_sync = device_synchronizer(device) if sync and device.type == "cuda" else None
     ranges = Ranges(device_backends(device) if backends is None else backends)
     timer = RegionTimer(ranges, clock=clock, sync=device_sync)
@@ -285,6 +346,8 @@ def profile_window(parts: StepParts, batches: BatchSource, device: torch.device,
     breakdown = summarize(records)
     overlap = measure_overlap(parts, batches, steps=min(steps, 5), sync=device_synchronizer(device), clock=clock)
     breakdown.update(overlap or {"comm_ms": None, "exposed_comm_ms": None})
+    ready = measure_grad_ready(parts, batches.again, steps=min(steps, 3), sync=device_synchronizer(device),
+                               clock=clock)
     traced = None
     if trace_steps > 0 and trace_path is not None:
         traced_ranges = Ranges([*ranges.backends, RecordFunctionBackend()])
@@ -295,7 +358,7 @@ def profile_window(parts: StepParts, batches: BatchSource, device: torch.device,
                       timer=traced_timer, after_step=step, **micro)
 
         traced = record_trace(run, trace_steps, trace_path, device)
-    return {"steps": records, "breakdown": breakdown, "trace": traced}
+    return {"steps": records, "breakdown": breakdown, "trace": traced, "grad_ready": ready}
 
 
 def record_trace(run: Callable[[Callable[[], None]], None], steps: int, path: Path, device: torch.device) -> Path:

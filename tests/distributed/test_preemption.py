@@ -138,7 +138,7 @@ def test_a_workers_one_line_error_is_what_torchrun_reports_as_the_cause(tmp_path
     summary: our one line, not 'To enable traceback see ...'."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
-    from dlscale.distributed.process_group import record_error_for_launcher
+    from dlscale.launch.errors import record_error_for_launcher
 
     error_file = tmp_path / "error.json"
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))

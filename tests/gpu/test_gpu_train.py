@@ -11,14 +11,11 @@ their spread, and the test passes with a warning that says so.
 """
 
 import json
-import os
-import signal
 import warnings
 
 import pytest
 import torch
 
-import dlscale.train.loop as loop
 from dlscale import cli
 from dlscale.train.checkpoint import CheckpointManager
 
@@ -34,24 +31,6 @@ def _train(tree, out, name: str) -> int:
     flags = [arg for setting in SETTINGS for arg in ("--set", setting)]
     return cli.main(["train", "--config", "imagenet:default", "--data", str(tree), *flags,
                      "--output-dir", str(out), "--name", name])
-
-
-@pytest.fixture
-def signal_after_step(monkeypatch):
-    """Send SIGUSR1 to this process right after optimizer step n (counted from 1)."""
-    def arm(n):
-        original, calls = loop.train_step, {"count": 0}
-
-        def step_then_signal(*args, **kwargs):
-            loss = original(*args, **kwargs)
-            calls["count"] += 1
-            if calls["count"] == n:
-                os.kill(os.getpid(), signal.SIGUSR1)
-            return loss
-
-        monkeypatch.setattr(loop, "train_step", step_then_signal)
-        return lambda: monkeypatch.setattr(loop, "train_step", original)
-    return arm
 
 
 def _final_state(run_dir) -> dict[str, torch.Tensor]:
@@ -70,7 +49,7 @@ def _max_difference(a: dict, b: dict) -> float:
                for x, y in ((a[k], b[k]) for k in a))
 
 
-def test_train_checkpoint_and_exact_resume_on_the_gpu(jpeg_tree, tmp_path, signal_after_step):
+def test_train_checkpoint_and_exact_resume_on_the_gpu(jpeg_tree, tmp_path, signal_at_step):
     torch.backends.cudnn.deterministic = True  # put back by the restore_torch_switches fixture
     assert _train(jpeg_tree, tmp_path, "full") == 0
     full = json.loads((tmp_path / "full" / "summary.json").read_text())
@@ -80,7 +59,7 @@ def test_train_checkpoint_and_exact_resume_on_the_gpu(jpeg_tree, tmp_path, signa
     assert json.loads((tmp_path / "full" / "env.json").read_text())["device_type"] == "cuda"
     assert len(CheckpointManager(tmp_path / "full" / "checkpoints").checkpoints()) == 2  # one per epoch
 
-    disarm = signal_after_step(STEPS_PER_EPOCH + 2)  # in the middle of the second epoch
+    disarm = signal_at_step(STEPS_PER_EPOCH + 2)  # in the middle of the second epoch
     assert _train(jpeg_tree, tmp_path, "cut") == 0
     disarm()
     cut = json.loads((tmp_path / "cut" / "summary.json").read_text())

@@ -248,3 +248,11 @@ def test_the_profiled_step_is_the_trained_step(accumulation_steps):
         train_step(trained, data[step * accumulation_steps:(step + 1) * accumulation_steps])
     for a, b in zip(profiled.model.parameters(), trained.model.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_gradients_are_ready_in_backward_order():
+    result = profiling.profile_window(_parts(), Batches(), torch.device("cpu"), warmup=1, steps=3)
+    ready = result["grad_ready"]
+    names = [r["name"] for r in sorted(ready, key=lambda r: r["ready_ms"])]
+    assert names[:2] == ["2.bias", "2.weight"] and names[-2:] in (["0.bias", "0.weight"], ["0.weight", "0.bias"])
+    assert {r["name"]: r["numel"] for r in ready} == {"0.weight": 128, "0.bias": 16, "2.weight": 48, "2.bias": 3}

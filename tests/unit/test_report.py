@@ -159,3 +159,29 @@ def test_bad_inputs(tmp_path):
     (bad / "summary.json").write_text("{not json")
     with pytest.raises(ConfigError, match="cannot be read as JSON"):
         load([bad])
+
+
+def test_predict_runs_are_overlaid_and_comm_runs_skipped(tmp_path):
+    runs = tmp_path / "runs"
+    bench(runs, "m1", 1, 100.0)
+    bench(runs, "m2", 2, 180.0)
+    point = {"nodes": 1, "batch_per_device": 4, "compute_ms": 40.0, "comm_ms": 5.0, "exposed_ms": 2.0,
+             "stragglers_ms": 0.0, "step_ms": 42.0, "input_ceiling": None, "limit": "compute"}
+    write_run(runs, "pred", kind="predict", model="resnet18", title="resnet18 on test", points=[
+        {**point, "devices": 1, "img_per_s_per_device": 100.0, "img_per_s_total": 100.0, "efficiency": 1.0},
+        {**point, "devices": 2, "img_per_s_per_device": 99.0, "img_per_s_total": 198.0, "efficiency": 0.99},
+        {**point, "devices": 64, "img_per_s_per_device": 90.0, "img_per_s_total": 5760.0, "efficiency": 0.9}])
+    write_run(runs, "comm", kind="comm", world_size=2)
+    report = build_report([runs], tmp_path / "out")
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "## Predictions (dlscale predict)" in text
+    assert "| pred | 2 | 198.0 | 180.0 | +10.0% | 99.0% | compute | m2 |" in text
+    assert "| pred | 64 | 5,760.0 | — | — | 90.0% | compute | — |" in text
+    assert "a dlscale comm run" in text
+    assert "throughput_vs_devices.png" not in report.not_drawn
+    with open(tmp_path / "out" / "predictions.csv") as f:
+        assert len(list(csv.reader(f))) == 4
+    only_comm = tmp_path / "only"
+    write_run(only_comm, "comm", kind="comm", world_size=2)
+    with pytest.raises(ConfigError, match="comm run"):
+        load([only_comm])

@@ -1,6 +1,5 @@
 """A run stopped by a preemption signal mid-epoch and resumed ends where the uninterrupted run ends."""
 
-import os
 import signal
 
 import pytest
@@ -25,25 +24,6 @@ def _tensorboard_steps(run_dir):
     events = EventAccumulator(str(run_dir / "tb"), size_guidance={SCALARS: 0})
     events.Reload()
     return {tag: [e.step for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
-
-
-@pytest.fixture
-def signal_at_step(monkeypatch):
-    """Send SIGUSR1 to this process right after optimizer step `n` (counted from 1)."""
-    def arm(n):
-        calls = {"count": 0}
-        original = loop.train_step
-
-        def step_then_signal(*args, **kwargs):
-            loss = original(*args, **kwargs)
-            calls["count"] += 1
-            if calls["count"] == n:
-                os.kill(os.getpid(), signal.SIGUSR1)
-            return loss
-
-        monkeypatch.setattr(loop, "train_step", step_then_signal)
-        return lambda: monkeypatch.setattr(loop, "train_step", original)
-    return arm
 
 
 def test_preempted_and_resumed_equals_uninterrupted(tmp_path, signal_at_step):

@@ -7,8 +7,8 @@ import importlib
 import sys
 
 from dlscale import __version__
-from dlscale.distributed.process_group import peer_failed, record_error_for_launcher
 from dlscale.errors import DlscaleError
+from dlscale.launch.errors import peer_failed, record_error_for_launcher
 
 # Subcommand name -> module under dlscale.cli. Adding a command is one module and one line.
 COMMANDS = {
@@ -22,6 +22,8 @@ COMMANDS = {
     "report": "dlscale.cli.report",
     "slurm": "dlscale.cli.slurm",
     "torchrun": "dlscale.cli.torchrun",
+    "comm": "dlscale.cli.comm",
+    "predict": "dlscale.cli.predict",
 }
 
 
@@ -32,7 +34,8 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser with every command, or with only `commands` (their modules alone are imported)."""
     parser = OneLineErrorParser(
         prog="dlscale",
         description="Distributed ResNet training and benchmarking on torch.distributed.",
@@ -41,13 +44,21 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(
         dest="command", metavar="COMMAND", required=True, parser_class=OneLineErrorParser
     )
-    for module_name in COMMANDS.values():
-        importlib.import_module(module_name).add_parser(subparsers)
+    for name in commands or COMMANDS:
+        importlib.import_module(COMMANDS[name]).add_parser(subparsers)
     return parser
 
 
-def _run(argv: list[str] | None) -> int:
-    parser = build_parser()
+def command_of(argv: list[str]) -> str | None:
+    """The command the arguments name (the first word that is not an option), if it is one."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def _run(argv: list[str], command: str | None) -> int:
+    parser = build_parser([command] if command else None)
     args = parser.parse_args(argv)
     try:
         return int(args.run(args) or 0)
@@ -70,8 +81,15 @@ def _one_line_error(line: str, code: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = command_of(argv)
+    # Only the named command's module is imported: `dlscale predict` and `dlscale report` never
+    # load torch (its import alone takes about two seconds on a small machine).
+    build_parser([command] if command else None)
+    if "torch" not in sys.modules:
+        return _run(argv, command)
     # record() makes torchrun's failure summary carry the worker's traceback (torch docs,
     # torch.distributed.elastic.multiprocessing.errors); it changes nothing outside torchrun.
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    return record(_run)(argv)
+    return record(_run)(argv, command)

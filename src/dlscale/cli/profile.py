@@ -273,5 +273,5 @@ def _write(out: Path, args, env: DistEnv, device, described, rows, result, table
         "kind": "profile", "mode": args.mode, **described, **window, "world_size": env.world_size,
         "device": device.type, "breakdown": rows, "slowest_rank": top["rank"], "step_ms": top["step_ms"],
         "input_bound": warning, "trace": str(result["trace"].relative_to(out)) if result["trace"] else None,
-        "nsys_command": nsys,
+        "nsys_command": nsys, "grad_ready": result["grad_ready"],
     })

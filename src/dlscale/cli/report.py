@@ -22,7 +22,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("-o", "--output-dir", type=Path, default=Path("report"), help="where the report is written (report)")
     p.add_argument("--reference", action="append", default=[], metavar="NAME[,NAME]",
                    help="published figures to set beside ours: hal, ngc, sc20, bluefog, horovod, dlperf, "
-                        "marconi100, all, or a .json file in the same format (repeatable)")
+                        "marconi100, mlperf, all, or a .json file in the same format (repeatable)")
     p.add_argument("--top1-tolerance", type=float, default=DEFAULT_TOLERANCE_PTS, metavar="POINTS",
                    help="flag a train run whose final top-1 is more than this many percentage points below the "
                         f"smallest-batch run of the same model and data ({DEFAULT_TOLERANCE_PTS:g})")

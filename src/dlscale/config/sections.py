@@ -371,7 +371,8 @@ class TrainConfig:
     seed: int = 0
     """Seed of weights, data order and augmentation."""
     deterministic: bool = False
-    """torch.use_deterministic_algorithms: bit-for-bit repeatable runs, slower."""
+    """torch.use_deterministic_algorithms and cuDNN's deterministic mode, autotuning off: repeatable runs,
+    slower. On GPUs the few ops without a deterministic CUDA kernel warn instead of stopping the run."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto: this rank's GPU when CUDA is visible, else the CPU."""
     pg_timeout_s: float = 600.0

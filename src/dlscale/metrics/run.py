@@ -16,7 +16,6 @@ import math
 import os
 import platform
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,9 +24,9 @@ from typing import Any
 import filelock
 import torch
 
-import dlscale
 from dlscale.distributed.env import DistEnv
 from dlscale.errors import ConfigError, StorageError
+from dlscale.metrics.provenance import host_info
 
 
 class RunInUse(ConfigError):
@@ -115,17 +114,18 @@ def to_jsonable(value: Any) -> Any:
 
 def environment_info(world_size: int, device: torch.device, launcher: str = "single") -> dict:
     """Versions and hardware for env.json: enough to tell two runs' set-ups apart."""
+    host = host_info()
     info: dict[str, Any] = {
-        "dlscale": dlscale.__version__,
-        "git_sha": git_sha(),
-        "python": platform.python_version(),
+        "dlscale": host["dlscale"],
+        "git_sha": host["git_sha"],
+        "python": host["python"],
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "nccl": None,
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
+        "hostname": host["hostname"],
+        "platform": host["platform"],
+        "cpu_count": host["cpu_count"],
         "torch_threads": torch.get_num_threads(),
         "world_size": world_size,
         "launcher": launcher,
@@ -143,15 +143,3 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return platform.processor() or platform.machine() or "cpu"
-
-
-def git_sha() -> str | None:
-    """The sha of the dlscale checkout, if dlscale runs from one."""
-    here = Path(__file__).resolve().parent
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5, check=True
-        )
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None

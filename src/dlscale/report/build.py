@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlscale.report import loader, plots
+from dlscale.report import loader, plots, predictions
 from dlscale.report import tables as t
 from dlscale.report.compare import dist_optimizer_rows, progression_rows
 from dlscale.report.load import Collection, load
@@ -84,8 +84,9 @@ def build_report(paths: list, out_dir: Path, references: list[str] = (),
         "dist_optimizers": t.compare_table(figures.strategies),
         "references": t.reference_table(refs),
         "loader": loader.table(figures.collection.loaders),
+        "predictions": predictions.table(figures.collection.predictions, figures.collection.runs),
     }
-    headers = {**t.CSV_HEADERS, "loader": loader.CSV}
+    headers = {**t.CSV_HEADERS, "loader": loader.CSV, "predictions": predictions.CSV}
     for name, (_, raw) in tables.items():
         report.files.append(t.write_csv(out_dir / f"{name}.csv", headers[name], raw))
     report.files.append(t.write_csv(out_dir / "epochs.csv", t.EPOCH_CSV, t.epochs_rows(figures.collection.runs)))
@@ -100,8 +101,8 @@ def _draw(f: Figures, refs: list[Reference], tolerance_pts: float, report: Repor
     flagged = set(f.flags)
     runs = f.collection.runs
     drawers = {
-        "throughput_vs_devices.png": lambda p: plots.throughput(p, f.series, refs, flagged),
-        "efficiency_vs_devices.png": lambda p: plots.efficiency(p, f.series, refs),
+        "throughput_vs_devices.png": lambda p: plots.throughput(p, f.series, refs, flagged, f.collection.predictions),
+        "efficiency_vs_devices.png": lambda p: plots.efficiency(p, f.series, refs, f.collection.predictions),
         "time_to_solution_vs_devices.png": lambda p: plots.time_to_solution(p, f.series, refs),
         "top1_vs_epoch.png": lambda p: plots.top1_curves(p, runs, flagged, "epoch"),
         "top1_vs_time.png": lambda p: plots.top1_curves(p, runs, flagged, "elapsed_s"),
@@ -180,6 +181,13 @@ def _markdown(collection: Collection, refs: list[Reference], tables: dict, repor
         "",
         table("loader", loader.HEADERS),
         "",
+        "## Predictions (dlscale predict)",
+        "",
+        "Each predicted point beside the measured run of the same model at the same world size, if there is one; "
+        "error = predicted / measured - 1. How the model works: docs/prediction.md.",
+        "",
+        table("predictions", predictions.HEADERS),
+        "",
     ]
     out += _reference_section(refs, tables)
     out += ["## Plots", ""]
@@ -198,7 +206,7 @@ def _markdown(collection: Collection, refs: list[Reference], tables: dict, repor
 def _reference_section(refs: list[Reference], tables: dict) -> list[str]:
     if not refs:
         return ["## References", "", "None selected (`--reference hal,ngc,sc20,bluefog,horovod,dlperf,"
-                "marconi100` or `all`).", ""]
+                "marconi100,mlperf` or `all`).", ""]
     out = ["## References", ""]
     for ref in refs:
         out += [f"### {ref.name}: {ref.title}", "", f"Hardware: {_hardware(ref.hardware)}. {ref.workload}.", "",

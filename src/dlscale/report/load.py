@@ -13,6 +13,7 @@ from pathlib import Path
 
 from dlscale.errors import ConfigError
 from dlscale.report.loader import LoaderRun
+from dlscale.report.predictions import PredictRun
 
 KINDS = ("bench", "train")
 SPEED_FLAGS = ("channels_last", "fused_optimizer", "cudnn_benchmark", "compile")
@@ -126,6 +127,8 @@ class Collection:
     """Directories passed over, each with the reason."""
     loaders: list = field(default_factory=list)
     """Runs of `dlscale loader` (report.loader.LoaderRun)."""
+    predictions: list = field(default_factory=list)
+    """Runs of `dlscale predict` (report.predictions.PredictRun)."""
 
 
 def load(paths: list[str | Path]) -> Collection:
@@ -147,13 +150,14 @@ def load(paths: list[str | Path]) -> Collection:
             runs = [c for c in children if (c / "summary.json").is_file()]
             if not sweeps and not runs:
                 raise ConfigError(f"{path} holds no summary.json or sweep.json; give directories "
-                                  "made by dlscale bench, train or scale")
+                                  "made by dlscale bench, train, scale, loader or predict")
             for child in sweeps:
                 _load_sweep(child, found, seen)
             for child in runs:
                 _add_run(child, found, seen)
-    if not found.runs and not found.failed and not found.loaders:
-        raise ConfigError("no finished run was found in " + ", ".join(map(str, paths)))
+    if not found.runs and not found.failed and not found.loaders and not found.predictions:
+        skipped = f" (skipped: {'; '.join(found.skipped)})" if found.skipped else ""
+        raise ConfigError("no finished run was found in " + ", ".join(map(str, paths)) + skipped)
     return found
 
 
@@ -174,6 +178,12 @@ def _add_run(path: Path, found: Collection, seen: set[Path], sweep: str | None =
     summary = read_json(path / "summary.json")
     if summary.get("kind") == "loader":
         found.loaders.append(LoaderRun(path, summary))
+        return
+    if summary.get("kind") == "predict":
+        found.predictions.append(PredictRun(path, summary))
+        return
+    if summary.get("kind") == "comm":
+        found.skipped.append(f"{path}: a dlscale comm run (its fits are dlscale predict --comm-run's input)")
         return
     if summary.get("kind") not in KINDS or "world_size" not in summary:
         found.skipped.append(f"{path}: summary.json is not from dlscale bench or train")

@@ -74,11 +74,27 @@ def _rank_word(n: int) -> str:
 # -------------------------------------------------------------------------------------- plots
 
 
-def throughput(path: Path, series: list[Series], references: list[Reference], flagged: set) -> str | None:
+PREDICTED_STYLE = {"linestyle": "-.", "marker": "x", "alpha": 0.9}
+"""Predicted curves (dlscale predict runs): drawn as predicted, absolute, never scaled."""
+
+
+def _predicted(ax, predictions, key: str, scale: float = 1.0) -> list[int]:
+    xs = []
+    for pred in predictions:
+        points = [p for p in pred.points if p.get(key) is not None]
+        if points:
+            ax.plot([p["devices"] for p in points], [scale * p[key] for p in points], **PREDICTED_STYLE,
+                    label=pred.label)
+            xs += [p["devices"] for p in points]
+    return xs
+
+
+def throughput(path: Path, series: list[Series], references: list[Reference], flagged: set,
+               predictions=()) -> str | None:
     drawn = [s for s in series if s.ok_rows]
     refs = _ref_curves(references, "img_per_s")
-    if not drawn and not refs:
-        return "no run with a measured throughput"
+    if not drawn and not refs and not predictions:
+        return "no run with a measured or predicted throughput"
     main = _main_series(drawn)
     fig, (ax,) = figure("Training throughput vs devices", SCALED_NOTE if refs and main else "")
     xs = []
@@ -103,8 +119,9 @@ def throughput(path: Path, series: list[Series], references: list[Reference], fl
         ax.plot([d for d, _ in curve], [v * factor for _, v in curve], **_ref_style(s, references),
                 label=_ref_label(s))
         xs += [d for d, _ in curve]
+    xs += _predicted(ax, predictions, "img_per_s_total")
     log2_axis(ax, xs, DEVICES)
-    if refs:
+    if refs or predictions:
         _log_y(ax)
     ax.set_ylabel("throughput (images/s, all ranks)")
     legend(ax, fig)
@@ -112,12 +129,12 @@ def throughput(path: Path, series: list[Series], references: list[Reference], fl
     return None
 
 
-def efficiency(path: Path, series: list[Series], references: list[Reference]) -> str | None:
+def efficiency(path: Path, series: list[Series], references: list[Reference], predictions=()) -> str | None:
     drawn = [s for s in series if len(s.ok_rows) >= 2]
     curves = [(s, s.efficiency_curve()) for ref in references for s in ref.series
               if s.kind in ("scaling", "efficiency") and s.meta.get("overlay", True)]
     curves = [(s, c) for s, c in curves if len(c) >= 2 or (c and s.kind == "efficiency")]
-    if not drawn and not curves:
+    if not drawn and not curves and not predictions:
         return "needs one series with two or more world sizes"
     fig, (ax,) = figure("Scaling efficiency vs devices", "efficiency = (T_N / N) / (T_base / N_base), "
                          "T = total images/s, base = smallest world size")
@@ -130,6 +147,7 @@ def efficiency(path: Path, series: list[Series], references: list[Reference]) ->
         ax.plot([d for d, _ in curve], [100 * e for _, e in curve],
                 **_ref_style(s, references, star=s.kind == "efficiency"), label=_ref_label(s))
         xs += [d for d, _ in curve]
+    xs += _predicted(ax, predictions, "efficiency", scale=100)
     ax.axhline(100, color="black", linestyle="--", linewidth=1, label="ideal (100%)")
     log2_axis(ax, xs, DEVICES)
     ax.set_ylim(0, max(115, ax.get_ylim()[1]))

@@ -115,9 +115,14 @@ def reference_dir():
     return resources.files("dlscale") / "references"
 
 
+NOT_REFERENCES = frozenset({"platforms"})
+"""Shipped data files beside the references that are not one: platforms.json is `dlscale predict`'s machines."""
+
+
 def reference_names() -> list[str]:
     """The references shipped with dlscale, by file name."""
-    return sorted(p.name.removesuffix(".json") for p in reference_dir().iterdir() if p.name.endswith(".json"))
+    return sorted(name for name in (p.name.removesuffix(".json") for p in reference_dir().iterdir()
+                                    if p.name.endswith(".json")) if name not in NOT_REFERENCES)
 
 
 def load_reference(name_or_path: str) -> Reference:

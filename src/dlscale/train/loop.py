@@ -7,6 +7,7 @@ synchronisation; metrics are reduced across ranks only on log steps.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable
@@ -155,8 +156,8 @@ def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, 
 
 def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir) -> Run:
     """Everything a training run needs, built in one order (also used by `dlscale profile`)."""
-    _seed(cfg.seed, cfg.deterministic)
     cfg.speed.apply_globals(device)
+    _seed(cfg.seed, cfg.deterministic, device)  # after the speed globals: deterministic turns autotuning off
     precision = build_precision(cfg.precision, device)
     # The data first: the class count comes from it, and the plan from its size.
     per_rank = per_rank_batch(cfg, env.world_size)
@@ -191,12 +192,17 @@ def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: Run
     )
 
 
-def _seed(seed: int, deterministic: bool) -> None:
+def _seed(seed: int, deterministic: bool, device: torch.device) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # the same initial weights on every rank
     if deterministic:
-        torch.use_deterministic_algorithms(True)
+        # On GPUs a few ops of a ResNet step have no deterministic CUDA kernel (the backward of
+        # AdaptiveAvgPool2d, nll_loss): they warn instead of stopping the run. cuBLAS needs a fixed
+        # workspace to be repeatable (torch's "Reproducibility" notes).
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=device.type == "cuda")
+        torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
 
 

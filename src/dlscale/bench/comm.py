@@ -1,0 +1,375 @@
+"""`dlscale comm`: collective benchmark on torch.distributed with nccl-tests' protocol and table.
+
+For each collective and message size (min_bytes .. max_bytes by step_factor, float32): one check
+run on fresh data whose exact result is known, counting wrong elements (#wrong, summed over
+ranks); then `warmup_iters` untimed and `iters` timed calls, ending with a device
+synchronisation, each rank's mean time averaged over ranks (nccl-tests' default `-a 1`).
+algbw = S / t and busbw = algbw x the collective's factor (nccl-tests' doc/PERFORMANCE.md,
+docs/references.md#nccl-tests-busbw); S is the whole array for all_gather and reduce_scatter,
+as nccl-tests counts it. Out-of-place leaves the input untouched; torch.distributed's all_reduce
+and broadcast only work in place, so their out-of-place column copies the input to the output
+first (the copy is in the time). The neighbour exchange (decentralized.ops.neighbor_allreduce on
+a --topology graph, uniform weights) returns a new tensor, so it has no in-place column; its
+busbw factor is the out-degree (bytes one rank sends per second).
+
+A latency-bandwidth fit per collective (predict.network.fit_latency_bandwidth) goes into
+summary.json for `dlscale predict --comm-run`. When the job spans nodes, all_reduce is also
+measured inside each node (one group per node) and between nodes (one group per local rank),
+all groups at once, and fitted per level.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+
+from dlscale.decentralized import ops as nbr
+from dlscale.decentralized import topology
+from dlscale.distributed import DistEnv, init_process_group, select_device
+from dlscale.errors import ConfigError
+from dlscale.metrics.run import RunDir, default_run_name, device_name
+from dlscale.metrics.timing import device_synchronizer
+from dlscale.predict.network import BUSBW_FACTORS, fit_latency_bandwidth
+from dlscale.strategies import TOPOLOGIES
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "neighbor_allreduce")
+
+# torch 2.13 renamed the tensor forms (the old names warn); torch >= 2.4 (pyproject) may lack the new ones.
+_all_gather_op = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_op = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+MODES = ("both", "out-of-place", "in-place")
+ELEMENT = 4  # float32
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommConfig:
+    ops: tuple[str, ...] = ("all_reduce",)
+    """Collectives to measure, in order."""
+    min_bytes: int = 8
+    max_bytes: int = 256 * 1024 * 1024
+    step_factor: int = 2
+    """Each size is the previous one times this (nccl-tests' -f)."""
+    warmup_iters: int = 1
+    """Untimed calls per size (nccl-tests' default)."""
+    iters: int = 20
+    """Timed calls per size (nccl-tests' default)."""
+    mode: str = "both"
+    """out-of-place, in-place or both columns."""
+    topology: str = "exp2"
+    """Graph of the neighbour exchange (--topology, as in bench)."""
+    device: str = "auto"
+    pg_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        unknown = [op for op in self.ops if op not in OPS]
+        if unknown or not self.ops:
+            raise ConfigError(f"unknown --op {', '.join(unknown) or '(none)'}; choose from {', '.join(OPS)} or all")
+        if self.min_bytes < 1 or self.max_bytes < self.min_bytes:
+            raise ConfigError(f"--min-bytes {self.min_bytes} and --max-bytes {self.max_bytes}: need 1 <= min <= max")
+        if self.step_factor < 2:
+            raise ConfigError(f"--step-factor {self.step_factor} must be 2 or more")
+        if self.iters < 1 or self.warmup_iters < 0:
+            raise ConfigError("--iters must be >= 1 and --warmup-iters >= 0")
+        if self.mode not in MODES:
+            raise ConfigError(f"--mode {self.mode!r}: choose one of {', '.join(MODES)}")
+        if self.topology not in TOPOLOGIES:
+            raise ConfigError(f"unknown --topology {self.topology!r}; choose one of {', '.join(TOPOLOGIES)}")
+
+    def sizes(self) -> list[int]:
+        out, size = [], self.min_bytes
+        while size <= self.max_bytes:
+            out.append(size)
+            size *= self.step_factor
+        return out
+
+
+def _pattern(count: int, device: torch.device, scale: float, offset: int = 0) -> torch.Tensor:
+    """scale x (i % 13 + 1) for element i + offset: small integers, exact in float32 sums."""
+    period = (torch.arange(13, device=device, dtype=torch.float32) + 1).roll(-(offset % 13)) * scale
+    return period.repeat(count // 13 + 1)[:count]
+
+
+@dataclass
+class Case:
+    """One collective at one size on this rank: its buffers, its call and its known result."""
+
+    count: int
+    """Elements per rank, as nccl-tests' count column."""
+    size: int
+    """Bytes of the whole array."""
+    run: Callable[[bool], None]
+    """run(in_place) calls the collective once."""
+    output: Callable[[bool], torch.Tensor]
+    """The buffer holding the result."""
+    reset: Callable[[], None]
+    """Refill the inputs with the known data."""
+    expected: torch.Tensor
+
+
+def _case(op: str, size: int, group, device: torch.device, graph) -> Case | None:
+    """The buffers, call and known result of `op` on a message of `size` bytes (None: too small to split)."""
+    n, r = dist.get_world_size(group), dist.get_rank(group)
+    count = size // ELEMENT
+    if op in ("all_gather", "reduce_scatter"):
+        count //= n  # per rank: the size is the whole array
+    if count < 1:
+        return None
+    return _BUILDERS[op](count, n, r, group, device, graph)
+
+
+def _in_place_op(call: Callable[[torch.Tensor], None], count: int, r: int, device: torch.device,
+                 expected: torch.Tensor) -> Case:
+    """all_reduce and broadcast: torch has only the in-place form; out-of-place copies the input first."""
+    inp, out = torch.empty(count, device=device), torch.empty(count, device=device)
+
+    def run(in_place: bool) -> None:
+        if not in_place:
+            out.copy_(inp)
+        call(inp if in_place else out)
+
+    def reset() -> None:
+        inp.copy_(_pattern(count, device, r + 1))
+
+    return Case(count, count * ELEMENT, run, lambda in_place: inp if in_place else out, reset, expected)
+
+
+def _all_reduce(count, n, r, group, device, graph) -> Case:
+    return _in_place_op(lambda t: dist.all_reduce(t, group=group), count, r, device,
+                        _pattern(count, device, n * (n + 1) / 2))
+
+
+def _broadcast(count, n, r, group, device, graph) -> Case:
+    root = dist.get_global_rank(group, 0) if group is not None else 0
+    return _in_place_op(lambda t: dist.broadcast(t, src=root, group=group), count, r, device,
+                        _pattern(count, device, 1))
+
+
+def _all_gather(count, n, r, group, device, graph) -> Case:
+    whole, inp = torch.empty(n * count, device=device), torch.empty(count, device=device)
+    mine = whole[r * count:(r + 1) * count]  # in place: this rank's slice of the output is the input
+
+    def reset() -> None:
+        inp.copy_(_pattern(count, device, r + 1))
+        mine.copy_(inp)
+
+    expected = torch.cat([_pattern(count, device, s + 1) for s in range(n)])
+    return Case(count, n * count * ELEMENT, lambda in_place: _all_gather_op(whole, mine if in_place else inp,
+                                                                             group=group),
+                lambda in_place: whole, reset, expected)
+
+
+def _reduce_scatter(count, n, r, group, device, graph) -> Case:
+    whole, out = torch.empty(n * count, device=device), torch.empty(count, device=device)
+    mine = whole[r * count:(r + 1) * count]  # in place: the output is this rank's slice of the input
+
+    def reset() -> None:
+        whole.copy_(_pattern(n * count, device, r + 1))
+
+    return Case(count, n * count * ELEMENT,
+                lambda in_place: _reduce_scatter_op(mine if in_place else out, whole, group=group),
+                lambda in_place: mine if in_place else out, reset,
+                _pattern(count, device, n * (n + 1) / 2, offset=r * count))
+
+
+def _neighbor_allreduce(count, n, r, group, device, graph) -> Case:
+    """Uniform weights over self and in-neighbours; a new tensor each call (no in-place form)."""
+    inp = torch.empty(count, device=device)
+    result: dict[str, torch.Tensor] = {}
+
+    def run(in_place: bool) -> None:
+        result["out"] = nbr.neighbor_allreduce(inp)
+
+    def reset() -> None:
+        inp.copy_(_pattern(count, device, r + 1))
+
+    sources = topology.in_neighbors(graph, r)
+    scale = ((r + 1) + sum(s + 1 for s in sources)) / (1 + len(sources))
+    return Case(count, count * ELEMENT, run, lambda in_place: result["out"], reset, _pattern(count, device, scale))
+
+
+_BUILDERS = {"all_reduce": _all_reduce, "all_gather": _all_gather, "reduce_scatter": _reduce_scatter,
+             "broadcast": _broadcast, "neighbor_allreduce": _neighbor_allreduce}
+
+
+def count_wrong(output: torch.Tensor, expected: torch.Tensor) -> int:
+    """Elements that differ from the known result (relative tolerance 1e-5 for the weighted averages)."""
+    tolerance = 1e-5 * expected.abs().clamp(min=1.0)
+    return int(((output - expected).abs() > tolerance).sum().item())
+
+
+def _reduce(values: list[float], group, device: torch.device) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, group=group)
+    return t.tolist()
+
+
+def _measure(case: Case, in_place: bool, cfg: CommConfig, group, device, sync) -> tuple[float, int]:
+    """(this rank's mean seconds per call, this rank's wrong elements) for one column."""
+    case.reset()
+    sync()
+    case.run(in_place)
+    sync()
+    wrong = count_wrong(case.output(in_place), case.expected)
+    for _ in range(cfg.warmup_iters):
+        case.run(in_place)
+    sync()
+    dist.barrier(group=group)
+    start = time.perf_counter()
+    for _ in range(cfg.iters):
+        case.run(in_place)
+    sync()
+    return (time.perf_counter() - start) / cfg.iters, wrong
+
+
+def sweep(op: str, cfg: CommConfig, group, device: torch.device) -> list[dict]:
+    """Every size of one collective on `group`: rows with time (us), algbw, busbw (GB/s), #wrong."""
+    n = dist.get_world_size(group)
+    sync = device_synchronizer(device)
+    graph = None
+    if op == "neighbor_allreduce":
+        graph = TOPOLOGIES[cfg.topology](n)
+        nbr.set_topology(graph)
+    factor = _factor(op, n, graph)
+    modes = [m for m in ("out-of-place", "in-place") if cfg.mode in ("both", m)]
+    rows = []
+    for size in cfg.sizes():
+        case = _case(op, size, group, device, graph)
+        if case is None:
+            continue
+        row = {"size": case.size, "count": case.count, "type": "float", "redop": _redop(op),
+               "root": 0 if op == "broadcast" else -1}
+        for mode in modes:
+            if mode == "in-place" and op == "neighbor_allreduce":
+                row[mode] = None
+                continue
+            seconds, wrong = _measure(case, mode == "in-place", cfg, group, device, sync)
+            total_s, total_wrong = _reduce([seconds, float(wrong)], group, device)
+            t = total_s / n
+            algbw = case.size / t / 1e9
+            row[mode] = {"time_us": t * 1e6, "algbw_gbs": algbw, "busbw_gbs": algbw * factor, "wrong": int(total_wrong)}
+        rows.append(row)
+        del case
+    return rows
+
+
+def _redop(op: str) -> str:
+    return "sum" if op in ("all_reduce", "reduce_scatter") else ("avg" if op == "neighbor_allreduce" else "none")
+
+
+def _factor(op: str, n: int, graph) -> float:
+    if op == "neighbor_allreduce":
+        return float(max(len(topology.out_neighbors(graph, r)) for r in range(n)))
+    return BUSBW_FACTORS[op](n)
+
+
+def fits(op: str, rows: list[dict], n: int, graph_degree: float | None = None) -> dict:
+    """The latency-bandwidth fit of each measured column."""
+    factor = graph_degree if op == "neighbor_allreduce" else BUSBW_FACTORS[op](n)
+    out = {}
+    for mode in ("out-of-place", "in-place"):
+        points = [(r["size"], r[mode]["time_us"] * 1e-6) for r in rows if r.get(mode)]
+        if len(points) >= 2 and factor > 0:
+            try:
+                out[mode] = asdict(fit_latency_bandwidth([s for s, _ in points], [t for _, t in points], factor))
+            except ConfigError as error:
+                out[mode] = {"error": str(error)}
+    return out
+
+
+def level_groups(env: DistEnv):
+    """(intra-node group, inter-node group) of this rank; collective: every rank builds every group."""
+    k, world = env.local_world_size, env.world_size
+    intra, _ = dist.new_subgroups(group_size=k)
+    inter, _ = dist.new_subgroups_by_enumeration([[r for r in range(world) if r % k == local] for local in range(k)])
+    return intra, inter
+
+
+def run_comm(cfg: CommConfig, env: DistEnv, out: Callable[[str], None] = print) -> dict:
+    """Run the benchmark on this rank; every rank returns the same summary."""
+    if env.world_size < 2:
+        raise ConfigError("dlscale comm measures communication between ranks: start it with "
+                          "torchrun --nproc_per_node 2 -m dlscale comm (or srun, mpirun)")
+    device = select_device(env, cfg.device)
+    init_process_group(env, device, cfg.pg_timeout_s)
+    say = out if env.is_main else (lambda line: None)
+    levels = [("world", None)]
+    if env.num_nodes > 1 and env.local_world_size > 1:
+        intra, inter = level_groups(env)
+        levels += [("intra", intra), ("inter", inter)]
+    results: dict = {}
+    for level, group in levels:
+        ops = cfg.ops if level == "world" else ("all_reduce",)
+        for op in ops:
+            n = dist.get_world_size(group)
+            rows = sweep(op, cfg, group, device)
+            degree = _factor(op, n, TOPOLOGIES[cfg.topology](n)) if op == "neighbor_allreduce" else None
+            fitted = fits(op, rows, n, degree)
+            results.setdefault(level, {})[op] = {"ranks": n, "rows": rows, "fit": fitted}
+            for line in format_table(op, rows, cfg, n, level, env, device, fitted):
+                say(line)
+    wrong = sum(col["wrong"] for lv in results.values() for r in lv.values() for row in r["rows"]
+                for col in (row.get("out-of-place"), row.get("in-place")) if col)
+    return {"kind": "comm", "world_size": env.world_size, "num_nodes": env.num_nodes,
+            "local_world_size": env.local_world_size, "launcher": env.launcher, "backend": dist.get_backend(),
+            "device": device.type, "device_name": device_name(device), "ops": list(cfg.ops),
+            "topology": cfg.topology, "sizes": cfg.sizes(), "warmup_iters": cfg.warmup_iters, "iters": cfg.iters,
+            "mode": cfg.mode, "wrong": wrong, "results": results}
+
+
+def _num(value: float, width: int) -> str:
+    """nccl-tests' getFloatStr: 2 decimals, fewer when the number is wide."""
+    for fmt in (f"{{:{width}.2f}}", f"{{:{width}.1f}}", f"{{:{width}.0f}}"):
+        text = fmt.format(value)
+        if len(text) <= width:
+            return text
+    return f"{value:{width}.1e}"
+
+
+def format_table(op: str, rows: list[dict], cfg: CommConfig, n: int, level: str, env: DistEnv,
+                 device: torch.device, fitted: dict) -> list[str]:
+    """nccl-tests' table: size, count, type, redop, root, then time/algbw/busbw/#wrong per column."""
+    where = {"world": f"{n} ranks", "intra": f"inside each node ({n} ranks per group)",
+             "inter": f"between nodes ({n} ranks per group, one per node)"}[level]
+    lines = [f"# dlscale comm: {op}, {where}, {env.num_nodes} node(s), {dist.get_backend()} on {device.type}; "
+             f"warm-up {cfg.warmup_iters}, iterations {cfg.iters}",
+             "#",
+             f"# {'':>10}  {'':>12}  {'':>8}  {'':>6}  {'':>6}           out-of-place                       in-place",
+             f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>7}  {'algbw':>6}  "
+             f"{'busbw':>6}  {'#wrong':>6}  {'time':>7}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}",
+             f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  "
+             f"{'(GB/s)':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}"]
+    busbw, wrong = [], 0
+    for row in rows:
+        text = f"{row['size']:>12}  {row['count']:>12}  {row['type']:>8}  {row['redop']:>6}  {row['root']:>6}"
+        for mode in ("out-of-place", "in-place"):
+            col = row.get(mode)
+            if col is None:
+                text += f"  {'N/A':>7}  {'N/A':>6}  {'N/A':>6}  {'N/A':>6}"
+                continue
+            text += (f"  {_num(col['time_us'], 7)}  {_num(col['algbw_gbs'], 6)}  {_num(col['busbw_gbs'], 6)}"
+                     f"  {col['wrong']:>6}")
+            busbw.append(col["busbw_gbs"])
+            wrong += col["wrong"]
+        lines.append(text)
+    lines.append(f"# {'Out of bounds values':<20} : {wrong} {'FAILED' if wrong else 'OK'}")
+    lines.append(f"# {'Avg bus bandwidth':<20} : {sum(busbw) / max(len(busbw), 1):g}")
+    for mode, fit in fitted.items():
+        if "error" in fit:
+            lines.append(f"# Fit {mode}: {fit['error']}")
+        else:
+            lines.append(f"# Fit {mode}: t = {fit['latency_us']:.1f} us + S x factor / {fit['busbw_gbs']:.3f} GB/s "
+                         f"({fit['points']} sizes, rms error {100 * fit['rms_relative_error']:.1f}%)")
+    lines.append("#")
+    return lines
+
+
+def write_run(cfg: CommConfig, env: DistEnv, summary: dict, *, root, name: str | None) -> RunDir:
+    run = RunDir.create(root, name or default_run_name("comm", "-".join(cfg.ops), f"w{env.world_size}"))
+    device = torch.device(summary["device"], env.local_rank if summary["device"] == "cuda" else None)
+    run.write_setup({"kind": "comm", **asdict(cfg), "world_size": env.world_size}, env, device)
+    run.write_json("summary.json", summary)
+    return run

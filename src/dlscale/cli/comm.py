@@ -1,0 +1,81 @@
+"""`dlscale comm`: collective benchmark with nccl-tests' table, under torchrun, srun or mpirun."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from dlscale.bench.comm import MODES, OPS, CommConfig, run_comm, write_run
+from dlscale.distributed import DistEnv, shutdown
+from dlscale.errors import DlscaleError
+from dlscale.metrics.run import to_jsonable
+from dlscale.strategies import TOPOLOGIES
+
+_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024 ** 2, "MB": 1024 ** 2, "MIB": 1024 ** 2,
+          "G": 1024 ** 3, "GB": 1024 ** 3, "GIB": 1024 ** 3}
+
+
+def parse_bytes(text: str) -> int:
+    """'8', '64K', '256M', '1G' (powers of 1024, as nccl-tests reads -b and -e) -> bytes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
+    if not match or match.group(2).upper() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size; write e.g. 8, 64K, 256M or 1G")
+    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+def parse_ops(values: list[str]) -> tuple[str, ...]:
+    ops: list[str] = []
+    for value in values:
+        for part in (p.strip() for p in value.split(",") if p.strip()):
+            chosen = OPS if part == "all" else (part,)
+            ops += [op for op in chosen if op not in ops]
+    return tuple(ops) or ("all_reduce",)
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "comm", help="collective benchmark (nccl-tests' table and bus bandwidth) and a latency-bandwidth fit",
+        description="all_reduce, all_gather, reduce_scatter, broadcast and the neighbour exchange over a range of "
+        "message sizes, on NCCL (GPUs) or gloo (CPUs). Run it under a launcher: "
+        "torchrun --nproc_per_node 2 -m dlscale comm. Writes summary.json (kind: comm) with a latency-bandwidth "
+        "fit per collective for dlscale predict --comm-run.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--op", action="append", default=[], metavar="NAME[,NAME]",
+                   help=f"collectives: {', '.join(OPS)}, or all (repeatable; default all_reduce)")
+    p.add_argument("-b", "--min-bytes", type=parse_bytes, default=8, help="smallest message (8, 64K, 256M, 1G)")
+    p.add_argument("-e", "--max-bytes", type=parse_bytes, default=256 * 1024 ** 2, help="largest message")
+    p.add_argument("-f", "--step-factor", type=int, default=2, help="each size is the last one times this")
+    p.add_argument("-w", "--warmup-iters", type=int, default=1, help="untimed calls per size")
+    p.add_argument("-n", "--iters", type=int, default=20, help="timed calls per size")
+    p.add_argument("--mode", choices=MODES, default="both", help="out-of-place, in-place or both columns")
+    p.add_argument("--topology", choices=sorted(TOPOLOGIES), default="exp2",
+                   help="graph of the neighbour exchange (neighbor_allreduce)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--pg-timeout", type=float, default=600.0, help="seconds before a stuck collective fails")
+    p.add_argument("--json", type=Path, default=None, help="also write the summary object to this file")
+    p.add_argument("--output-dir", type=Path, default=Path("runs"), help="root of run directories")
+    p.add_argument("--name", default=None, help="run directory name (default: from the collectives and time)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = CommConfig(ops=parse_ops(args.op), min_bytes=args.min_bytes, max_bytes=args.max_bytes,
+                     step_factor=args.step_factor, warmup_iters=args.warmup_iters, iters=args.iters,
+                     mode=args.mode, topology=args.topology, device=args.device, pg_timeout_s=args.pg_timeout)
+    env = DistEnv.from_env()
+    try:
+        summary = run_comm(cfg, env, out=lambda line: print(line, flush=True))
+        if env.is_main:
+            run_dir = write_run(cfg, env, summary, root=args.output_dir, name=args.name)
+            print(f"Run directory: {run_dir.path}", flush=True)
+            if args.json:
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps(to_jsonable(summary), indent=2) + "\n")
+    finally:
+        shutdown()
+    if summary["wrong"]:
+        raise DlscaleError(f"{summary['wrong']} wrong elements: a collective returned a wrong result (see #wrong)")
+    return 0

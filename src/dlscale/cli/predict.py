@@ -1,0 +1,271 @@
+"""`dlscale predict`: img/s per device, total img/s and scaling efficiency at any device count.
+
+    dlscale predict --gpus 1,8,64,512,4096 --from-reference ngc:v100_16gb_amp --platform dgx1-v100
+    dlscale predict --gpus 1,2,4 --from-run runs/bench-... --comm-run runs/comm-...
+    dlscale predict --validate [--sweep runs/sweep-... --comm-run runs/comm-...]
+
+No torch is imported: the answer comes in well under a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from dlscale.errors import ConfigError
+from dlscale.predict import inputs, output, validate
+from dlscale.predict.graphs import TOPOLOGIES
+from dlscale.predict.model import OVERLAPS, STRATEGIES, Ceilings, Strategy, Workload, predict
+from dlscale.predict.network import ALGORITHMS, Network
+from dlscale.predict.platforms import platform, platforms
+
+MIB = 1024 * 1024
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "predict", help="predicted img/s and scaling efficiency at any device count, and its validation",
+        description="Predict a training step at each device count from a single-device figure and a network, "
+        "term by term (compute, exposed communication, input, stragglers). --validate predicts every published "
+        "scaling point dlscale ships and prints the errors. See docs/prediction.md.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--gpus", default="1,8,64,512,4096", metavar="N[,N]", help="device counts to predict")
+    p.add_argument("--gpus-per-node", type=int, default=None, help="devices per node (default: the platform's)")
+    compute = p.add_argument_group("compute (one of)")
+    compute.add_argument("--from-run", type=Path, default=None, metavar="DIR",
+                         help="a 1-rank dlscale bench run, or a dlscale profile run")
+    compute.add_argument("--from-reference", default=None, metavar="NAME[:SERIES]",
+                         help="a shipped reference's smallest published point, e.g. ngc:v100_16gb_amp")
+    compute.add_argument("--peak-tflops", default=None, metavar="TFLOPS|DEVICE",
+                         help="compute from FLOPs: a peak in TFLOP/s or a device (H100, A100), with --mfu")
+    compute.add_argument("--mfu", type=float, default=None, help="model FLOPs utilisation for --peak-tflops")
+    compute.add_argument("--model", default=None, help="model (resnet50 unless the run names one)")
+    compute.add_argument("--batch-size", type=int, default=None, help="images per device per step (weak scaling)")
+    compute.add_argument("--global-batch", type=int, default=None, help="images per step over all devices "
+                         "(strong scaling: the batch per device is this / N)")
+    compute.add_argument("--image-size", type=int, default=224)
+    compute.add_argument("--step-overhead-ms", type=float, default=0.0,
+                         help="part of the single-device step that does not shrink with the batch (strong scaling)")
+    compute.add_argument("--grad-bytes", type=int, choices=(2, 4), default=None,
+                         help="bytes per gradient element (4: fp32, torch AMP included; 2: fp16 gradients)")
+    network = p.add_argument_group("network (one of, numbers override)")
+    network.add_argument("--platform", default=None, help="a shipped machine (--list-platforms)")
+    network.add_argument("--comm-run", type=Path, default=None, metavar="DIR", help="a dlscale comm run")
+    network.add_argument("--intra-gbps", type=float, default=None, help="bus bandwidth inside a node, Gbit/s")
+    network.add_argument("--inter-gbps", type=float, default=None, help="bus bandwidth of a node to others, Gbit/s")
+    network.add_argument("--latency-us", type=float, default=None, help="latency of one algorithm step, us")
+    network.add_argument("--list-platforms", action="store_true", help="list the shipped machines and exit")
+    strategy = p.add_argument_group("strategy")
+    strategy.add_argument("--dist-optimizer", choices=STRATEGIES, default="allreduce")
+    strategy.add_argument("--algorithm", choices=ALGORITHMS, default="auto", help="allreduce algorithm")
+    strategy.add_argument("--overlap", choices=OVERLAPS, default=None,
+                          help="backward: DDP buckets under backward; none: after it; step: under forward and "
+                               "backward (default: dlscale's own: backward for allreduce, none otherwise)")
+    strategy.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size in MiB")
+    strategy.add_argument("--topology", choices=TOPOLOGIES, default="exp2", help="neighbour graph")
+    strategy.add_argument("--disable-dynamic-topology", action="store_true",
+                          help="every neighbour each step instead of one rotating peer")
+    ceilings = p.add_argument_group("ceilings and noise (optional)")
+    ceilings.add_argument("--loader-run", type=Path, default=None, metavar="DIR",
+                          help="a dlscale loader run: its img/s per core is a ceiling")
+    ceilings.add_argument("--cores-per-device", type=float, default=None,
+                          help="CPU cores feeding each device (default: the platform's cores / devices)")
+    ceilings.add_argument("--stragglers-from", type=Path, default=None, metavar="DIR",
+                          help="a dlscale bench run whose per-rank step spread sets the stragglers term")
+    ceilings.add_argument("--step-cv", type=float, default=None, help="the spread (std / mean) of a step, given")
+    p.add_argument("--validate", action="store_true", help="predict every shipped published scaling point")
+    p.add_argument("--sweep", type=Path, action="append", default=[], metavar="DIR",
+                   help="with --validate: a dlscale scale sweep (--nproc 1,2) of this machine, with --comm-run")
+    p.add_argument("--json", type=Path, default=None, help="also write the summary object to this file")
+    p.add_argument("--output-dir", type=Path, default=Path("runs"), help="root of run directories")
+    p.add_argument("--name", default=None, help="run directory name")
+    p.add_argument("--no-run-dir", action="store_true", help="print only; write no run directory")
+    p.set_defaults(run=run)
+
+
+def parse_devices(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise ConfigError(f"--gpus {text!r}: give device counts >= 1 separated by commas, e.g. 1,8,64")
+    return counts
+
+
+def _workload(args: argparse.Namespace) -> tuple[Workload, float | None]:
+    given = [name for name, value in (("--from-run", args.from_run), ("--from-reference", args.from_reference),
+                                      ("--peak-tflops", args.peak_tflops)) if value is not None]
+    if len(given) != 1:
+        raise ConfigError("give one compute source: --from-run DIR, --from-reference NAME[:SERIES], "
+                          "or --peak-tflops with --mfu" + (f" (got {', '.join(given)})" if given else ""))
+    if args.from_run is not None:
+        return inputs.workload_from_run(args.from_run)
+    if args.from_reference is not None:
+        return inputs.workload_from_reference(args.from_reference, model=args.model or "resnet50"), None
+    if args.mfu is None or args.batch_size is None:
+        raise ConfigError("--peak-tflops needs --mfu and --batch-size")
+    peak = args.peak_tflops
+    with contextlib.suppress(ValueError):  # a number, else a device name (H100, A100)
+        peak = float(peak)
+    return inputs.workload_from_flops(args.model or "resnet50", batch=args.batch_size, peak_tflops=peak,
+                                      mfu=args.mfu, image_size=args.image_size), None
+
+
+def _network(args: argparse.Namespace) -> tuple[Network, int | None]:
+    """The network, and the platform's CPU cores per node where it states them."""
+    if args.platform and args.comm_run:
+        raise ConfigError("give --platform or --comm-run, not both")
+    cores = None
+    base = None
+    if args.platform:
+        chosen = platform(args.platform)
+        base, cores = chosen.network(), chosen.value("cpu_cores_per_node")
+    elif args.comm_run:
+        base = inputs.network_from_comm_run(args.comm_run)
+    per_node = args.gpus_per_node or (base.devices_per_node if base else 8)
+    if per_node < 1:
+        raise ConfigError("--gpus-per-node must be >= 1")
+    return inputs.network_from_numbers(per_node, args.intra_gbps, args.inter_gbps, args.latency_us, base), cores
+
+
+def _strategy(args: argparse.Namespace) -> Strategy:
+    overlap = args.overlap or ("backward" if args.dist_optimizer == "allreduce" else "none")
+    if args.bucket_cap_mb <= 0:
+        raise ConfigError("--bucket-cap-mb must be > 0")
+    return Strategy(args.dist_optimizer, algorithm=args.algorithm, overlap=overlap,
+                    bucket_cap_bytes=int(args.bucket_cap_mb * MIB), topology=args.topology,
+                    schedule="static" if args.disable_dynamic_topology else "one_peer")
+
+
+def _ceilings(args: argparse.Namespace, net: Network, cores: int | None) -> Ceilings:
+    source = {}
+    ceiling = None
+    if args.loader_run:
+        per_device = args.cores_per_device or (cores / net.devices_per_node if cores else None)
+        if per_device is None:
+            raise ConfigError("--loader-run needs --cores-per-device (the platform states no core count)")
+        ceiling, source["input"] = inputs.loader_ceiling(args.loader_run, per_device)
+    cv = args.step_cv
+    if args.stragglers_from:
+        cv = inputs.step_spread(inputs.read_summary(args.stragglers_from, "bench"))
+        source["stragglers"] = f"per-rank step spread of {args.stragglers_from}: {100 * (cv or 0):.1f}%"
+    elif cv is not None:
+        source["stragglers"] = f"step spread given: {100 * cv:.1f}%"
+    if cv is not None and cv < 0:
+        raise ConfigError("--step-cv must be >= 0")
+    return Ceilings(input_img_per_s=ceiling, step_cv=cv, source=source)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list_platforms:
+        for chosen in platforms().values():
+            print(chosen.describe())
+        return 0
+    if args.validate:
+        return _validate(args)
+    devices = parse_devices(args.gpus)
+    workload, net, cores = _inputs(args)
+    strategy, ceilings = _strategy(args), _ceilings(args, net, cores)
+    batch = args.batch_size if args.global_batch is None and args.peak_tflops is None else None
+    points = predict(devices, workload, strategy, net, ceilings, batch=batch, global_batch=args.global_batch)
+    mode = (f"strong scaling, global batch {args.global_batch}" if args.global_batch
+            else f"weak scaling, batch {points[0].batch_per_device} per device")
+    title = f"{workload.model}, {mode}, {strategy.name} on {net.name}"
+    print("\n".join([*_header(title, workload, net, strategy, ceilings), "", *output.table(points)]), flush=True)
+    settings = {"model": workload.model, "title": title, "devices": devices, "global_batch": args.global_batch,
+                "strategy": asdict(strategy), "network_name": net.name, "network": asdict(net)}
+    result = output.summary(points, settings, {"compute": workload.source, "network": net.source, **ceilings.source})
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if not args.no_run_dir:
+        path = output.write_run(args.output_dir, args.name, {**settings, "argv": sys.argv[1:]}, result)
+        # matplotlib takes a second or two to import; it is loaded only now, after the answer is printed.
+        from dlscale.predict import plot
+
+        plot.draw(path / "predicted.png", result["points"], title)
+        print(f"Run directory: {path}")
+    return 0
+
+
+def _inputs(args: argparse.Namespace) -> tuple[Workload, Network, int | None]:
+    """The workload with the command line's adjustments, the network, the platform's cores per node."""
+    workload, _ = _workload(args)  # a run's spread is used only when asked for (--stragglers-from)
+    if args.grad_bytes:
+        workload = replace(workload, grad_bytes_per_element=args.grad_bytes)
+    if not 0 <= args.step_overhead_ms < 1e3 * workload.step_s:
+        raise ConfigError(f"--step-overhead-ms {args.step_overhead_ms:g} must be >= 0 and below the step "
+                          f"({1e3 * workload.step_s:.2f} ms)")
+    workload = replace(workload, overhead_s=args.step_overhead_ms / 1e3)
+    net, cores = _network(args)
+    if args.comm_run is None:  # other machines than the one the run measured: its cores are not theirs
+        workload = replace(workload, cpu_threads=None, cpu_cores=None)
+    return workload, net, cores
+
+
+def _header(title: str, workload: Workload, net: Network, strategy: Strategy, ceilings: Ceilings) -> list[str]:
+    """What was predicted and where every input came from."""
+    lines = [f"Prediction: {title}",
+             f"  compute: {workload.source}",
+             f"  network: {net.source} ({net.intra.bandwidth_gbs:.3f} GB/s per device inside a node, "
+             f"{net.inter.bandwidth_gbs:.3f} GB/s per node between nodes, {net.devices_per_node} per node)",
+             f"  strategy: {_describe(strategy)}"]
+    if workload.cpu_threads:
+        lines.append(f"  cores: CPU ranks of {workload.cpu_threads} thread(s) share {workload.cpu_cores} cores; when "
+                     "they fill them, communication runs after backward, not under it")
+    return lines + [f"  {key}: {text}" for key, text in ceilings.source.items()]
+
+
+def _describe(strategy: Strategy) -> str:
+    if strategy.name in ("allreduce", "gradient_allreduce"):
+        where = {"backward": "buckets overlapped with backward", "none": "after backward", "step": "overlapped"}
+        return (f"{strategy.name}, {strategy.algorithm} algorithm, {strategy.bucket_cap_bytes / MIB:g} MiB buckets, "
+                f"{where[strategy.overlap]}")
+    return f"{strategy.name} on {strategy.topology}, {strategy.schedule} exchange, overlap {strategy.overlap}"
+
+
+def _validate(args: argparse.Namespace) -> int:
+    rows, texts = validate.validate_references()
+    print("Published scaling points, predicted from each system's single-device figure and documented hardware")
+    print("(docs/prediction.md; error = predicted / published - 1)\n")
+    print("\n".join(validate.format_rows(rows)))
+    goal = validate.statistics_of([r for r in rows if r.case.in_goal])
+    every = validate.statistics_of(rows)
+    print(f"\nGoal set ({goal['points']} points: HAL, NVIDIA DLE, DLPerf, BlueFog/Horovod, MLPerf): median |error| "
+          f"{100 * goal['median_abs_error']:.1f}% (goal <= 10%), max {100 * goal['max_abs_error']:.1f}% "
+          f"({goal['worst']}; goal <= 25%), {goal['within_25pct']} of {goal['points']} within 25%")
+    print(f"All {every['points']} points: median |error| {100 * every['median_abs_error']:.1f}%, "
+          f"max {100 * every['max_abs_error']:.1f}% ({every['worst']})")
+    for name, reason in validate.NOT_PREDICTED.items():
+        print(f"Not predicted: {name}: {reason}")
+    print("\nInputs:")
+    for key, text in texts.items():
+        print(f"  {key}: {text}")
+    sweep_rows = []
+    if args.sweep:
+        if args.comm_run is None:
+            raise ConfigError("--sweep needs --comm-run (the network of this machine, from dlscale comm)")
+        for sweep in args.sweep:
+            sweep_rows += validate.validate_sweep(sweep, args.comm_run)
+        print("\nMeasured gloo sweeps on this machine (goal: within 15%)")
+        for r in sweep_rows:
+            print(f"  {r.sweep} {r.series} {r.devices} ranks: measured {r.measured:.1f} img/s, predicted "
+                  f"{r.predicted:.1f} ({100 * r.error:+.1f}%, {r.limit}); with stragglers {r.with_stragglers:.1f} "
+                  f"({100 * r.error_with_stragglers:+.1f}%); {r.inputs}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "kind": "predict_validation", "goal": goal, "all": every,
+            "rows": [{"group": r.case.group, "reference": r.case.reference, "series": r.case.series,
+                      "devices": r.devices, "metric": r.metric, "published": r.published, "predicted": r.predicted,
+                      "error": r.error, "limit": r.limit, "bound": r.bound, "in_goal": r.case.in_goal} for r in rows],
+            "inputs": texts,
+            "sweeps": [{**asdict(r), "error": r.error, "error_with_stragglers": r.error_with_stragglers}
+                       for r in sweep_rows]}, indent=2) + "\n")
+    return 0

@@ -1,0 +1,215 @@
+"""What `dlscale predict` starts from: run directories, published references, or FLOPs; a network
+from a comm run, a platform or numbers; the loader's ceiling and a run's spread. JSON only (no torch).
+
+Each reader returns its result with a sentence saying where it came from, which the prediction
+prints and records.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+from dlscale.errors import ConfigError
+from dlscale.metrics.hardware import PEAK_TFLOPS
+from dlscale.predict.layers import forward_macs, model_parameters
+from dlscale.predict.model import GradSpec, Workload, workload_for_model
+from dlscale.predict.network import Level, Network
+from dlscale.report.references import load_reference
+
+BACKWARD_FORWARD_RATIO = 2.0
+"""Backward FLOPs = 2 x forward for conv nets (docs/references.md#training-flops-3x)."""
+
+
+def read_summary(path: str | Path, *kinds: str) -> dict:
+    """summary.json of a run directory whose kind is one of `kinds`; one line otherwise."""
+    directory = Path(path)
+    file = directory / "summary.json"
+    if not file.is_file():
+        raise ConfigError(f"{directory}: no summary.json; give a run directory made by dlscale {' or '.join(kinds)}")
+    try:
+        summary = json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ConfigError(f"{file}: cannot be read as JSON ({error})") from None
+    if summary.get("kind") not in kinds:
+        raise ConfigError(f"{directory} is a {summary.get('kind', 'unknown')} run; this needs a run of dlscale "
+                          f"{' or '.join(kinds)}")
+    return summary
+
+
+def _grad_bytes(precision: str | None) -> int:
+    """Bytes per gradient element: torch's autocast keeps fp32 weights and gradients; apex O2
+    keeps fp16 ones (HAL's published runs)."""
+    return 2 if precision and "apex O2" in precision else 4
+
+
+def workload_from_run(path: str | Path) -> tuple[Workload, float | None]:
+    """A bench run on one rank, or a profile run: (workload, measured per-step spread or None)."""
+    summary = read_summary(path, "bench", "profile")
+    model = summary.get("model")
+    batch = int(summary["batch_size"])
+    shape = {"image_size": int(summary.get("image_size") or 224),
+             "num_classes": int(summary.get("num_classes") or 1000), "width": int(summary.get("width") or 64)}
+    if summary["kind"] == "bench":
+        if int(summary["world_size"]) != 1:
+            raise ConfigError(f"{path} ran on {summary['world_size']} ranks: its step includes communication; "
+                              "give a 1-rank bench run (dlscale scale --nproc 1,...  makes one)")
+        step = batch / float(summary["img_per_sec_total_mean"])
+        workload = workload_for_model(model, batch_per_device=batch, step_s=step, **shape, **_cpu(path, summary),
+                                      source=f"dlscale bench run {path}: {batch / step:.1f} img/s at batch {batch}")
+        return workload, step_spread(summary)
+    slowest = max(summary["breakdown"], key=lambda row: row["step_ms"])
+    compute_ms = slowest["step_ms"] - slowest["data_ms"] - (slowest.get("exposed_comm_ms") or 0.0)
+    fwd = slowest["forward_ms"] / compute_ms
+    bwd = (slowest["backward_ms"] - (slowest.get("exposed_comm_ms") or 0.0)) / compute_ms
+    workload = workload_for_model(model, batch_per_device=batch, step_s=compute_ms / 1e3, **shape,
+                                  forward_fraction=fwd, backward_fraction=bwd, **_cpu(path, summary),
+                                  source=f"dlscale profile run {path}: {compute_ms:.1f} ms of compute per step "
+                                         f"(forward {100 * fwd:.0f}%, backward {100 * bwd:.0f}%) at batch {batch}")
+    ready = summary.get("grad_ready")
+    if ready:
+        workload = replace(workload, grads=tuple(_grads_from_profile(ready)))
+    return workload, None
+
+
+def _cpu(path: str | Path, summary: dict) -> dict:
+    """A CPU run's threads per rank and the machine's cores (env.json): ranks share those cores."""
+    env_file = Path(path) / "env.json"
+    if summary.get("device") != "cpu" or not env_file.is_file():
+        return {}
+    env = json.loads(env_file.read_text())
+    if not env.get("torch_threads") or not env.get("cpu_count"):
+        return {}
+    return {"cpu_threads": int(env["torch_threads"]), "cpu_cores": int(env["cpu_count"])}
+
+
+def _grads_from_profile(ready: list[dict]) -> list[GradSpec]:
+    last = max(r["ready_ms"] for r in ready) or 1.0
+    return [GradSpec(int(r["numel"]), r["ready_ms"] / last) for r in sorted(ready, key=lambda r: r["ready_ms"])]
+
+
+def step_spread(summary: dict) -> float | None:
+    """Spread (std / mean) of one step's time from a bench run's per-iteration rates: an
+    iteration is k steps, so the per-step spread is sqrt(k) x the per-iteration one (independent steps)."""
+    rates = [r for rank in summary.get("iterations_per_rank") or [] for r in rank if r]
+    if len(rates) < 2:
+        return None
+    times = [1.0 / r for r in rates]
+    mean = statistics.fmean(times)
+    return statistics.pstdev(times) / mean * math.sqrt(int(summary.get("num_batches_per_iter") or 1))
+
+
+def workload_from_reference(spec: str, *, model: str = "resnet50") -> Workload:
+    """NAME[:SERIES] of a shipped reference: its smallest published point, per device."""
+    name, _, series_id = spec.partition(":")
+    ref = load_reference(name)
+    candidates = [s for s in ref.of_kind("scaling") if s.curve("img_per_s")]
+    if series_id:
+        try:
+            series = ref.get(series_id)
+        except KeyError:
+            raise ConfigError(f"reference {name} has no series {series_id!r}; choose one of "
+                              f"{', '.join(s.id for s in candidates)}") from None
+    elif candidates:
+        series = candidates[0]
+    else:
+        raise ConfigError(f"reference {name} publishes no images/s per device count")
+    points = sorted((p for p in series.points if series.value(p, "img_per_s") and p.get("devices")),
+                    key=lambda p: p["devices"])
+    if not points:
+        raise ConfigError(f"{name}:{series.id} has no images/s to start from")
+    first = points[0]
+    batch = first.get("batch_per_device") or series.meta.get("batch_per_device")
+    if not batch:
+        raise ConfigError(f"{name}:{series.id} publishes no batch per device; give --batch-size")
+    rate = series.value(first, "img_per_s") / first["devices"]
+    note = "" if first["devices"] == 1 else " (its own communication included)"
+    return workload_for_model(model, batch_per_device=int(batch), step_s=batch / rate,
+                              grad_bytes_per_element=_grad_bytes(series.meta.get("precision")),
+                              source=f"published: {series.label}, {rate:.1f} img/s per device at "
+                                     f"{first['devices']} device(s){note}, batch {batch} "
+                                     f"({ref.source_text(series)})")
+
+
+def workload_from_flops(model: str, *, batch: int, peak_tflops: float | str, mfu: float, image_size: int = 224,
+                        num_classes: int = 1000, flops_dtype: str = "bf16") -> Workload:
+    """Step = batch x training FLOPs per image / (peak x MFU); FLOPs from the layer table (3 x 2 x MACs)."""
+    if isinstance(peak_tflops, str):
+        known = PEAK_TFLOPS.get(peak_tflops)
+        if known is None:
+            raise ConfigError(f"--peak-tflops {peak_tflops!r}: give a number or one of {', '.join(PEAK_TFLOPS)}")
+        peak_tflops = known[flops_dtype]
+    if not 0 < mfu <= 1:
+        raise ConfigError(f"--mfu {mfu} must be in (0, 1]")
+    macs = forward_macs(model_parameters(model, num_classes=num_classes, image_size=image_size))
+    flops = (1 + BACKWARD_FORWARD_RATIO) * 2 * macs
+    step = batch * flops / (float(peak_tflops) * 1e12 * mfu)
+    return workload_for_model(model, batch_per_device=batch, step_s=step, image_size=image_size,
+                              num_classes=num_classes,
+                              source=f"FLOPs: {flops / 1e9:.2f} GFLOP per image at {100 * mfu:.0f}% of "
+                                     f"{float(peak_tflops):g} TFLOP/s")
+
+
+def network_from_comm_run(path: str | Path) -> Network:
+    """The all_reduce fits of a dlscale comm run: per level when it spanned nodes.
+
+    A fit gives t = a + S x 2(n-1)/n / B at the n ranks it measured; the latency a is spread
+    over the ring's 2(n-1) steps (a per-step latency, no fixed base), so the model gives back the
+    measured time at n and grows it with the step count elsewhere."""
+    summary = read_summary(path, "comm")
+    results = summary["results"]
+
+    def level(name: str) -> Level | None:
+        entry = results.get(name, {}).get("all_reduce")
+        if not entry:
+            return None
+        fit = entry["fit"].get("in-place") or entry["fit"].get("out-of-place")
+        if not fit or "error" in fit:
+            return None
+        return Level(fit["busbw_gbs"], fit["latency_us"] / max(2 * (entry["ranks"] - 1), 1))
+
+    world = level("world")
+    if world is None:
+        raise ConfigError(f"{path} has no all_reduce fit; run dlscale comm --op all_reduce")
+    intra, inter = level("intra") or world, level("inter") or world
+    return Network(name=f"comm run {Path(path).name}", devices_per_node=int(summary["local_world_size"]),
+                   intra=intra, inter=inter, base_us=0.0,
+                   source=f"dlscale comm run {path}: all_reduce on {summary['world_size']} {summary['backend']} ranks, "
+                          f"{intra.bandwidth_gbs:.3f} GB/s and {2 * intra.hop_us:.0f} us per 2 steps inside a node")
+
+
+def network_from_numbers(devices_per_node: int, intra_gbps: float | None, inter_gbps: float | None,
+                         latency_us: float | None, base: Network | None = None) -> Network:
+    """--intra-gbps / --inter-gbps (Gbit/s of bus bandwidth) and --latency-us (per step), over a base network."""
+    for flag, value in (("--intra-gbps", intra_gbps), ("--inter-gbps", inter_gbps), ("--latency-us", latency_us)):
+        if value is not None and (value < 0 or (value == 0 and flag != "--latency-us")):
+            raise ConfigError(f"{flag} {value} must be > 0")
+    if base is None:
+        if intra_gbps is None or inter_gbps is None:
+            raise ConfigError("give a network: --platform NAME, --comm-run DIR, or both --intra-gbps and --inter-gbps")
+        base = Network("given", devices_per_node, Level(0, 0), Level(0, 0), source="given on the command line")
+    intra = Level(intra_gbps / 8 if intra_gbps else base.intra.bandwidth_gbs,
+                  latency_us if latency_us is not None else base.intra.hop_us)
+    inter = Level(inter_gbps / 8 if inter_gbps else base.inter.bandwidth_gbs,
+                  latency_us if latency_us is not None else base.inter.hop_us)
+    changed = [f for f, v in (("intra", intra_gbps), ("inter", inter_gbps), ("latency", latency_us)) if v is not None]
+    source = base.source + (f"; {', '.join(changed)} given on the command line" if changed and base.source else "")
+    return replace(base, devices_per_node=devices_per_node, intra=intra, inter=inter, source=source or base.source)
+
+
+def loader_ceiling(path: str | Path, cores_per_device: float) -> tuple[float, str]:
+    """Images/s per device the input pipeline can feed: the loader run's best images per CPU
+    second (per core) x cores per device."""
+    summary = read_summary(path, "loader")
+    rates = [s["images_per_cpu_s"] for s in summary.get("settings", []) if s.get("images_per_cpu_s")]
+    if not rates:
+        raise ConfigError(f"{path}: the loader run recorded no images per CPU second")
+    if cores_per_device <= 0:
+        raise ConfigError("--cores-per-device must be > 0")
+    per_core = max(rates)
+    return per_core * cores_per_device, (f"dlscale loader run {path}: {per_core:.0f} img/s per core x "
+                                         f"{cores_per_device:g} cores per device")
+

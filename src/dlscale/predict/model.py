@@ -1,0 +1,284 @@
+"""One training step of one device among N, term by term: compute, communication, stragglers, input.
+
+    step(N) = compute + exposed communication + stragglers
+    img/s per device = min(batch / step(N), input ceiling)
+
+compute: the measured or published single-device step at this batch, split into forward and
+backward by FLOPs (backward = 2 x forward: docs/references.md#training-flops-3x) unless a
+profile measured the split. The per-image part scales with the batch, `overhead_s` does not.
+
+communication, by strategy:
+- allreduce (DDP): gradient buckets in backward order, each allreduce started when its bucket is
+  ready and the previous one is done (timeline.py); exposed = what runs past the end of backward.
+  `overlap="none"` runs the buckets after backward instead (apex's delay_allreduce).
+- gradient_allreduce: all gradients allreduced after backward (dlscale's, Horovod's form).
+- neighbor_allreduce: the parameters sent to the graph's neighbours (graphs.py) after backward
+  (dlscale's), or under forward and backward (`overlap="step"`, BlueFog's adapt-with-combine).
+- hierarchical_neighbor_allreduce: allreduce inside the node, exchange between nodes through one
+  device's NIC, broadcast inside the node.
+
+stragglers: with per-step times of spread sigma on every device, a synchronous step waits for the
+slowest: E[max of N] = mean + sigma x E[max of N standard normals] (docs/references.md#order-statistics).
+
+input: the loader's images/s per device (per-core rate x cores per device), a ceiling.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from dlscale.errors import ConfigError
+from dlscale.predict import graphs, timeline
+from dlscale.predict.layers import model_parameters
+from dlscale.predict.network import Network, allreduce_time, check_size, collective_time, exchange_time
+
+STRATEGIES = ("allreduce", "gradient_allreduce", "neighbor_allreduce", "hierarchical_neighbor_allreduce")
+OVERLAPS = ("backward", "none", "step")
+LIMIT_THRESHOLD = 0.05
+"""A point is called compute-bound while the other terms cost it less than 5% of its rate."""
+
+
+@dataclass(frozen=True)
+class GradSpec:
+    numel: int
+    ready_fraction: float
+    """When it is ready, as a fraction of backward (0 = start, 1 = end)."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one device computes per step, and what it has to communicate."""
+
+    model: str
+    batch_per_device: int
+    """The batch the step time was measured at."""
+    step_s: float
+    """One device's step at that batch, no communication."""
+    grads: tuple[GradSpec, ...]
+    """Gradients in the order backward produces them."""
+    grad_bytes_per_element: int = 4
+    """4: fp32 gradients (torch autocast keeps them fp32); 2: fp16 gradients (apex O2, MXNet fp16)."""
+    forward_fraction: float = 1 / 3
+    backward_fraction: float = 2 / 3
+    overhead_s: float = 0.0
+    """Part of the step that does not scale with the batch."""
+    cpu_threads: int | None = None
+    """CPU ranks: compute threads per rank (None for GPUs)."""
+    cpu_cores: int | None = None
+    """CPU ranks: cores of the machine they share."""
+    source: str = ""
+    """Where the step time came from, in words."""
+
+    def core_share(self, ranks_per_node: int) -> tuple[float, bool]:
+        """CPU ranks share the machine's cores: (compute slowdown when they oversubscribe them, whether
+        any core is left for communication to run under backward). GPUs: (1, True)."""
+        if not self.cpu_threads or not self.cpu_cores:
+            return 1.0, True
+        busy = ranks_per_node * self.cpu_threads
+        return max(1.0, busy / self.cpu_cores), busy < self.cpu_cores
+
+    def compute_s(self, batch: int) -> float:
+        return self.overhead_s + (self.step_s - self.overhead_s) * batch / self.batch_per_device
+
+    @property
+    def grad_bytes(self) -> int:
+        return sum(g.numel for g in self.grads) * self.grad_bytes_per_element
+
+    @property
+    def param_bytes(self) -> int:
+        """What a neighbour exchange sends: the parameters, as fp32 (master) weights."""
+        return 4 * sum(g.numel for g in self.grads)
+
+
+def workload_for_model(model: str, *, batch_per_device: int, step_s: float, grad_bytes_per_element: int = 4,
+                       image_size: int = 224, num_classes: int = 1000, width: int = 64, **extra) -> Workload:
+    """A Workload whose gradients come from the layer table: ready when backward has done the work
+    of every later layer (work = MACs; docs/prediction.md)."""
+    if step_s <= 0 or batch_per_device < 1:
+        raise ConfigError(f"a step time must be > 0 and a batch >= 1 (got {step_s} s at batch {batch_per_device})")
+    params = model_parameters(model, num_classes=num_classes, width=width, image_size=image_size)
+    total = sum(p.macs for p in params) or 1
+    done, grads = 0, []
+    for p in reversed(params):
+        done += p.macs
+        grads.append(GradSpec(p.numel, done / total))
+    return Workload(model, batch_per_device, step_s, tuple(grads), grad_bytes_per_element, **extra)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str = "allreduce"
+    algorithm: str = "auto"
+    """ring, tree, hierarchical or auto (network.py)."""
+    overlap: str = "backward"
+    """backward: DDP's buckets under backward; none: after backward; step: under forward and backward."""
+    bucket_cap_bytes: int = timeline.DDP_BUCKET_CAP_BYTES
+    first_bucket_bytes: int = timeline.DDP_FIRST_BUCKET_BYTES
+    fusion_cycle_s: float | None = None
+    """Horovod's tensor fusion (buckets by cycle time) instead of DDP's size buckets."""
+    topology: str = "exp2"
+    schedule: str = "one_peer"
+    """static, one_peer or inner_outer (graphs.py)."""
+
+    def __post_init__(self) -> None:
+        if self.name not in STRATEGIES:
+            raise ConfigError(f"unknown strategy {self.name!r}; choose one of {', '.join(STRATEGIES)}")
+        if self.overlap not in OVERLAPS:
+            raise ConfigError(f"unknown overlap {self.overlap!r}; choose one of {', '.join(OVERLAPS)}")
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    input_img_per_s: float | None = None
+    """The input pipeline's images/s per device; None: not limited."""
+    step_cv: float | None = None
+    """Spread of one device's step time (std / mean); None: no stragglers."""
+    source: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Point:
+    devices: int
+    nodes: int
+    batch_per_device: int
+    compute_ms: float
+    comm_ms: float
+    """Time the communication itself takes per step (hidden or not)."""
+    exposed_ms: float
+    stragglers_ms: float
+    step_ms: float
+    img_per_s_per_device: float
+    input_ceiling: float | None
+    limit: str
+    efficiency: float | None = None
+
+    @property
+    def img_per_s_total(self) -> float:
+        return self.img_per_s_per_device * self.devices
+
+    def as_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["img_per_s_total"] = self.img_per_s_total
+        return out
+
+
+@functools.lru_cache(maxsize=4096)
+def expected_max_standard_normal(n: int) -> float:
+    """E[max of n independent N(0, 1)] = integral of x n phi(x) Phi(x)^(n-1) dx (Simpson's rule)."""
+    if n <= 1:
+        return 0.0
+    lo, hi, steps = -8.0, 9.0, 3400
+    h = (hi - lo) / steps
+    total = 0.0
+    for i in range(steps + 1):
+        x = lo + i * h
+        phi = math.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+        cdf = 0.5 * (1 + math.erf(x / math.sqrt(2)))
+        weight = 1 if i in (0, steps) else (4 if i % 2 else 2)
+        total += weight * x * n * phi * cdf ** (n - 1)
+    return total * h / 3
+
+
+def _comm(n: int, workload: Workload, strategy: Strategy, net: Network, fwd_s: float,
+          bwd_s: float) -> tuple[float, float]:
+    """(communication time, exposed communication time) of one step."""
+    if n == 1:
+        return 0.0, 0.0
+    if strategy.name in ("allreduce", "gradient_allreduce"):
+        return _gradient_comm(n, workload, strategy, net, bwd_s)
+    total = _exchange_comm(n, workload.param_bytes, strategy, net)
+    hidden = fwd_s + bwd_s if strategy.overlap == "step" else 0.0
+    return total, max(0.0, total - hidden)
+
+
+def _gradient_comm(n: int, workload: Workload, strategy: Strategy, net: Network, bwd_s: float) -> tuple[float, float]:
+    def comm(size: int) -> float:
+        return allreduce_time(net, size, n, strategy.algorithm)
+
+    grads = [timeline.Gradient(g.numel * workload.grad_bytes_per_element, g.ready_fraction * bwd_s)
+             for g in workload.grads]
+    cap = strategy.bucket_cap_bytes
+    if strategy.name == "gradient_allreduce":
+        line = timeline.after_backward(timeline.ddp_buckets(grads, cap, first_cap_bytes=cap), comm, bwd_s)
+    else:
+        if strategy.fusion_cycle_s:
+            buckets = timeline.fusion_buckets(grads, strategy.fusion_cycle_s, cap)
+        else:
+            buckets = timeline.ddp_buckets(grads, cap, strategy.first_bucket_bytes)
+        line = (timeline.after_backward if strategy.overlap == "none" else timeline.overlap)(buckets, comm, bwd_s)
+    return line.comm_s, line.exposed_s
+
+
+def _exchange_comm(n: int, size: int, strategy: Strategy, net: Network) -> float:
+    """One neighbour exchange of the parameters (size bytes)."""
+    k = net.per_node(n)
+    if strategy.name == "neighbor_allreduce":
+        t = graphs.traffic(strategy.topology, strategy.schedule, n, k)
+        return exchange_time(net, size, messages=math.ceil(t.messages), intra_bytes=t.intra * size,
+                             inter_bytes=t.inter * size, crosses_nodes=t.inter > 0)
+    # hierarchical: allreduce inside the node, exchange between nodes through one device's NIC, broadcast
+    total = allreduce_time(net, size, k, strategy.algorithm) + collective_time(net, "broadcast", size, k)
+    machines = net.nodes(n)
+    if machines > 1:
+        schedule = "one_peer" if strategy.schedule == "inner_outer" else strategy.schedule
+        t = graphs.traffic(strategy.topology, schedule, machines, 1)
+        one_nic = replace(net, inter=replace(net.inter, bandwidth_gbs=net.inter.bandwidth_gbs / net.nics_per_node))
+        total += exchange_time(one_nic, size, messages=math.ceil(t.messages), intra_bytes=0.0,
+                               inter_bytes=t.inter * size, crosses_nodes=True)
+    return total
+
+
+def predict_point(n: int, workload: Workload, strategy: Strategy, net: Network, ceilings: Ceilings = Ceilings(),
+                  batch: int | None = None) -> Point:
+    """The step of one device among n."""
+    check_size(n)
+    batch = workload.batch_per_device if batch is None else batch
+    slowdown, free_core = workload.core_share(net.per_node(n))
+    compute = workload.compute_s(batch) * slowdown
+    fwd, bwd = compute * workload.forward_fraction, compute * workload.backward_fraction
+    if not free_core:  # every core computes: communication cannot hide under backward
+        strategy = replace(strategy, overlap="none")
+    comm, exposed = _comm(n, workload, strategy, net, fwd, bwd)
+    stragglers = (ceilings.step_cv or 0.0) * compute * expected_max_standard_normal(n)
+    step = compute + exposed + stragglers
+    rate = batch / step
+    ceiling = ceilings.input_img_per_s
+    if ceiling is not None:
+        rate = min(rate, ceiling)
+    limit = _limit(batch / compute, rate, ceiling, exposed, stragglers)
+    if limit == "compute" and slowdown > 1 + LIMIT_THRESHOLD:
+        limit = "shared CPU cores"
+    return Point(n, net.nodes(n), batch, 1e3 * compute, 1e3 * comm, 1e3 * exposed, 1e3 * stragglers,
+                 1e3 * batch / rate, rate, ceiling, limit)
+
+
+def _limit(compute_rate: float, rate: float, ceiling: float | None, exposed: float, stragglers: float) -> str:
+    if rate >= compute_rate * (1 - LIMIT_THRESHOLD):
+        return "compute"
+    if ceiling is not None and rate >= ceiling:
+        return "input"
+    return "exposed communication" if exposed >= stragglers else "stragglers"
+
+
+def predict(devices: Sequence[int], workload: Workload, strategy: Strategy, net: Network,
+            ceilings: Ceilings = Ceilings(), *, batch: int | None = None,
+            global_batch: int | None = None) -> list[Point]:
+    """Every device count, smallest first; efficiency = per-device rate over the smallest count's.
+    global_batch: strong scaling (batch per device = global_batch / N); else weak scaling at `batch`
+    per device (default: the workload's)."""
+    if batch is not None and batch < 1:
+        raise ConfigError(f"a batch must be >= 1 image per device, got {batch}")
+    points = []
+    for n in sorted(set(devices)):
+        check_size(n)
+        if global_batch is not None:
+            if global_batch % n:
+                raise ConfigError(f"global batch {global_batch} does not split over {n} devices; "
+                                  "pick device counts that divide it")
+            batch = global_batch // n
+        points.append(predict_point(n, workload, strategy, net, ceilings, batch))
+    base = points[0].img_per_s_per_device if points else 0.0
+    return [replace(p, efficiency=p.img_per_s_per_device / base if base else None) for p in points]

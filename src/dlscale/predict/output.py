@@ -1,0 +1,57 @@
+"""A prediction as a table, a summary object and a run directory (config.json, env.json,
+summary.json; the plot is drawn by predict/plot.py). JSON only: no torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from dlscale.metrics.provenance import host_info
+from dlscale.predict.model import Point
+
+HEADERS = ("devices", "nodes", "batch", "compute ms", "comm ms", "exposed ms", "stragglers ms", "step ms",
+           "img/s/device", "img/s total", "efficiency", "limited by")
+
+
+def table(points: list[Point]) -> list[str]:
+    """Aligned rows, one per device count."""
+    rows = [[f"{p.devices}", f"{p.nodes}", f"{p.batch_per_device}", f"{p.compute_ms:.2f}", f"{p.comm_ms:.2f}",
+             f"{p.exposed_ms:.2f}", f"{p.stragglers_ms:.2f}", f"{p.step_ms:.2f}", f"{p.img_per_s_per_device:,.1f}",
+             f"{p.img_per_s_total:,.0f}", f"{100 * p.efficiency:.1f}%" if p.efficiency is not None else "-",
+             p.limit] for p in points]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
+    line = lambda cells: "  ".join(c.rjust(w) if i < len(cells) - 1 else c  # noqa: E731 - a one-line formatter
+                                   for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+    return [line(HEADERS), *(line(r) for r in rows)]
+
+
+def summary(points: list[Point], settings: dict, inputs: dict) -> dict:
+    """summary.json of a predict run: what it was asked, where each input came from, every point."""
+    return {"kind": "predict", **settings, "inputs": inputs, "points": [p.as_dict() for p in points],
+            "max_devices": max(p.devices for p in points)}
+
+
+def _write_json(path: Path, data) -> None:
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, default=_default) + "\n")
+    os.replace(tmp, path)
+
+
+def _default(value):
+    if hasattr(value, "__dataclass_fields__"):
+        return asdict(value)
+    return str(value)
+
+
+def write_run(root: str | Path, name: str | None, config: dict, result: dict) -> Path:
+    """runs/<name>/ with config.json (the command's settings), env.json (host) and summary.json."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = Path(root) / (name or f"predict-{config.get('model', 'model')}-{config.get('network_name', 'net')}-{stamp}")
+    path.mkdir(parents=True, exist_ok=True)
+    _write_json(path / "config.json", {"kind": "predict", **config})
+    _write_json(path / "env.json", host_info())
+    _write_json(path / "summary.json", result)
+    return path

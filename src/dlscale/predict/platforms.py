@@ -1,0 +1,90 @@
+"""Named machines (`--platform`) from references/platforms.json: every figure cites its source.
+
+A platform's network is derived from its figures and NCCL's own constants, nothing else:
+
+    intra (GB/s per device) = NVLink links per device x NCCL's GB/s per link
+                              (AC922: NCCL's POWER9 inter-socket figure, which a 4-GPU ring crosses)
+    inter (GB/s per node)   = NICs x line rate (Gbit/s) / 8 x NCCL's 0.96 (12 GB/s per 100 Gbit/s)
+    latency                 = NCCL's base latency per call and per-step latencies (NVLink, network)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+
+from dlscale.errors import ConfigError
+from dlscale.predict.network import Level, Network
+
+
+@dataclass(frozen=True)
+class Platform:
+    id: str
+    label: str
+    device: str
+    figures: dict
+    """name -> {"value", "source", ...} as the file has them."""
+    constants: dict
+    notes: tuple[str, ...]
+    intra_kind: str
+
+    def value(self, name: str):
+        return self.figures[name]["value"]
+
+    @property
+    def intra_gbs(self) -> float:
+        if self.intra_kind == "p9_xbus":
+            return self.constants["p9_xbus_gbs"]["value"]
+        per_link = self.constants["nvlink_gbs_per_link"]["value"][self.device]
+        return self.value("nvlink_links_per_device") * per_link
+
+    @property
+    def inter_gbs(self) -> float:
+        return self.value("nics_per_node") * self.value("nic_gbps") / 8 * self.constants["net_efficiency"]["value"]
+
+    def network(self) -> Network:
+        c = self.constants
+        return Network(
+            name=self.id, devices_per_node=self.value("devices_per_node"),
+            intra=Level(self.intra_gbs, c["nvlink_hop_us"]["value"]),
+            inter=Level(self.inter_gbs, c["net_hop_us"]["value"]),
+            base_us=c["base_latency_us"]["value"], nics_per_node=self.value("nics_per_node"),
+            source=f"platform {self.id} (references/platforms.json): {self.label}",
+        )
+
+    def describe(self) -> str:
+        cores = self.value("cpu_cores_per_node")
+        return (f"{self.id}: {self.label}; {self.value('devices_per_node')} devices per node, "
+                f"{self.intra_gbs:.1f} GB/s per device inside the node, {self.inter_gbs:.1f} GB/s per node between "
+                f"nodes ({self.value('nics_per_node')} x {self.value('nic_gbps')} Gbit/s), "
+                f"{'?' if cores is None else cores} CPU cores per node")
+
+
+def _load() -> dict:
+    return json.loads((resources.files("dlscale") / "references" / "platforms.json").read_text())
+
+
+def platforms() -> dict[str, Platform]:
+    data = _load()
+    known = {s["id"] for s in data["sources"]}
+    out = {}
+    for raw in data["platforms"]:
+        for name, figure in raw["figures"].items():
+            missing = [s for s in figure["source"] if s not in known]
+            if missing or (figure["value"] is not None and not figure["source"]):
+                raise ConfigError(f"platforms.json: {raw['id']}.{name} cites no known source ({missing})")
+        out[raw["id"]] = Platform(raw["id"], raw["label"], raw["device"], raw["figures"], data["constants"],
+                                  tuple(raw.get("notes", ())), raw["intra"])
+    return out
+
+
+def sources() -> dict[str, dict]:
+    return {s["id"]: s for s in _load()["sources"]}
+
+
+def platform(name: str) -> Platform:
+    known = platforms()
+    if name not in known:
+        raise ConfigError(f"unknown --platform {name!r}; choose one of {', '.join(known)}")
+    return known[name]
