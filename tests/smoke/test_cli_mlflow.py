@@ -117,3 +117,20 @@ def test_targets(tmp_path, monkeypatch):
     monkeypatch.setattr(tracking.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ConfigError, match=r"pip install 'dlscale\[mlflow\]'"):
         tracking.tracking_target("", output_dir=tmp_path)
+
+
+def test_predict_tracks_each_device_count(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    args = ["predict", "--gpus", "1,8,64", "--from-reference", "ngc:v100_16gb_amp", "--platform", "dgx1-v100"]
+    assert main([*args, "--output-dir", "runs", "--name", "p", "--mlflow"]) == 0
+    kept = json.loads((tmp_path / "runs" / "p" / "mlflow.json").read_text())
+    client = MlflowClient(kept["tracking_uri"])
+    run = client.get_run(kept["run_id"])
+    points = json.loads((tmp_path / "runs" / "p" / "summary.json").read_text())["points"]
+    for key in ("img_per_s_total", "efficiency", "step_ms"):  # the device count is the step
+        assert _history(client, run.info.run_id, key) == [(p["devices"], p[key]) for p in points]
+    assert run.data.params["model"] == "resnet50" and run.data.tags["dlscale.kind"] == "predict"
+    assert {"summary.json", "predicted.png"} <= {a.path for a in client.list_artifacts(run.info.run_id)}
+    capsys.readouterr()
+    assert main([*args, "--no-run-dir", "--mlflow"]) == 2
+    assert "--mlflow tracks a prediction's run directory" in capsys.readouterr().err

@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from dlscale.bench.synthetic import run_bench, write_run
-from dlscale.cli.common import add_strategy_arguments, add_tracking_arguments, strategy_from_args, tracking_from_args
+from dlscale.cli.common import add_strategy_arguments, strategy_from_args
+from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.config import PRECISIONS, BenchConfig, StrategyConfig
 from dlscale.distributed import DistEnv, shutdown
 from dlscale.metrics.run import to_jsonable

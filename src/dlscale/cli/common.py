@@ -2,8 +2,7 @@
 
 `add_config_arguments` / `resolve_config`: the training configuration (train, config, profile
 train). `add_strategy_arguments` / `strategy_from_args`: the strategy flags of bench and train,
-named as in BlueFog's benchmark. `add_tracking_arguments` / `tracking_from_args`: --mlflow of
-train, bench and scale. `parse_command_flags`: the flags of a command that `dlscale scale`
+named as in BlueFog's benchmark. `parse_command_flags`: the flags of a command that `dlscale scale`
 sweeps or `dlscale slurm` submits, checked by that command's own parser before anything starts.
 """
 
@@ -18,7 +17,6 @@ from dlscale.cli import COMMANDS
 from dlscale.config import StrategyConfig, TrainConfig, load_config
 from dlscale.config.sections import DYNAMIC_SCHEDULES
 from dlscale.errors import ConfigError
-from dlscale.metrics.tracking import TrackingTarget, tracking_target
 from dlscale.strategies import STRATEGIES, TOPOLOGIES
 
 
@@ -83,21 +81,6 @@ def strategy_from_args(args: argparse.Namespace, base: StrategyConfig) -> Strate
         "global_average_every": args.global_average_every,
     }
     return replace(base, **{k: v for k, v in given.items() if v is not None})
-
-
-def add_tracking_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mlflow", nargs="?", const="", default=None, metavar="URI",
-                   help="also log the run to MLflow (rank 0): settings, metrics with their step, summary, run "
-                        "directory files; to URI (http://host:5000, sqlite:///file.db, a folder), else "
-                        "$MLFLOW_TRACKING_URI, else OUTPUT_DIR/mlflow.db (no server needed). pip install "
-                        "'dlscale[mlflow]'")
-    p.add_argument("--mlflow-experiment", default=None, metavar="NAME",
-                   help="MLflow experiment (default: $MLFLOW_EXPERIMENT_NAME, else dlscale)")
-
-
-def tracking_from_args(args: argparse.Namespace, output_dir) -> TrackingTarget | None:
-    """Where --mlflow sends the run, None without it; refused in one line without the MLflow client."""
-    return tracking_target(args.mlflow, output_dir=output_dir, experiment=args.mlflow_experiment)
 
 
 class _ArgumentError(Exception):

@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 from dlscale.cli.bench import config_from_args as bench_config_from_args
-from dlscale.cli.common import add_tracking_arguments, parse_command_flags, resolve_config, tracking_from_args
+from dlscale.cli.common import parse_command_flags, resolve_config
 from dlscale.cli.slurm import add_job_arguments, job_options
+from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.errors import ConfigError
 from dlscale.metrics.run import RunDir
 from dlscale.metrics.tracking import track_finished

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from dlscale.cli.common import add_config_arguments, add_tracking_arguments, resolve_config, tracking_from_args
+from dlscale.cli.common import add_config_arguments, resolve_config
+from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.distributed import DistEnv, shutdown
 from dlscale.train.loop import fit
 
