@@ -18,7 +18,7 @@ site_configuration = {
         "modules_system": "nomod",
         "partitions": [
             {"name": "local", "descr": "this machine", "scheduler": "local", "launcher": "local",
-             "environs": ["builtin"], "max_jobs": 1},
+             "environs": ["builtin"], "max_jobs": 4},
             {"name": "slurm", "descr": "the one-node SLURM test cluster", "scheduler": "squeue", "launcher": "srun",
              "access": ["--partition=debug"], "environs": ["builtin"], "max_jobs": 2},
             {"name": "mpirun", "descr": "mpirun's command lines (--dry-run only: no MPI here)", "scheduler": "local",

@@ -1,6 +1,6 @@
 """dlscale's ReFrame test library run by ReFrame itself on its local scheduler: the bench (2 ranks
-through the torchrun launcher wrapper) and the scaling sweep pass, their figures are the run's own
-and land in the perflog; a missing benchmark line fails sanity; a site reference fails performance;
+through the torchrun launcher wrapper), the scaling sweep and dlscale comm pass, their figures are
+the runs' own and land in the perflog; a missing benchmark line fails sanity; a site reference fails performance;
 the launchers' command lines; the published references chosen where the hardware matches."""
 
 import json
@@ -32,12 +32,13 @@ def test_bench_and_sweep_on_the_local_scheduler(tmp_path):
     references.write_text(json.dumps({"dlscale-ci:local": {
         "resnet18/fp32/bs4/1x2": {"throughput_total": [1.0, -0.5, None, "img/s"]}}}))
     out, cases, prefix = run_reframe(
-        tmp_path / "rfm", "dlscale-ci:local", "-n", "^dlscale_(bench|scale)$", *TINY,
+        tmp_path / "rfm", "dlscale-ci:local", "-n", "^dlscale_(bench|scale|comm)$", *TINY,
         "-S", "dlscale_bench.devices_per_node=2", "-S", "dlscale_scale.world_sizes=1,2",
+        "-S", "dlscale_comm.devices_per_node=2", "-S", "max_bytes=64K", "-S", "iters=3", "-S", "warmup_iters=1",
         "-S", f"reference_file={references}", "-r", env={"DLSCALE_PROGRESS_EVERY": "0"})
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    bench, scale = cases["dlscale_bench"], cases["dlscale_scale"]
-    assert bench["result"] == scale["result"] == "pass"
+    bench, scale, comm = cases["dlscale_bench"], cases["dlscale_scale"], cases["dlscale_comm"]
+    assert bench["result"] == scale["result"] == comm["result"] == "pass"
     assert bench["num_tasks"] == 1 and bench["num_tasks_per_node"] == 1  # one torchrun agent starting 2 ranks
 
     # The bench's figures are its own printed lines and summary.json; progress lines (a pipe, every
@@ -65,6 +66,15 @@ def test_bench_and_sweep_on_the_local_scheduler(tmp_path):
     assert perf(scale, "throughput_w2")[0] == pytest.approx(rates[2], abs=0.051)
     logged = perflog(prefix, "local", "dlscale_scale")[-1]
     assert f"efficiency_w2={perf(scale, 'efficiency_w2')[0]} %" in logged
+
+    # dlscale comm: the bus bandwidth at the largest size (64 KiB), as its summary.json has it.
+    output = prefix / "output" / "dlscale-ci" / "local" / "builtin" / "dlscale_comm"
+    largest = json.loads((output / "runs" / "comm" / "summary.json").read_text())["results"]["world"]["all_reduce"]
+    largest = largest["rows"][-1]
+    assert largest["size"] == 65536
+    assert perf(comm, "busbw")[:1] == (round(largest["out-of-place"]["busbw_gbs"], 2),)
+    assert perf(comm, "time_largest")[0] == round(largest["out-of-place"]["time_us"], 2)
+    assert f"busbw={perf(comm, 'busbw')[0]} GB/s" in perflog(prefix, "local", "dlscale_comm")[-1]
 
 
 def test_missing_benchmark_line_fails_sanity_and_a_missed_reference_fails_performance(tmp_path):

@@ -2,12 +2,12 @@
 
     reframe -C site.py -c $(python -m dlscale.reframe) -r
     reframe -C site.py -c $(python -m dlscale.reframe) -n dlscale_bench -S model=resnet50 \\
-        -S batch_size=256 -S precision=amp_bf16 -P devices_per_node:1,2,4 -r
+        -S batch_size=256 -S precision=amp_bf16 -P devices_per_node=1,2,4 -r
 
 Three library classes (dlscale_bench_check, dlscale_scale_check, dlscale_comm_check) and one test
-of each (dlscale_bench, dlscale_scale, dlscale_comm). Every setting is a ReFrame variable: `-S`
-sets it, `-P VAR:V1,V2` makes one test per value (model, batch, precision, nodes, devices per
-node, ...). A site may also subclass the library classes in its own test file.
+of each (dlscale_bench, dlscale_scale, dlscale_comm: 2 ranks or more). Every setting is a ReFrame
+variable: `-S` sets it, `-P VAR=V1,V2` makes one test per value (model, batch, precision, nodes,
+devices per node, ...). A site may also subclass the library classes in its own test file.
 
 Ranks start through the partition's own launcher (srun, mpirun, ...: one process per device), or
 through torchrun started by that launcher, one per node (`launch=torchrun`; the default where
@@ -383,6 +383,8 @@ class dlscale_comm_check(dlscale_base):
 
     @run_before("run")
     def set_command(self):
+        self.skip_if(self.ranks < 2, "dlscale comm measures communication between ranks: give devices_per_node "
+                                     "or num_nodes for 2 ranks or more")
         self.executable_opts = [
             "-m", "dlscale", "comm", "--op", self.op, "-b", self.min_bytes, "-e", self.max_bytes,
             "-n", str(self.iters), "-w", str(self.warmup_iters), "--device", self.device,
@@ -438,4 +440,9 @@ class dlscale_bench(dlscale_bench_check):
 
 @rfm.simple_test
 class dlscale_scale(dlscale_scale_check):
+    pass
+
+
+@rfm.simple_test
+class dlscale_comm(dlscale_comm_check):
     pass
