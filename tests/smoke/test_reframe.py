@@ -104,7 +104,7 @@ def test_missing_benchmark_line_fails_sanity_and_a_missed_reference_fails_perfor
 COMM = """#!/bin/sh
 # Stands in for `python -m dlscale comm`: its table (nccl-tests' columns), then a second level's.
 cat <<'END'
-# dlscale comm: all_reduce, 1 ranks, 1 node(s), gloo on cpu; warm-up 1, iterations 3
+# dlscale comm: all_reduce, 2 ranks, 1 node(s), gloo on cpu; warm-up 1, iterations 3
 #
 #       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong
            8             2     float     sum      -1   552.71    0.00    0.00       0   227.96    0.00    0.00       0
@@ -112,7 +112,7 @@ cat <<'END'
        32768          8192     float     sum      -1   554.25    0.06    0.07       0   523.00    0.06    0.06       0
 # Out of bounds values : {wrong}
 # Avg bus bandwidth    : 0.0112772
-# dlscale comm: all_reduce, inside each node (1 ranks per group), 1 node(s), gloo on cpu
+# dlscale comm: all_reduce, inside each node (2 ranks per group), 1 node(s), gloo on cpu
            8             2     float     sum      -1   100.00    0.00    0.00       0   100.00    0.00    0.00       0
        32768          8192     float     sum      -1   100.00    0.33    0.33       0   100.00    0.33    0.33       0
 END
@@ -138,8 +138,9 @@ def test_comm_check_reads_the_bus_bandwidth_at_the_largest_size(tmp_path):
         scripts.append(str(script))
     site = tmp_path / "site_comm.py"  # a site's test file subclassing the library class
     site.write_text(SITE_COMM.format(folder=str(CHECKS.parent)))
+    # Two ranks: the stand-in is also the torchrun that the launcher wrapper starts, and prints once.
     out, cases, _ = run_reframe(tmp_path / "rfm", "dlscale-ci:local", "-c", str(site), "-n", "site_comm",
-                                "-P", f"python={','.join(scripts)}", "-r")
+                                "-S", "devices_per_node=2", "-P", f"python={','.join(scripts)}", "-r")
     (right,) = [c for name, c in cases.items() if name.endswith("/right")]
     (wrong,) = [c for name, c in cases.items() if name.endswith("/wrong")]
     assert right["result"] == "pass", out.stdout[-3000:]
