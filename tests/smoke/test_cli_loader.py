@@ -4,6 +4,7 @@ to what was written; the run directory a report reads; one-line errors."""
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 
@@ -43,9 +44,11 @@ def test_sweep_reports_rates_bytes_and_files_that_match_the_tree(tmp_path):
         [sys.executable, "-m", "dlscale", "loader", "--data", "data", "--workers", "0,2", "--batch-size", "4",
          "--batches", "4", "--warmup-batches", "0", "--image-size", "32", "--out", "runs/sweep"],
         cwd=tmp_path, capture_output=True, text=True, timeout=180,
-        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "DLSCALE_PROGRESS_EVERY": "0"},
     )
     assert out.returncode == 0, out.stderr
+    # In a pipe, progress is plain lines (here after every setting, DLSCALE_PROGRESS_EVERY=0).
+    assert re.search(r"^progress: loader 2/2 settings, 2 workers: [\d.]+ img/s, ", out.stdout, re.M)
     run = tmp_path / "runs" / "sweep"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["kind"] == "loader" and summary["workers"] == [0, 2]

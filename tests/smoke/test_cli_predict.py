@@ -2,6 +2,7 @@
 against every shipped published scaling point, the gloo-sweep check, one-line errors."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -83,8 +84,13 @@ def test_validate_predicts_every_shipped_scaling_point(tmp_path):
 def test_comm_then_predict_from_it(tmp_path):
     comm = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            "-m", "dlscale", "comm", "--op", "all_reduce,broadcast", *SMALL, "--output-dir", "runs",
-                           "--name", "comm"], cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=240)
+                           "--name", "comm"], cwd=tmp_path, env={**ENV, "DLSCALE_PROGRESS_EVERY": "0"},
+                          capture_output=True, text=True, timeout=240)
     assert comm.returncode == 0, comm.stderr[-3000:]
+    # In a pipe, a plain progress line after every size (DLSCALE_PROGRESS_EVERY=0), outside the tables.
+    progress = [line for line in comm.stdout.splitlines() if line.startswith("progress: comm ")]
+    assert len(progress) == 14 and progress[-1].startswith("progress: comm 14/14 sizes, broadcast 2097152 B: ")
+    assert all(re.search(r"GB/s busbw, \d+:\d\d:\d\d elapsed, \d+:\d\d:\d\d left$", line) for line in progress)
     for header in ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"):
         assert header in comm.stdout
     assert "Out of bounds values : 0 OK" in comm.stdout

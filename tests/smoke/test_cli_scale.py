@@ -1,6 +1,7 @@
 """`dlscale scale`: a real sweep over 1 and 2 CPU ranks, two emulated nodes, and the bookkeeping
 of failed and stuck points (with a stand-in launcher, so those tests start no torch process)."""
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -16,6 +17,7 @@ from dlscale.sweep import plan, run
 
 TINY = ["--model", "resnet18", "--width", "8", "--image-size", "32", "--batch-size", "4", "--num-classes", "10",
         "--num-warmup-batches", "2", "--num-batches-per-iter", "2", "--num-iters", "3", "--pg-timeout", "60"]
+HAS_MLFLOW = importlib.util.find_spec("mlflow") is not None
 TIMEOUT_S = 240  # two or three torchrun launches on two shared cores take 20-60 s
 
 
@@ -39,7 +41,7 @@ def _table(stdout):
 
 @pytest.mark.distributed
 def test_sweep_over_one_and_two_ranks(tmp_path):
-    out = _scale(tmp_path, "--nproc", "1,2", "--", "bench", *TINY)
+    out = _scale(tmp_path, "--nproc", "1,2", *(["--mlflow"] if HAS_MLFLOW else []), "--", "bench", *TINY)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     record = json.loads((tmp_path / "runs/sw/sweep.json").read_text())
     assert record["mode"] == "weak" and [p["world_size"] for p in record["points"]] == [1, 2]
@@ -57,6 +59,15 @@ def test_sweep_over_one_and_two_ranks(tmp_path):
         assert table[n][0] == pytest.approx(summaries[n]["img_per_sec_total_mean"], abs=0.051)
         assert table[n][1] == pytest.approx(summaries[n]["img_per_sec_per_rank_mean"], abs=0.051)
     assert "dlscale report runs/sw" in out.stdout
+    if HAS_MLFLOW:  # --mlflow: the sweep as one MLflow run, the table's figures at each world size
+        from mlflow.tracking import MlflowClient
+
+        kept = json.loads((tmp_path / "runs/sw/mlflow.json").read_text())
+        client = MlflowClient(kept["tracking_uri"])
+        efficiency = client.get_metric_history(kept["run_id"], "efficiency_pct")
+        assert [(m.step, float(f"{m.value:.1f}")) for m in efficiency] == [(n, table[n][2]) for n in (1, 2)]
+        params = client.get_run(kept["run_id"]).data.params
+        assert params["mode"] == "weak" and params["nproc"] == "[1, 2]"
 
 
 @pytest.mark.distributed
@@ -101,6 +112,8 @@ def stand_in_launcher(spec, point, sweep_dir):
 def test_failed_and_stuck_points_are_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(run.LAUNCHERS, "stand-in", run.PointByPoint(stand_in_launcher))
     monkeypatch.setattr(local, "TERM_GRACE_S", 2.0)
+    monkeypatch.setenv("DLSCALE_PROGRESS", "plain")  # as in a CI log, with a progress line at every change
+    monkeypatch.setenv("DLSCALE_PROGRESS_EVERY", "0")
     spec = plan.SweepSpec(command="bench", args=tuple(TINY), nproc=(1, 2), mode="strong",
                           precisions=("fp32", "bad", "slow"), launcher="stand-in", timeout_s=3.0)
     points = run.run_sweep(spec, plan.plan_points(spec, command_facts("bench", spec.args)), tmp_path / "sw", out=print)
@@ -116,6 +129,10 @@ def test_failed_and_stuck_points_are_recorded_and_the_sweep_goes_on(tmp_path, mo
     assert record["points"][4]["error"].startswith("stopped after 3 s")
     printed = capsys.readouterr().out
     assert "failed in" in printed and "timeout in" in printed
+    progress = [line for line in printed.splitlines() if line.startswith("progress: ")]
+    assert progress[0] == "progress: scale: dlscale bench 0/6 points, 0:00:00 elapsed"
+    assert progress[1].startswith("progress: scale: dlscale bench 0/6 points, running world1-fp32, ")
+    assert progress[-1].startswith("progress: scale: dlscale bench 6/6 points, 2 ok, 2 failed, 2 timeout, ")
 
     from dlscale.report.load import load
     from dlscale.report.scaling import build_series

@@ -31,6 +31,7 @@ from dlscale.decentralized import ops as nbr
 from dlscale.decentralized import topology
 from dlscale.distributed import DistEnv, init_process_group, select_device
 from dlscale.errors import ConfigError
+from dlscale.metrics.progress import ProgressDisplay, format_eta, remaining_s
 from dlscale.metrics.run import RunDir, default_run_name, device_name
 from dlscale.metrics.timing import device_synchronizer
 from dlscale.predict.network import BUSBW_FACTORS, fit_latency_bandwidth
@@ -225,8 +226,10 @@ def _measure(case: Case, in_place: bool, cfg: CommConfig, group, device, sync) -
     return (time.perf_counter() - start) / cfg.iters, wrong
 
 
-def sweep(op: str, cfg: CommConfig, group, device: torch.device) -> list[dict]:
-    """Every size of one collective on `group`: rows with time (us), algbw, busbw (GB/s), #wrong."""
+def sweep(op: str, cfg: CommConfig, group, device: torch.device,
+          on_size: Callable[[dict], None] = lambda row: None) -> list[dict]:
+    """Every size of one collective on `group`: rows with time (us), algbw, busbw (GB/s), #wrong.
+    on_size(row) after each size, outside its timed calls."""
     n = dist.get_world_size(group)
     sync = device_synchronizer(device)
     graph = None
@@ -252,8 +255,26 @@ def sweep(op: str, cfg: CommConfig, group, device: torch.device) -> list[dict]:
             algbw = case.size / t / 1e9
             row[mode] = {"time_us": t * 1e6, "algbw_gbs": algbw, "busbw_gbs": algbw * factor, "wrong": int(total_wrong)}
         rows.append(row)
+        on_size(row)
         del case
     return rows
+
+
+class _TimeLeft:
+    """The time left of a sweep by bytes measured, not sizes: the largest messages take the longest."""
+
+    def __init__(self, total_bytes: int) -> None:
+        self.total, self.done, self.start = total_bytes, 0, time.perf_counter()
+
+    def __call__(self, size: int) -> str:
+        self.done += size
+        rate = self.done / max(time.perf_counter() - self.start, 1e-9)
+        return f"{format_eta(remaining_s(self.done, self.total, rate))} left"
+
+
+def _busbw(row: dict) -> float:
+    """The row's bus bandwidth: out-of-place where measured, else in-place."""
+    return (row.get("out-of-place") or row.get("in-place") or {}).get("busbw_gbs", 0.0)
 
 
 def _redop(op: str) -> str:
@@ -301,16 +322,23 @@ def run_comm(cfg: CommConfig, env: DistEnv, out: Callable[[str], None] = print) 
         intra, inter = level_groups(env)
         levels += [("intra", intra), ("inter", inter)]
     results: dict = {}
-    for level, group in levels:
-        ops = cfg.ops if level == "world" else ("all_reduce",)
-        for op in ops:
-            n = dist.get_world_size(group)
-            rows = sweep(op, cfg, group, device)
-            degree = _factor(op, n, TOPOLOGIES[cfg.topology](n)) if op == "neighbor_allreduce" else None
-            fitted = fits(op, rows, n, degree)
-            results.setdefault(level, {})[op] = {"ranks": n, "rows": rows, "fit": fitted}
-            for line in format_table(op, rows, cfg, n, level, env, device, fitted):
-                say(line)
+    sweeps = sum(len(cfg.ops if level == "world" else ("all_reduce",)) for level, _ in levels)
+    # Rank 0's bar (or plain line) between sizes, never redrawn more than twice a second: a warm-up
+    # call of the next size absorbs the moment it takes.
+    with ProgressDisplay(enabled=env.is_main) as bar:
+        bar.start("comm", sweeps * len(cfg.sizes()), unit="sizes")
+        left = _TimeLeft(sweeps * sum(cfg.sizes()))
+        for level, group in levels:
+            ops = cfg.ops if level == "world" else ("all_reduce",)
+            for op in ops:
+                n = dist.get_world_size(group)
+                rows = sweep(op, cfg, group, device, on_size=lambda row, op=op: bar.update(
+                    advance=1, status=f"{op} {row['size']} B: {_busbw(row):.2f} GB/s busbw", left=left(row["size"])))
+                degree = _factor(op, n, TOPOLOGIES[cfg.topology](n)) if op == "neighbor_allreduce" else None
+                fitted = fits(op, rows, n, degree)
+                results.setdefault(level, {})[op] = {"ranks": n, "rows": rows, "fit": fitted}
+                for line in format_table(op, rows, cfg, n, level, env, device, fitted):
+                    say(line)
     wrong = sum(col["wrong"] for lv in results.values() for r in lv.values() for row in r["rows"]
                 for col in (row.get("out-of-place"), row.get("in-place")) if col)
     return {"kind": "comm", "world_size": env.world_size, "num_nodes": env.num_nodes,

@@ -24,6 +24,7 @@ from dlscale.errors import DeviceError
 from dlscale.metrics.cost import imagenet_epoch_cost
 from dlscale.metrics.energy import device_energy_meter, energy_summary
 from dlscale.metrics.hardware import mfu, peak_flops
+from dlscale.metrics.progress import ProgressDisplay
 from dlscale.metrics.ranks import describe, lead_times, stragglers
 from dlscale.metrics.run import RunDir, default_run_name, device_name
 from dlscale.metrics.timing import DeviceTimer, device_synchronizer, mean_ci95, time_forward
@@ -34,8 +35,6 @@ from dlscale.train.replica import build_replica
 from dlscale.train.step import StepParts, no_regions, train_step
 
 Clock = Callable[[], float]
-
-
 
 
 @dataclass(frozen=True)
@@ -62,14 +61,19 @@ def measure(
     num_iters: int,
     clock: Clock = time.perf_counter,
     sync: Callable[[], None] = lambda: None,
+    on_warmup_step: Callable[[], None] = lambda: None,
     on_warmup_done: Callable[[], None] = lambda: None,
     on_iter: Callable[[int, IterRate], None] = lambda i, rate: None,
     forward_timer: DeviceTimer | None = None,
 ) -> list[IterRate]:
     """Run warm-up steps untimed, then timed iterations; return this rank's rate per iteration.
-    forward_timer: the timer that `step` runs its forward passes under, read after each iteration."""
+
+    The callbacks run outside the timed windows: on_warmup_step after each warm-up step, on_iter
+    after an iteration's clock was read. forward_timer: the timer that `step` runs its forward
+    passes under, read after each iteration."""
     for _ in range(num_warmup_batches):
         step(*next_batch())
+        on_warmup_step()
     sync()
     on_warmup_done()
     if forward_timer is not None:
@@ -180,14 +184,27 @@ def run_bench(
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     meter = device_energy_meter(device)  # NVML, sampled off this thread over the timed iterations
-    with _out_of_memory_hint(cfg, device):
+    timed_steps = cfg.num_iters * cfg.num_batches_per_iter
+
+    def warmup_done() -> None:
+        strategy.reset_stats()
+        if meter:
+            meter.start()
+        say("Running benchmark...")
+        bar.start("benchmark", timed_steps)
+
+    def iteration_done(i: int, rate: IterRate) -> None:
+        say(f"Iter #{i}: {rate.total_ips:.1f} img/sec per {word}")
+        bar.update(advance=cfg.num_batches_per_iter, status=f"{rate.total_ips:.1f} img/s per {word}", redraw=True)
+
+    # The bar (rank 0, on a terminal) is redrawn between steps only, never inside a timed iteration.
+    with ProgressDisplay(enabled=env.is_main) as bar, _out_of_memory_hint(cfg, device):
+        bar.start("warm-up", cfg.num_warmup_batches)
         rates = measure(
             step, next_batch, batch_size=cfg.batch_size, num_warmup_batches=cfg.num_warmup_batches,
             num_batches_per_iter=cfg.num_batches_per_iter, num_iters=cfg.num_iters, clock=clock,
-            sync=device_synchronizer(device),
-            on_warmup_done=lambda: (strategy.reset_stats(), meter and meter.start(), say("Running benchmark...")),
-            on_iter=lambda i, rate: say(f"Iter #{i}: {rate.total_ips:.1f} img/sec per {word}"),
-            forward_timer=forward,
+            sync=device_synchronizer(device), on_warmup_step=lambda: bar.update(advance=1),
+            on_warmup_done=warmup_done, on_iter=iteration_done, forward_timer=forward,
         )
     measured = meter.stop() if meter else None
     summary = summarize(gather_rates(rates, device))

@@ -11,9 +11,11 @@ import torch
 
 from dlscale.bench.synthetic import run_bench, write_run
 from dlscale.cli.common import add_strategy_arguments, strategy_from_args
+from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.config import PRECISIONS, BenchConfig, StrategyConfig
 from dlscale.distributed import DistEnv, shutdown
 from dlscale.metrics.run import to_jsonable
+from dlscale.metrics.tracking import track_finished
 from dlscale.precision import default_precision
 from dlscale.speed import COMPILE_MODES, SpeedOptions
 
@@ -59,6 +61,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--json", type=Path, default=None, help="also write the summary object to this file")
     p.add_argument("--output-dir", type=Path, default=Path("runs"), help="root of run directories")
     p.add_argument("--name", default=None, help="run directory name (default: from model, precision, time)")
+    add_tracking_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -108,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     env = DistEnv.from_env()
     has_gpu = args.device != "cpu" and torch.cuda.is_available()
     cfg, note = config_from_args(args, has_gpu=has_gpu)
+    tracking = tracking_from_args(args, args.output_dir)
     if note and env.is_main:
         print(note, flush=True)
     try:
@@ -121,7 +125,18 @@ def run(args: argparse.Namespace) -> int:
                 args.json.write_text(json.dumps(to_jsonable(summary), indent=2) + "\n")
     finally:
         shutdown()
+    if env.is_main:  # after the measurement and the process group: MLflow holds up no rank
+        track_finished(tracking, run_dir.path, kind="bench", settings=run_dir.read_json("config.json"),
+                       steps=iteration_metrics(summary), summary=summary)
     return 0
+
+
+def iteration_metrics(summary: dict) -> list[tuple[int, dict]]:
+    """Each timed iteration's rates, at its index: the total and every rank's (what the +- is over)."""
+    per_rank = summary["iterations_per_rank"]
+    return [(i, {"iteration/total_img_per_s": total,
+                 **{f"iteration/rank{r}_img_per_s": rates[i] for r, rates in enumerate(per_rank)}})
+            for i, total in enumerate(summary["iterations"])]
 
 
 def _print_extras(summary: dict) -> None:

@@ -2,9 +2,8 @@
 
 `add_config_arguments` / `resolve_config`: the training configuration (train, config, profile
 train). `add_strategy_arguments` / `strategy_from_args`: the strategy flags of bench and train,
-named as in BlueFog's benchmark. `parse_command_flags`: the flags of a command that `dlscale
-scale` sweeps or `dlscale slurm` submits, checked by that command's own parser before anything
-starts.
+named as in BlueFog's benchmark. `parse_command_flags`: the flags of a command that `dlscale scale`
+sweeps or `dlscale slurm` submits, checked by that command's own parser before anything starts.
 """
 
 from __future__ import annotations

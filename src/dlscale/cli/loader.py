@@ -14,6 +14,7 @@ from dlscale.data.transforms import pillow_build
 from dlscale.distributed import DistEnv
 from dlscale.errors import ConfigError, DeviceError
 from dlscale.metrics.hardware import available_cores
+from dlscale.metrics.progress import ProgressDisplay
 from dlscale.metrics.run import RunDir, default_run_name
 
 
@@ -79,9 +80,17 @@ def run(args: argparse.Namespace) -> int:
     if max(workers) > cores:
         print(f"note: settings of more than {cores} workers oversubscribe this machine's {cores} cores", flush=True)
     print(loader_bench.format_header(), flush=True)
-    rows = loader_bench.sweep(cfg, workers, batch_size=args.batch_size, batches=args.batches,
-                              warmup=args.warmup_batches, device=device, seed=args.seed, repeats=args.repeats,
-                              on_row=lambda row: print(loader_bench.format_row(row), flush=True))
+
+    def measured(row: dict) -> None:
+        print(loader_bench.format_row(row), flush=True)
+        bar.update(advance=1, status=f"{row['workers']} workers: {row['images_per_s']:.1f} img/s", redraw=True)
+
+    # No drawing thread: the process's CPU time is part of what is measured.
+    with ProgressDisplay() as bar:
+        bar.start("loader", len(workers) * args.repeats, unit="settings")
+        rows = loader_bench.sweep(cfg, workers, batch_size=args.batch_size, batches=args.batches,
+                                  warmup=args.warmup_batches, device=device, seed=args.seed, repeats=args.repeats,
+                                  on_row=measured)
     table = "\n".join([loader_bench.format_header(), *map(loader_bench.format_row, rows)])
     if args.repeats > 1:
         print(f"median of {args.repeats} runs per setting:\n{table}", flush=True)

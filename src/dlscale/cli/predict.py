@@ -16,8 +16,10 @@ import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.errors import ConfigError
 from dlscale.metrics.cost import check_price
+from dlscale.metrics.tracking import numbers, track_finished
 from dlscale.predict import inputs, output, validate
 from dlscale.predict.graphs import TOPOLOGIES
 from dlscale.predict.model import OVERLAPS, STRATEGIES, Ceilings, Strategy, Workload, predict
@@ -88,6 +90,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--output-dir", type=Path, default=Path("runs"), help="root of run directories")
     p.add_argument("--name", default=None, help="run directory name")
     p.add_argument("--no-run-dir", action="store_true", help="print only; write no run directory")
+    add_tracking_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -170,6 +173,9 @@ def run(args: argparse.Namespace) -> int:
         for chosen in platforms().values():
             print(chosen.describe())
         return 0
+    if args.mlflow is not None and (args.validate or args.no_run_dir):
+        raise ConfigError("--mlflow tracks a prediction's run directory: drop --validate or --no-run-dir")
+    tracking = tracking_from_args(args, args.output_dir)
     if args.validate:
         return _validate(args)
     devices = parse_devices(args.gpus)
@@ -195,7 +201,11 @@ def run(args: argparse.Namespace) -> int:
         from dlscale.predict import plot
 
         plot.draw(path / "predicted.png", result["points"], title)
-        print(f"Run directory: {path}")
+        print(f"Run directory: {path}", flush=True)
+        # Each device count is the step of the predicted figures (img_per_s_total, efficiency, ...).
+        track_finished(tracking, path, kind="predict", settings={**settings, "inputs": result["inputs"]},
+                       steps=[(p["devices"], numbers(p, "", skip=("devices",))) for p in result["points"]],
+                       summary=result)
     return 0
 
 

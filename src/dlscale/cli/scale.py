@@ -14,9 +14,12 @@ from pathlib import Path
 from dlscale.cli.bench import config_from_args as bench_config_from_args
 from dlscale.cli.common import parse_command_flags, resolve_config
 from dlscale.cli.slurm import add_job_arguments, job_options
+from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.errors import ConfigError
+from dlscale.metrics.run import RunDir
+from dlscale.metrics.tracking import track_finished
 from dlscale.report.load import load
-from dlscale.report.scaling import build_series
+from dlscale.report.scaling import build_series, scaling_metrics
 from dlscale.report.tables import SCALING_HEADERS, markdown, scaling_table
 from dlscale.sweep.plan import (
     COMMANDS,
@@ -68,6 +71,7 @@ def add_parser(subparsers) -> None:
     slurm.add_argument("--poll", type=float, default=10.0, metavar="SECONDS",
                        help="seconds between job state queries while waiting (10)")
     add_job_arguments(slurm)
+    add_tracking_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -170,6 +174,7 @@ def _slurm_worlds(args: argparse.Namespace) -> tuple[int, ...]:
 def run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     check_spec(spec)  # the sweep's own flags first, then the swept command's
+    tracking = tracking_from_args(args, args.output_dir)
     points = plan_points(spec, command_facts(spec.command, spec.args))
     sweep_dir = args.output_dir / (args.name or time.strftime("sweep-%Y%m%d-%H%M%S"))
     points = run_sweep(spec, points, sweep_dir, out=lambda line: print(line, flush=True))
@@ -180,10 +185,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"When they have ended: dlscale report {shlex.quote(str(sweep_dir))} -o "
               f"{shlex.quote(str(sweep_dir / 'report'))}")
         return 0
-    shown, _ = scaling_table(build_series(load([sweep_dir])))
+    series = build_series(load([sweep_dir]))
+    shown, _ = scaling_table(series)
     print()
     print(markdown(SCALING_HEADERS, shown))
     failed = [p for p in points if p.status != "ok"]
     print(f"\n{len(points) - len(failed)} of {len(points)} points ok; logs in {sweep_dir / 'logs'}")
-    print(f"Report with plots: dlscale report {sweep_dir} -o {sweep_dir / 'report'}")
+    print(f"Report with plots: dlscale report {sweep_dir} -o {sweep_dir / 'report'}", flush=True)
+    # The sweep as one MLflow run: its settings, each series' figures at each world size (the step).
+    header = {key: value for key, value in RunDir(sweep_dir).read_json("sweep.json").items() if key != "points"}
+    track_finished(tracking, sweep_dir, kind="scale", settings=header, steps=scaling_metrics(series),
+                   summary={"points": len(points), "points_ok": len(points) - len(failed)})
     return 1 if failed else 0

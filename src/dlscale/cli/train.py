@@ -6,6 +6,7 @@ import argparse
 from dataclasses import replace
 
 from dlscale.cli.common import add_config_arguments, resolve_config
+from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.distributed import DistEnv, shutdown
 from dlscale.metrics.cost import check_price
 from dlscale.metrics.ranks import describe
@@ -31,12 +32,14 @@ def add_parser(subparsers) -> None:
                         "(sets price_per_device_hour)")
     p.add_argument("--raport-file", default=None,
                    help="also write NVIDIA DeepLearningExamples' JSON-lines log (DLLL records) here")
+    add_tracking_arguments(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     env = DistEnv.from_env()
     cfg, preset = resolve_config(args)
+    tracking = tracking_from_args(args, args.output_dir)
     if args.target_accuracy is not None:
         cfg = replace(cfg, target_accuracy=args.target_accuracy)
     if args.name:
@@ -45,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = replace(cfg, price_per_device_hour=check_price(args.price_per_device_hour))
     try:
         summary = fit(cfg, env, run_name=preset, output_dir=args.output_dir, resume=args.resume,
-                      raport_file=args.raport_file)
+                      raport_file=args.raport_file, tracking=tracking)
     finally:
         shutdown()
     if env.is_main:

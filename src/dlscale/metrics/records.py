@@ -2,16 +2,26 @@
 
 Only rank 0 constructs a Records with `enabled=True`; on other ranks every call does nothing.
 Keys carry units: `_pct` percent, `_s` seconds, `_ms` milliseconds, `_img_per_s` images/s.
+
+With --mlflow, the same records go to MLflow (dlscale.metrics.tracking): config.json as parameters,
+each record's numbers as `train/<key>` or `epoch/<key>` at its step, the summary, the run directory.
+
+The terminal: on a TTY a progress bar (epoch, step, loss, img/s, the time left in the epoch and
+in the run) follows every step and the epoch lines print above it; elsewhere every log step's
+line (`epoch 0 step 5: loss ...`) as before, with a plain `progress:` line carrying the time left
+at most every 30 s (dlscale.metrics.progress).
 """
 
 from __future__ import annotations
 
 import json
-import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
+from dlscale.metrics.progress import ProgressDisplay, format_eta
 from dlscale.metrics.run import RunDir, to_jsonable
+from dlscale.metrics.tracking import Tracker, TrackingTarget, numbers
 
 # TensorBoard tags (docs/references.md#tensorboard-tags; HAL and SC20 log the same quantities). Log steps
 # and epoch ends write disjoint tags, so every tag is one increasing sequence of steps.
@@ -64,16 +74,41 @@ SUMMARY_MEANS = ("val.total_ips", "val.compute_ips", "val.compute_latency")
 """Validation metrics the final record carries as their mean over epochs (ConvNets' run average)."""
 
 
+def time_left(*, iteration: int, steps_per_epoch: int, step: int, total_steps: int | None, step_s: float,
+              wall_s_per_step: float | None) -> tuple[float, float | None]:
+    """(seconds left in the epoch, in the run). The epoch's from the last log window's step time; the
+    run's from the wall time per step since this attempt's first log step, which counts evaluations and
+    checkpoints once an epoch has ended (the window's step time until then)."""
+    epoch_left = max(steps_per_epoch - iteration, 0) * step_s
+    if total_steps is None:
+        return epoch_left, None
+    return epoch_left, max(total_steps - step, 0) * (wall_s_per_step or step_s)
+
+
 class Records:
     def __init__(self, run: RunDir | None, *, enabled: bool, resume_step: int = 0,
-                 raport_file: str | Path | None = None, tensorboard: bool = True) -> None:
+                 raport_file: str | Path | None = None, tensorboard: bool = True,
+                 steps_per_epoch: int | None = None, epochs: int | None = None,
+                 display: ProgressDisplay | None = None, tracking: TrackingTarget | None = None) -> None:
         self.enabled = enabled and run is not None
         self.run = run
         self.writer = None
         self.raport = None
-        self.interactive = sys.stdout.isatty()
+        self.steps_per_epoch, self.epochs = steps_per_epoch, epochs
+        self.display = display or ProgressDisplay(enabled=self.enabled)
+        self._shown_epoch: int | None = None
+        self._first_log: tuple[float, int] | None = None
+        """(time, step) of this attempt's first log step: the run's wall time per step counts from it."""
+        self.tracker = Tracker(None, run_name="")
+        self.ended = "FAILED"
+        """How the MLflow run ends if close() comes before a summary: the run raised."""
         if not self.enabled:
             return
+        if tracking is not None:
+            self.tracker = Tracker(tracking, run_name=run.path.name, run_dir=run.path,
+                                   tags={"dlscale.kind": "train", "dlscale.run_dir": str(run.path.resolve())})
+            if (run.path / "config.json").is_file():
+                self.tracker.params(run.read_json("config.json"))
         self.started = datetime.now()  # dllogger's elapsedtime counts from its Logger's creation
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -97,26 +132,55 @@ class Records:
         if not self.enabled:
             return
         self.run.append_metrics({"record": "train", **record})
+        self.tracker.metrics(numbers(record, "train/", skip=("step",)), record["step"])
         self._scalars(TB_TRAIN_TAGS, record, record["step"])
         self._dlll("LOG", step=[record["epoch"], record["iteration"]], data=self._dlll_data(record))
-        self._print(
-            f"epoch {record['epoch']} step {record['step']}: loss {record['train_loss']:.4f} "
-            f"lr {record['lr']:.5f} {record['throughput_img_per_s']:.1f} img/s",
-            transient=True,
-        )
+        figures = (f"loss {record['train_loss']:.4f} lr {record['lr']:.5f} "
+                   f"{record['throughput_img_per_s']:.1f} img/s")
+        if self.display.mode != "bar":
+            print(f"epoch {record['epoch']} step {record['step']}: {figures}", flush=True)
+        self._show(record["epoch"], record["iteration"])
+        total = self.epochs * self.steps_per_epoch if self.epochs and self.steps_per_epoch else None
+        self.display.update(record["iteration"], status=f"step {record['step']}" + (f"/{total}" if total else "")
+                            + f", {figures}", left=self._left(record, total), redraw=True)
+
+    def tick(self, epoch: int, iteration: int) -> None:
+        """After every step (cheap): the bar follows the steps between log steps."""
+        if self.enabled and self.display.mode == "bar":
+            self._show(epoch, iteration)
+            self.display.update(iteration)
+
+    def _show(self, epoch: int, iteration: int) -> None:
+        """The bar or line follows the epoch: a new epoch starts a new count of its steps."""
+        if self._shown_epoch != epoch and self.display.active:
+            self._shown_epoch = epoch
+            self.display.start(f"epoch {epoch}", self.steps_per_epoch, completed=iteration)
+
+    def _left(self, record: dict, total_steps: int | None) -> str | None:
+        if not self.steps_per_epoch:
+            return None
+        now, step = time.monotonic(), record["step"]
+        if self._first_log is None:
+            self._first_log = (now, step)
+        then, first = self._first_log
+        wall = (now - then) / (step - first) if step > first else None
+        epoch_left, run_left = time_left(iteration=record["iteration"], steps_per_epoch=self.steps_per_epoch,
+                                         step=step, total_steps=total_steps, step_s=record["step_time_ms"] / 1000,
+                                         wall_s_per_step=wall)
+        text = f"{format_eta(epoch_left)} left in the epoch"
+        return text + (f", {format_eta(run_left)} in the run" if run_left is not None else "")
 
     def epoch(self, record: dict) -> None:
         """End of an epoch: validation metrics and the epoch's throughput."""
         if not self.enabled:
             return
         self.run.append_metrics({"record": "epoch", **record})
+        self.tracker.metrics(numbers(record, "epoch/", skip=("step",)), record["step"])
         self._scalars(TB_EPOCH_TAGS, record, record["step"])
         self._dlll("LOG", step=[record["epoch"]], data=self._dlll_data(record))
-        self._print(
-            f"epoch {record['epoch']}: val top1 {record['val_top1_pct']:.2f}% top5 {record['val_top5_pct']:.2f}% "
-            f"loss {record['val_loss']:.4f} | {record['throughput_img_per_s']:.1f} img/s, "
-            f"{record['elapsed_s']:.1f} s"
-        )
+        print(f"epoch {record['epoch']}: val top1 {record['val_top1_pct']:.2f}% top5 {record['val_top5_pct']:.2f}% "
+              f"loss {record['val_loss']:.4f} | {record['throughput_img_per_s']:.1f} img/s, "
+              f"{record['elapsed_s']:.1f} s", flush=True)
         if self.writer is not None:
             self.writer.flush()
 
@@ -124,6 +188,8 @@ class Records:
         if not self.enabled:
             return
         self.run.write_json("summary.json", summary)
+        self.tracker.metrics(numbers(summary, "summary/"), summary.get("steps", 0))
+        self.ended = "KILLED" if summary.get("preempted") else "FINISHED"  # a preempted run resumes later
         data = {"train.total_ips": summary.get("total_ips"), "val.top1": summary.get("best_top1_pct"),
                 "val.top5": summary.get("best_top5_pct")}
         epochs = [self._dlll_data(record) for record in summary.get("history", [])]
@@ -135,9 +201,13 @@ class Records:
 
     def message(self, text: str) -> None:
         if self.enabled:
-            self._print(text)
+            print(text, flush=True)
 
     def close(self) -> None:
+        self.display.close()
+        if self.tracker.enabled:
+            self.tracker.artifacts(self.run.path)
+        self.tracker.close(self.ended)
         if self.writer is not None:
             self.writer.close()
         if self.raport is not None:
@@ -175,12 +245,3 @@ class Records:
         entry = {**times, "type": kind, **fields}
         self.raport.write("DLLL " + json.dumps(to_jsonable(entry)) + "\n")
         self.raport.flush()
-
-    def _print(self, text: str, transient: bool = False) -> None:
-        # A progress line that rewrites itself on a terminal; plain lines in logs and pipes.
-        if self.interactive and transient:
-            print("\r" + text[:150].ljust(150), end="", flush=True)
-        elif self.interactive:
-            print("\r" + text.ljust(150), flush=True)
-        else:
-            print(text, flush=True)

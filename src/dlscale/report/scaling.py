@@ -128,6 +128,20 @@ def _rows(runs: list[Run]) -> list[Row]:
     return rows
 
 
+def scaling_metrics(series: list[Series]) -> list[tuple[int, dict[str, float]]]:
+    """Per world size (the step), each series' figures as metrics: total_img_per_s, per_rank_img_per_s,
+    speedup, efficiency_pct, prefixed by the series' label when there are several (for MLflow)."""
+    by_size: dict[int, dict[str, float]] = defaultdict(dict)
+    for s in series:
+        prefix = "_".join(s.label.split()) + "/" if len(series) > 1 else ""
+        for row in s.ok_rows:
+            efficiency_pct = None if row.efficiency is None else 100 * row.efficiency
+            values = {"total_img_per_s": row.total_ips, "per_rank_img_per_s": row.total_ips / row.world_size,
+                      "speedup": row.speedup, "efficiency_pct": efficiency_pct}
+            by_size[row.world_size].update({prefix + k: v for k, v in values.items() if v is not None})
+    return sorted(by_size.items())
+
+
 def _attach_failed(series: list[Series], failed: list[FailedPoint]) -> None:
     """A failed point joins the curve of its sweep's runs with the same settings, else a curve of
     failed points of its own."""

@@ -24,6 +24,7 @@ from typing import Protocol
 from dlscale.errors import ConfigError
 from dlscale.launch import local
 from dlscale.launch import slurm as slurm_jobs
+from dlscale.metrics.progress import ProgressDisplay
 from dlscale.metrics.run import RunDir
 from dlscale.sweep.plan import Point, SweepSpec, given
 
@@ -91,6 +92,8 @@ class PointByPoint:
         for i, point in enumerate(points, 1):
             out(f"[{i}/{len(points)}] world size {point.world_size}" + (f" ({point.series})" if point.series else "")
                 + f": {point.name}")
+            point.status = "running"
+            save()  # sweep.json and the progress display name the running point
             try:
                 self._run_point(spec, point, sweep_dir)
             except KeyboardInterrupt:
@@ -102,7 +105,6 @@ class PointByPoint:
             out(f"    {point.status} in {point.elapsed_s:.1f} s{detail}")
 
     def _run_point(self, spec: SweepSpec, point: Point, sweep_dir: Path) -> None:
-        point.status = "running"
         start = time.monotonic()
         outcome = self.launch(spec, point, sweep_dir)
         point.elapsed_s = time.monotonic() - start
@@ -227,15 +229,36 @@ def run_sweep(spec: SweepSpec, points: list[Point], sweep_dir: Path, out: Say = 
     (sweep_dir / "logs").mkdir(parents=True, exist_ok=True)
     record = RunDir(sweep_dir)
     header = {**_header(spec), **launcher.header(spec)}
+    # The sweep only waits for its points: the bar may redraw itself (live) without disturbing them.
+    with ProgressDisplay(live=True) as bar:
 
-    def save() -> None:
-        record.write_json("sweep.json", {**header, "points": [p.record() for p in points]})
+        def save() -> None:
+            record.write_json("sweep.json", {**header, "points": [p.record() for p in points]})
+            bar.update(sum(p.status in ENDED for p in points), status=_tally(points), redraw=True)
 
-    save()
-    out(f"Sweep directory: {sweep_dir} ({spec.mode} scaling, dlscale {spec.command}, {len(points)} points, "
-        f"launcher {spec.launcher})")
-    launcher.run(spec, points, sweep_dir, save, out)
+        bar.start(f"scale: dlscale {spec.command}", len(points), unit="points")
+        save()
+        out(f"Sweep directory: {sweep_dir} ({spec.mode} scaling, dlscale {spec.command}, {len(points)} points, "
+            f"launcher {spec.launcher})")
+        launcher.run(spec, points, sweep_dir, save, out)
     return points
+
+
+ENDED = ("ok", "failed", "timeout", "interrupted")
+"""Point states that count as done in the progress display."""
+
+
+def _tally(points: list[Point]) -> str:
+    """`1 ok, 1 failed, running world4`: what the progress display says beside the count."""
+    counts = {state: sum(p.status == state for p in points) for state in ENDED}
+    parts = [f"{n} {state}" for state, n in counts.items() if n]
+    running = [p.name for p in points if p.status == "running"]
+    submitted = sum(p.status == "submitted" for p in points)
+    if submitted:
+        parts.append(f"{submitted} submitted")
+    if running:
+        parts.append("running " + ", ".join(running))
+    return ", ".join(parts)
 
 
 def _header(spec: SweepSpec) -> dict:

@@ -39,6 +39,7 @@ from dlscale.metrics.ranks import lead_times, slowest, stragglers
 from dlscale.metrics.records import Records
 from dlscale.metrics.run import RunDir, to_jsonable
 from dlscale.metrics.timing import DeviceTimer, IterationTimes, device_synchronizer, format_duration, time_forward
+from dlscale.metrics.tracking import TrackingTarget
 from dlscale.models import build_model
 from dlscale.precision import build_precision, precision_note
 from dlscale.train.checkpoint import CheckpointManager
@@ -100,8 +101,10 @@ class Run:
 
 
 def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path = "runs",
-        resume: str = "auto", raport_file: str | None = None) -> dict:
+        resume: str = "auto", raport_file: str | None = None, tracking: TrackingTarget | None = None) -> dict:
     """Train to the end (or the target accuracy, or a preemption signal); return the summary.
+
+    tracking: also log the run to MLflow there (rank 0; dlscale.metrics.tracking).
 
     A preemption signal is recorded from the start: one that arrives while the run is still being
     set up stops it at the first step boundary, with a checkpoint, like one that arrives later.
@@ -113,7 +116,7 @@ def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path
         lock = _claim(run_dir, env)  # before anything is built or written: one run per directory
         try:
             return _fit(cfg, env, device, run_dir, preemption, run_name=run_name, resume=resume,
-                        raport_file=raport_file)
+                        raport_file=raport_file, tracking=tracking)
         finally:
             if lock is not None:
                 lock.release()
@@ -137,13 +140,14 @@ def _claim(run_dir: RunDir, env: DistEnv):
 
 
 def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, preemption: PreemptionHandler, *,
-         run_name: str, resume: str, raport_file: str | None) -> dict:
+         run_name: str, resume: str, raport_file: str | None, tracking: TrackingTarget | None) -> dict:
     run = build_run(cfg, env, device, run_dir)
     progress = _resume(run, run_dir, resume)
     if env.is_main:
         run_dir.write_setup({"kind": "train", "preset": run_name, **to_jsonable(cfg), "plan": asdict(run.plan),
                              "changes": run.state.changes}, env, device)
-    run.records = Records(run_dir, enabled=env.is_main, resume_step=progress.step, raport_file=raport_file)
+    run.records = Records(run_dir, enabled=env.is_main, resume_step=progress.step, raport_file=raport_file,
+                          steps_per_epoch=run.plan.steps_per_epoch, epochs=run.plan.epochs, tracking=tracking)
     run.records.parameters({**convnets_parameters(cfg, run.plan, env, run.info, raport_file=raport_file,
                                                   workspace=run_dir.path,
                                                   loss_scale=run.parts.precision.scaler.get_scale()),
@@ -283,6 +287,7 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
         window.add(loss, plan.global_batch // run.env.world_size)
         progress.step += 1
         progress.epoch_step += 1
+        run.records.tick(progress.epoch, progress.epoch_step)  # the terminal's bar; nothing elsewhere
         if progress.step % cfg.log_every == 0 or progress.epoch_step == plan.steps_per_epoch:
             stopped = _log(run, progress, window)
             window = _new_window(run)
