@@ -27,8 +27,12 @@ install-dev: $(VENV)/.installed-dev
 bench: install
 	$(VENV)/bin/dlscale bench
 
+# Two pytest-xdist workers, a test file each (its module fixtures run once): most tests wait on
+# subprocesses (torchrun, SLURM jobs, ReFrame), so two workers keep a 2-core machine busy.
+# TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 test: install-dev
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # ruff over every Python file of src/, tests/ and benchmarks/ (`ruff check --show-files` lists them),
 # then the layout's import contracts (pyproject.toml, [tool.importlinter]).
