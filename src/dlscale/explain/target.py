@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from dlscale.errors import ConfigError
 from dlscale.explain.runs import RunFacts
-from dlscale.report.references import Reference, RefSeries, load_reference, reference_names
+from dlscale.report.references import Reference, RefSeries, load_reference, named_series, reference_names
 
 
 @dataclass(frozen=True)
@@ -109,21 +109,13 @@ def choose(run: RunFacts, spec: str | None) -> Target | None:
 
 
 def _named(run: RunFacts, spec: str) -> Target:
-    name, _, series_id = spec.partition(":")
-    ref = load_reference(name)
-    candidates = [s for s in ref.of_kind("scaling") if s.curve("img_per_s")]
-    if series_id:
-        try:
-            series = ref.get(series_id)
-        except KeyError:
-            raise ConfigError(f"reference {name} has no series {series_id!r}; choose one of "
-                              f"{', '.join(s.id for s in candidates) or '(none with img/s)'}") from None
-    elif candidates:
-        series = max(candidates, key=lambda s: (precision_family(s.meta.get("precision")) ==
-                                                precision_family(run.precision),
-                                                device_score(run.device_name, _series_device(ref, s))))
-    else:
-        raise ConfigError(f"reference {name} publishes no images/s per device count to compare with")
+    def closest(ref: Reference, candidates: list[RefSeries]) -> RefSeries:
+        return max(candidates, key=lambda s: (precision_family(s.meta.get("precision")) ==
+                                              precision_family(run.precision),
+                                              device_score(run.device_name, _series_device(ref, s))))
+
+    ref, series, candidates = named_series(spec, closest)
+    name = spec.partition(":")[0]
     point = _compared_point(series, run.world_size)
     if point is None:
         raise ConfigError(f"{name}:{series.id} publishes no images/s per device count to compare with; choose one of "

@@ -18,7 +18,7 @@ from dlscale.metrics.hardware import PEAK_TFLOPS
 from dlscale.predict.layers import forward_macs, model_parameters
 from dlscale.predict.model import GradSpec, Workload, workload_for_model
 from dlscale.predict.network import Level, Network
-from dlscale.report.references import load_reference
+from dlscale.report.references import named_series
 
 BACKWARD_FORWARD_RATIO = 2.0
 """Backward FLOPs = 2 x forward for conv nets (docs/references.md#training-flops-3x)."""
@@ -104,19 +104,8 @@ def step_spread(summary: dict) -> float | None:
 
 def workload_from_reference(spec: str, *, model: str = "resnet50") -> Workload:
     """NAME[:SERIES] of a shipped reference: its smallest published point, per device."""
-    name, _, series_id = spec.partition(":")
-    ref = load_reference(name)
-    candidates = [s for s in ref.of_kind("scaling") if s.curve("img_per_s")]
-    if series_id:
-        try:
-            series = ref.get(series_id)
-        except KeyError:
-            raise ConfigError(f"reference {name} has no series {series_id!r}; choose one of "
-                              f"{', '.join(s.id for s in candidates)}") from None
-    elif candidates:
-        series = candidates[0]
-    else:
-        raise ConfigError(f"reference {name} publishes no images/s per device count")
+    ref, series, _ = named_series(spec)
+    name = spec.partition(":")[0]
     points = sorted((p for p in series.points if series.value(p, "img_per_s") and p.get("devices")),
                     key=lambda p: p["devices"])
     if not points:

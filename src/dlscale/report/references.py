@@ -161,6 +161,23 @@ def load_reference(name_or_path: str) -> Reference:
                           "for the format") from None
 
 
+def named_series(spec: str, choose=None) -> tuple[Reference, RefSeries, list[RefSeries]]:
+    """NAME[:SERIES] of a reference -> the reference, the scaling series named (or, without :SERIES, the
+    one `choose` picks from those that publish images/s, the first without `choose`), and those series."""
+    name, _, series_id = spec.partition(":")
+    ref = load_reference(name)
+    candidates = [s for s in ref.of_kind("scaling") if s.curve("img_per_s")]
+    if series_id:
+        try:
+            return ref, ref.get(series_id), candidates
+        except KeyError:
+            raise ConfigError(f"reference {name} has no series {series_id!r}; choose one of "
+                              f"{', '.join(s.id for s in candidates) or '(none with img/s)'}") from None
+    if not candidates:
+        raise ConfigError(f"reference {name} publishes no images/s per device count")
+    return ref, (choose(ref, candidates) if choose else candidates[0]), candidates
+
+
 def resolve_names(values: list[str]) -> list[str]:
     """`--reference hal,ngc --reference sc20` or `all` -> names in the order given, no repeats."""
     names: list[str] = []
