@@ -1,7 +1,8 @@
 """Progress as a user sees it: `dlscale bench` and `dlscale train` on a pseudo-terminal: a bar with
 the time left, removed at the end, the final lines as they always were. In a pipe: the bench with a
-progress line at every update is what ReFrame reads in tests/smoke/test_reframe.py; train's step
-line and its plain progress line are tests/unit/test_progress.py's."""
+progress line at every update is what ReFrame reads in tests/smoke/test_reframe.py; a `dlscale train`
+process's step lines and plain progress lines are checked in tests/smoke/test_cli_mlflow.py (its
+train run), the Records behind them in tests/unit/test_progress.py."""
 
 import re
 import sys
@@ -41,6 +42,9 @@ def test_bench_on_a_terminal_shows_a_bar_and_leaves_the_horovod_lines(tmp_path):
     drawn = frames(text)
     assert any(re.search(r"^warm-up .*\d/3 steps, 0:00:\d\d elapsed", f) for f in drawn), drawn
     assert any(re.search(r"^benchmark .* 6/6 steps, \d+\.\d img/s per CPU, 0:00:\d\d elapsed", f) for f in drawn)
+    # From the second timed iteration on, the rate since the first gives the time left.
+    assert any(re.search(r"^benchmark .* 4/6 steps, \d+\.\d img/s per CPU, 0:00:\d\d elapsed, 0:00:\d\d left$", f)
+               for f in drawn), drawn
 
 
 def test_train_on_a_terminal(tmp_path):
