@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(480)]
 
 def test_bench_and_sweep_as_slurm_jobs(slurm_cluster, tmp_path):
     out, cases, prefix = run_reframe(tmp_path / "rfm", "dlscale-ci:slurm", "-n", "^dlscale_(bench|scale)$", *TINY,
-                                     "-S", "dlscale_bench.devices_per_node=2", "-S", "dlscale_scale.world_sizes=1,2",
+                                     "-S", "dlscale_bench.devices_per_node=2", "-S", "dlscale_scale.devices_per_node=2",
                                      "-r")
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     bench, scale = cases["dlscale_bench"], cases["dlscale_scale"]

@@ -1,9 +1,11 @@
-"""`--mlflow`: runs written by `dlscale train` (a process of its own, as a user runs it) and
-`dlscale bench` read back with MLflow's own client, against the run directory (config.json,
-metrics.jsonl, summary.json); a tracker that fails is one warning and the run goes on; a resumed
-run logs into the same MLflow run. (`dlscale scale --mlflow`: tests/smoke/test_cli_scale.py.)"""
+"""`--mlflow`: runs written by `dlscale train` (a process of its own, as a user runs it, in a pipe:
+its plain progress lines) and `dlscale bench` on 2 ranks under torchrun (rank 0 alone tracks) read
+back with MLflow's own client, against the run directory (config.json, metrics.jsonl,
+summary.json); a tracker that fails is one warning and the run goes on; a resumed run logs into
+the same MLflow run. (`dlscale scale --mlflow`: tests/smoke/test_cli_scale.py.)"""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -23,19 +25,30 @@ BENCH = ["bench", "--model", "resnet18", "--width", "8", "--image-size", "32", "
          "--num-classes", "10", "--num-warmup-batches", "1", "--num-batches-per-iter", "2", "--num-iters", "3"]
 
 
-def _dlscale(args, tmp_path):
-    return subprocess.run([sys.executable, "-m", "dlscale", *args], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=180, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+def _dlscale(args, tmp_path, *, launcher=(), env=None):
+    return subprocess.run([sys.executable, *launcher, "-m", "dlscale", *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=180, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", **(env or {})})
 
 
 def _history(client, run_id, key):
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
 
-def test_train_and_bench_read_back_as_their_run_directories(tmp_path, monkeypatch, capsys):
-    out = _dlscale([*TRAIN, "--output-dir", "runs", "--name", "t", "--mlflow"], tmp_path)
+def test_train_and_bench_read_back_as_their_run_directories(tmp_path):
+    out = _dlscale([*TRAIN, "--output-dir", "runs", "--name", "t", "--mlflow"], tmp_path,
+                   env={"DLSCALE_PROGRESS_EVERY": "0"})  # a plain progress line at every update
     assert out.returncode == 0, out.stderr[-3000:]
     assert "warning" not in out.stderr and "INFO" not in out.stderr
+    # In a pipe: beside each log step's line, a plain progress line with the time left.
+    printed = out.stdout.splitlines()
+    steps = [line for line in printed if re.fullmatch(r"epoch \d step \d+: loss .* img/s", line)]
+    progress = [line for line in printed if line.startswith("progress: ")]
+    assert len(progress) == len(steps) == 4 and "\x1b" not in out.stdout and "\r" not in out.stdout
+    for step, line in zip(steps, progress, strict=True):
+        epoch, number, figures = re.fullmatch(r"epoch (\d) step (\d+): (.*)", step).groups()
+        times = r"\d:\d\d:\d\d elapsed, \d:\d\d:\d\d left in the epoch, \d:\d\d:\d\d in the run"
+        assert re.fullmatch(rf"progress: epoch {epoch} \d/4 steps, step {number}/8, {re.escape(figures)}, {times}",
+                            line), line
     run_dir = tmp_path / "runs" / "t"
     kept = json.loads((run_dir / "mlflow.json").read_text())
     assert kept["tracking_uri"] == f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}"  # beside the runs
@@ -64,18 +77,25 @@ def test_train_and_bench_read_back_as_their_run_directories(tmp_path, monkeypatc
     assert {"config.json", "env.json", "metrics.jsonl", "summary.json"} <= artifacts
     assert "checkpoints" not in artifacts and "tb" not in artifacts
 
-    # bench into the same store (in this process): each timed iteration at its index, the summary.
-    monkeypatch.chdir(tmp_path)
-    assert main([*BENCH, "--output-dir", "runs", "--name", "b", "--mlflow", "--mlflow-experiment", "bench"]) == 0
-    assert "Total img/sec on 1 CPU(s)" in capsys.readouterr().out
-    kept = json.loads((tmp_path / "runs" / "b" / "mlflow.json").read_text())
-    run = client.get_run(kept["run_id"])
-    assert client.get_experiment(run.info.experiment_id).name == "bench"
-    summary = json.loads((tmp_path / "runs" / "b" / "summary.json").read_text())
+    # bench on 2 ranks under torchrun into the same store: one MLflow run (rank 0's), every setting of
+    # config.json as a parameter, each timed iteration at its index, the summary.
+    torchrun = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
+    out = _dlscale([*BENCH, "--pg-timeout", "60", "--output-dir", "runs", "--name", "b", "--mlflow",
+                    "--mlflow-experiment", "bench"], tmp_path, launcher=torchrun)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Total img/sec on 2 CPU(s)" in out.stdout and "MLflow" not in out.stderr
+    bench_dir = tmp_path / "runs" / "b"
+    (run,) = client.search_runs([client.get_experiment_by_name("bench").experiment_id])
+    assert json.loads((bench_dir / "mlflow.json").read_text())["run_id"] == run.info.run_id
+    assert run.info.status == "FINISHED" and run.data.tags["dlscale.kind"] == "bench"
+    config = json.loads((bench_dir / "config.json").read_text())
+    assert run.data.params == tracking.flatten(config)
+    summary = json.loads((bench_dir / "summary.json").read_text())
+    assert summary["world_size"] == 2
     assert _history(client, run.info.run_id, "iteration/total_img_per_s") == list(enumerate(summary["iterations"]))
     assert run.data.metrics["summary/img_per_sec_total_mean"] == summary["img_per_sec_total_mean"]
     assert run.data.metrics["summary/img_per_sec_total_ci95"] == summary["img_per_sec_total_ci95"]
-    assert run.data.params["model"] == "resnet18" and run.data.params["batch_size"] == "4"
+    assert run.data.metrics["summary/world_size"] == 2
     assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"summary.json", "config.json"}
 
 

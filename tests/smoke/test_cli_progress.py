@@ -1,7 +1,9 @@
-"""Progress as a user sees it: `dlscale bench` and `dlscale train` on a pseudo-terminal: a bar with
-the time left, removed at the end, the final lines as they always were. In a pipe: the bench with a
-progress line at every update is what ReFrame reads in tests/smoke/test_reframe.py; train's step
-line and its plain progress line are tests/unit/test_progress.py's."""
+"""Progress as a user sees it: `dlscale bench`, `dlscale train` and `dlscale loader` on a
+pseudo-terminal: a bar with the time left, removed at the end, the final lines as they always were.
+In a pipe: the bench with a progress line at every update is what ReFrame reads in
+tests/smoke/test_reframe.py; a `dlscale train` process's step lines and plain progress lines are
+checked in tests/smoke/test_cli_mlflow.py (its train run), the Records behind them in
+tests/unit/test_progress.py; the loader's plain lines in tests/smoke/test_cli_loader.py."""
 
 import re
 import sys
@@ -19,9 +21,8 @@ HOROVOD = [r"Model: resnet18", r"Batch size: 4", r"Number of CPUs: 1", r"Running
            r"Img/sec per CPU: \d+\.\d \+-\d+\.\d", r"Total img/sec on 1 CPU\(s\): \d+\.\d \+-\d+\.\d"]
 
 
-def _pty(args, tmp_path):
-    code, text = run_on_pty([sys.executable, "-m", "dlscale", *args, "--output-dir", "runs"], env=ENV,
-                            cwd=tmp_path, timeout_s=180)
+def _pty(args, tmp_path, output=("--output-dir", "runs")):
+    code, text = run_on_pty([sys.executable, "-m", "dlscale", *args, *output], env=ENV, cwd=tmp_path, timeout_s=180)
     assert code == 0, text[-3000:]
     return text
 
@@ -41,6 +42,9 @@ def test_bench_on_a_terminal_shows_a_bar_and_leaves_the_horovod_lines(tmp_path):
     drawn = frames(text)
     assert any(re.search(r"^warm-up .*\d/3 steps, 0:00:\d\d elapsed", f) for f in drawn), drawn
     assert any(re.search(r"^benchmark .* 6/6 steps, \d+\.\d img/s per CPU, 0:00:\d\d elapsed", f) for f in drawn)
+    # From the second timed iteration on, the rate since the first gives the time left.
+    assert any(re.search(r"^benchmark .* 4/6 steps, \d+\.\d img/s per CPU, 0:00:\d\d elapsed, 0:00:\d\d left$", f)
+               for f in drawn), drawn
 
 
 def test_train_on_a_terminal(tmp_path):
@@ -53,3 +57,14 @@ def test_train_on_a_terminal(tmp_path):
     assert drawn and all(re.search(r"^epoch [01] .*\d/4 steps, step \d/8, loss \d+\.\d{4} lr [\d.]+ [\d.]+ img/s, "
                                    r"0:00:\d\d elapsed, 0:00:\d\d left in the epoch, 0:00:\d\d in the run$", f)
                          for f in drawn), drawn
+
+
+def test_loader_on_a_terminal(tmp_path):
+    text = _pty(["loader", "--dataset", "synthetic", "--workers", "0,1,2", "--batch-size", "4", "--batches", "4",
+                 "--warmup-batches", "1", "--image-size", "32"], tmp_path, output=("--out", "runs/loader"))
+    shown = screen(text)
+    assert [line.split()[0] for line in shown if re.match(r"^ +\d+ +[\d.]+ +[\d.]+x ", line)] == ["0", "1", "2"]
+    assert not any("settings" in line for line in shown)  # the bar is gone at the end
+    drawn = frames(text)
+    assert any(re.search(r"^loader .* 2/3 settings, 1 workers: [\d.]+ img/s, 0:00:\d\d elapsed, 0:00:\d\d left$", f)
+               for f in drawn), drawn

@@ -1,7 +1,6 @@
 """`dlscale scale`: a real sweep over 1 and 2 CPU ranks, two emulated nodes, and the bookkeeping
 of failed and stuck points (with a stand-in launcher, so those tests start no torch process)."""
 
-import importlib.util
 import json
 import re
 import subprocess
@@ -17,7 +16,6 @@ from dlscale.sweep import plan, run
 
 TINY = ["--model", "resnet18", "--width", "8", "--image-size", "32", "--batch-size", "4", "--num-classes", "10",
         "--num-warmup-batches", "2", "--num-batches-per-iter", "2", "--num-iters", "3", "--pg-timeout", "60"]
-HAS_MLFLOW = importlib.util.find_spec("mlflow") is not None
 TIMEOUT_S = 240  # two or three torchrun launches on two shared cores take 20-60 s
 
 
@@ -41,7 +39,8 @@ def _table(stdout):
 
 @pytest.mark.distributed
 def test_sweep_over_one_and_two_ranks(tmp_path):
-    out = _scale(tmp_path, "--nproc", "1,2", *(["--mlflow"] if HAS_MLFLOW else []), "--", "bench", *TINY)
+    mlflow_tracking = pytest.importorskip("mlflow.tracking")  # a dev dependency: skipped only without it
+    out = _scale(tmp_path, "--nproc", "1,2", "--mlflow", "--", "bench", *TINY)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     record = json.loads((tmp_path / "runs/sw/sweep.json").read_text())
     assert record["mode"] == "weak" and [p["world_size"] for p in record["points"]] == [1, 2]
@@ -59,15 +58,13 @@ def test_sweep_over_one_and_two_ranks(tmp_path):
         assert table[n][0] == pytest.approx(summaries[n]["img_per_sec_total_mean"], abs=0.051)
         assert table[n][1] == pytest.approx(summaries[n]["img_per_sec_per_rank_mean"], abs=0.051)
     assert "dlscale report runs/sw" in out.stdout
-    if HAS_MLFLOW:  # --mlflow: the sweep as one MLflow run, the table's figures at each world size
-        from mlflow.tracking import MlflowClient
-
-        kept = json.loads((tmp_path / "runs/sw/mlflow.json").read_text())
-        client = MlflowClient(kept["tracking_uri"])
-        efficiency = client.get_metric_history(kept["run_id"], "efficiency_pct")
-        assert [(m.step, float(f"{m.value:.1f}")) for m in efficiency] == [(n, table[n][2]) for n in (1, 2)]
-        params = client.get_run(kept["run_id"]).data.params
-        assert params["mode"] == "weak" and params["nproc"] == "[1, 2]"
+    # --mlflow: the sweep as one MLflow run, the table's figures at each world size
+    kept = json.loads((tmp_path / "runs/sw/mlflow.json").read_text())
+    client = mlflow_tracking.MlflowClient(kept["tracking_uri"])
+    efficiency = client.get_metric_history(kept["run_id"], "efficiency_pct")
+    assert [(m.step, float(f"{m.value:.1f}")) for m in efficiency] == [(n, table[n][2]) for n in (1, 2)]
+    params = client.get_run(kept["run_id"]).data.params
+    assert params["mode"] == "weak" and params["nproc"] == "[1, 2]"
 
 
 @pytest.mark.distributed

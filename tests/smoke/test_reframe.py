@@ -30,10 +30,11 @@ echo "Img/sec per CPU: 1.0 +-0.1"
 def test_bench_and_sweep_on_the_local_scheduler(tmp_path):
     references = tmp_path / "references.json"
     references.write_text(json.dumps({"dlscale-ci:local": {
-        "resnet18/fp32/bs4/1x2": {"throughput_total": [1.0, -0.5, None, "img/s"]}}}))
+        "resnet18/fp32/bs4/1x2": {"throughput_total": [1.0, -0.5, None, "img/s"]},
+        "scale/resnet18/fp32/bs4/weak/1,2/1x2": {"efficiency_w1": [100.0, -0.5, None, "%"]}}}))
     out, cases, prefix = run_reframe(
         tmp_path / "rfm", "dlscale-ci:local", "-n", "^dlscale_(bench|scale|comm)$", *TINY,
-        "-S", "dlscale_bench.devices_per_node=2", "-S", "dlscale_scale.world_sizes=1,2",
+        "-S", "dlscale_bench.devices_per_node=2", "-S", "dlscale_scale.devices_per_node=2",
         "-S", "dlscale_comm.devices_per_node=2", "-S", "max_bytes=64K", "-S", "iters=3", "-S", "warmup_iters=1",
         "-S", f"reference_file={references}", "-r", env={"DLSCALE_PROGRESS_EVERY": "0"})
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
@@ -61,7 +62,7 @@ def test_bench_and_sweep_on_the_local_scheduler(tmp_path):
     sweep = prefix / "output" / "dlscale-ci" / "local" / "builtin" / "dlscale_scale" / "runs" / "sweep"
     rates = {n: json.loads((sweep / f"world{n}" / "summary.json").read_text())["img_per_sec_total_mean"]
              for n in (1, 2)}
-    assert perf(scale, "efficiency_w1")[0] == 100.0
+    assert perf(scale, "efficiency_w1")[:2] == (100.0, 100.0)  # and the site's reference for 1 node x 2
     assert perf(scale, "efficiency_w2")[0] == pytest.approx(100 * (rates[2] / 2) / rates[1], abs=0.051)
     assert perf(scale, "throughput_w2")[0] == pytest.approx(rates[2], abs=0.051)
     logged = perflog(prefix, "local", "dlscale_scale")[-1]
@@ -150,16 +151,19 @@ def test_comm_check_reads_the_bus_bandwidth_at_the_largest_size(tmp_path):
 
 
 def test_launchers_command_lines(tmp_path):
-    out, cases, prefix = run_reframe(tmp_path / "rfm", "dlscale-ci", "-n", "^dlscale_bench$", "-S",
+    out, cases, prefix = run_reframe(tmp_path / "rfm", "dlscale-ci", "-n", "^dlscale_(bench|scale)$", "-S",
                                      "devices_per_node=2", "-P", "num_nodes=1,2", "-P", "launch=launcher,torchrun",
                                      "--dry-run")
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     python = re.escape(sys.executable)
     torchrun = rf"{python} -m torch\.distributed\.run --nnodes (\d) --nproc-per-node 2 (.*) --no-python "
-    scripts = {}
+    scripts, sweeps = {}, {}
     for script in (prefix / "stage" / "dlscale-ci").glob("*/builtin/*/rfm_job.sh"):
-        command = next(line for line in script.read_text().splitlines() if " -m dlscale bench " in line)
-        scripts.setdefault(script.parts[-4], []).append((script.read_text(), command))
+        command = next(line for line in script.read_text().splitlines() if f"{sys.executable} -m dlscale " in line)
+        if " -m dlscale scale " in command:
+            sweeps.setdefault(script.parts[-4], []).append((script.read_text(), command))
+        else:
+            scripts.setdefault(script.parts[-4], []).append((script.read_text(), command))
     # srun: one task per rank; or one torchrun per node, meeting on the first host when there are two.
     slurm = {command.split(f"{sys.executable} -m dlscale")[0]: text for text, command in scripts["slurm"]}
     agent = f"srun {sys.executable} -m torch.distributed.run"
@@ -177,7 +181,68 @@ def test_launchers_command_lines(tmp_path):
     # The local launcher starts one process: torchrun starts the ranks; two nodes are skipped.
     (local,) = [command for _, command in scripts["local"]]
     assert re.match(torchrun, local) and "--standalone" in local
+
+    # The sweep: one process on one node holding devices_per_node ranks, swept up to them (1,2); on
+    # two nodes it is skipped with the reason, never run on one node as if it had two.
+    assert sorted(sweeps) == ["local", "mpirun", "slurm"]
+    for partition, found in sweeps.items():
+        assert len(found) == 2, partition  # launch=launcher and torchrun: the sweep starts its own ranks
+        for _, command in found:
+            assert command.startswith(f"{sys.executable} -m dlscale scale --nproc 1,2 --mode weak "), command
+    assert all("#SBATCH --ntasks=1\n" in text and "--nodes" not in text for text, _ in sweeps["slurm"])
+    skipped = re.findall(r"^\[ +SKIP \] .*dlscale_scale %\.num_nodes=2 .*@dlscale-ci:(\w+)\+builtin \[(.*)\]$",
+                         out.stdout, re.M)
+    assert sorted(partition for partition, _ in skipped) == sorted(["local", "slurm", "mpirun"] * 2)
+    assert all(why.startswith("num_nodes=2: dlscale_scale sweeps on one node") for _, why in skipped)
     assert sum(case["result"] == "skip" for case in cases.values()) >= 2
+
+    # World sizes beyond the node's devices fail with what to change.
+    out, cases, _ = run_reframe(tmp_path / "rfm-beyond", "dlscale-ci:local", "-n", "^dlscale_scale$", "-S",
+                                "devices_per_node=2", "-S", "world_sizes=1,2,4", "--dry-run")
+    (beyond,) = cases.values()
+    assert out.returncode != 0 and beyond["result"] == "fail"
+    assert "world_sizes 4 exceed the 2 device(s) of the node: give devices_per_node=4" in beyond["fail_reason"]
+
+
+PUBLISHED_DEVICE = """#!/bin/sh
+# Stands in for `python -m dlscale bench` and `dlscale scale` on an A100 80GB: the summaries name the
+# device, the printed figures (1 img/s, 1% efficiency) are far below any published one.
+mkdir -p runs/bench runs/sweep/world1
+echo '{"device_name": "NVIDIA A100-SXM4-80GB"}' > runs/bench/summary.json
+cp runs/bench/summary.json runs/sweep/world1/summary.json
+echo "Model: resnet50"
+echo "Batch size: 256"
+echo "Img/sec per GPU: 1.0 +-0.1"
+echo "Total img/sec on 1 GPU(s): 1.0 +-0.1"
+for n in 1 2 4 8; do echo "| resnet50 | $n | 1 | 1.0 ± 0.1 | 1.0 ± 0.1 | 1.00x | 1.0% | - | ok | world$n |"; done
+echo "4 of 4 points ok; logs in runs/sweep/logs"
+"""
+
+
+def test_published_references_are_the_defaults_where_the_device_matches(tmp_path):
+    script = tmp_path / "a100"
+    script.write_text(PUBLISHED_DEVICE)
+    script.chmod(0o755)
+    out, cases, _ = run_reframe(tmp_path / "rfm", "dlscale-ci:local", "-n", "^dlscale_(bench|scale)$",
+                                "-S", f"python={script}", "-S", "model=resnet50", "-S", "precision=amp_fp16",
+                                "-S", "batch_size=256", "-S", "dlscale_scale.devices_per_node=8", "-r")
+    # The shipped figures for that device, precision and batch (read here, as published).
+    series = [s for file in ("ngc.json", "dlperf.json")
+              for s in json.loads((CHECKS.parents[1] / "references" / file).read_text())["series"]
+              if s["kind"] == "scaling" and s["device"] == "A100 80GB" and s["precision"] == "amp_fp16"
+              and s.get("batch_per_device") == 256]
+    assert len(series) == 1
+    rates = {point["devices"]: point["img_per_s"] for point in series[0]["points"]}
+    assert 1 in rates and 8 in rates and 2 not in rates
+    bench, scale = cases["dlscale_bench"], cases["dlscale_scale"]
+    assert out.returncode != 0  # both far below: the published floors fail them
+    assert bench["result"] == scale["result"] == "fail" and bench["fail_phase"] == scale["fail_phase"] == "performance"
+    assert perf(bench, "throughput_total")[:4] == (1.0, rates[1], -0.1, None)  # at most 10% below
+    assert perf(bench, "throughput_iteration")[:3] == (1.0, rates[1], -0.1)
+    # The weak sweep: efficiency at 8 from the published rates at 1 and 8; none where nothing is published.
+    assert perf(scale, "efficiency_w8")[1:4] == pytest.approx((100 * (rates[8] / 8) / rates[1], -0.1, None))
+    assert perf(scale, "efficiency_w2")[1] == perf(scale, "efficiency_w4")[1] == 0
+    assert "efficiency_w8" in scale["fail_reason"]
 
 
 def test_published_references_where_the_hardware_matches():

@@ -7,7 +7,8 @@
 Three library classes (dlscale_bench_check, dlscale_scale_check, dlscale_comm_check) and one test
 of each (dlscale_bench, dlscale_scale, dlscale_comm: 2 ranks or more). Every setting is a ReFrame
 variable: `-S` sets it, `-P VAR=V1,V2` makes one test per value (model, batch, precision, nodes,
-devices per node, ...). A site may also subclass the library classes in its own test file.
+devices per node, ...). A site may also subclass the library classes in its own test file. The sweep
+runs on one node (its world sizes up to devices_per_node); with num_nodes above 1 it is skipped.
 
 Ranks start through the partition's own launcher (srun, mpirun, ...: one process per device), or
 through torchrun started by that launcher, one per node (`launch=torchrun`; the default where
@@ -300,10 +301,13 @@ class dlscale_bench_check(dlscale_bench_settings):
 
 
 class dlscale_scale_check(dlscale_bench_settings):
-    """`dlscale scale` on one node: the bench at each world size through torchrun; per world size N the
-    scaling efficiency (T_N / N) / (T_base / N_base) and the total img/s T_N as performance variables."""
+    """`dlscale scale` on one node of `devices_per_node` devices: the bench at each world size through
+    torchrun; per world size N the scaling efficiency (T_N / N) / (T_base / N_base) and the total img/s
+    T_N as performance variables."""
 
-    world_sizes = variable(typ.List[int], value=[1, 2, 4, 8])
+    #: World sizes to sweep, each at most devices_per_node; empty (default): 1, 2, 4, ... and
+    #: devices_per_node itself.
+    world_sizes = variable(typ.List[int], value=[])
     #: weak: the batch per rank stays; strong: the smallest world size's global batch is split.
     mode = variable(str, value="weak")
     #: Seconds one point may run (dlscale scale's --timeout).
@@ -312,31 +316,53 @@ class dlscale_scale_check(dlscale_bench_settings):
 
     @run_after("init")
     def describe(self):
-        sizes = ",".join(map(str, self.world_sizes))
-        self.descr = f"dlscale scale: {self.model}, world sizes {sizes}, {self.mode} scaling"
+        sizes = ",".join(map(str, self.world_sizes)) or "1, 2, 4, ... up to devices_per_node"
+        self.descr = f"dlscale scale: {self.model}, world sizes {sizes}, {self.mode} scaling on one node"
         self.tags = self.tags | {"scale"}
-        for n in self.world_sizes:
-            self.perf_variables[f"efficiency_w{n}"] = sn.make_performance_function(self._cell(n, 4), "%")
-            self.perf_variables[f"throughput_w{n}"] = sn.make_performance_function(self._cell(n, 1), "img/s")
+
+    def sweep_sizes(self) -> list[int]:
+        """The world sizes swept: `world_sizes`, else the powers of two below the node's ranks and
+        that number itself (devices_per_node=6: 1, 2, 4, 6)."""
+        if self.world_sizes:
+            return sorted(set(self.world_sizes))
+        sizes = [1 << k for k in range(self.ranks_per_node.bit_length()) if 1 << k < self.ranks_per_node]
+        return [*sizes, self.ranks_per_node]
+
+    @run_before("run")
+    def start_ranks(self):
+        """One process on the node, which starts torchrun for each point itself; the job holds the node's
+        devices_per_node devices for the largest point."""
+        self.skip_if(self.num_nodes > 1,
+                     f"num_nodes={self.num_nodes}: dlscale_scale sweeps on one node (dlscale scale starts each "
+                     "point's torchrun on its own host); sweep nodes with dlscale_bench -P num_nodes=1,2,4, or "
+                     "outside ReFrame with dlscale scale --launcher slurm --gpus N,N,... --gpus-per-node G")
+        beyond = [n for n in self.sweep_sizes() if n > self.ranks_per_node]
+        if beyond:
+            raise ValueError(f"world_sizes {','.join(map(str, beyond))} exceed the {self.ranks_per_node} "
+                             f"device(s) of the node: give devices_per_node={max(beyond)} or more, or smaller "
+                             "world_sizes")
+        self.num_tasks, self.num_tasks_per_node = 1, 1
+        if self.device != "cpu":
+            self.num_gpus_per_node = self.ranks_per_node
+        self.job.launcher = getlauncher("local")()
 
     @run_before("run")
     def set_command(self):
         self.executable_opts = [
-            "-m", "dlscale", "scale", "--nproc", ",".join(map(str, self.world_sizes)), "--mode", self.mode,
+            "-m", "dlscale", "scale", "--nproc", ",".join(map(str, self.sweep_sizes())), "--mode", self.mode,
             "--timeout", str(self.point_timeout), "--output-dir", "runs", "--name", "sweep", "--", "bench",
             *self.bench_opts()]
 
-    @run_before("run")
-    def start_ranks(self):
-        """One process on the node, which starts torchrun for each point itself."""
-        self.num_tasks, self.num_tasks_per_node = 1, 1
-        if self.device != "cpu":
-            self.num_gpus_per_node = max(self.world_sizes)
-        self.job.launcher = getlauncher("local")()
+    @run_before("performance")
+    def add_points(self):
+        for n in self.sweep_sizes():
+            self.perf_variables[f"efficiency_w{n}"] = sn.make_performance_function(self._cell(n, 4), "%")
+            self.perf_variables[f"throughput_w{n}"] = sn.make_performance_function(self._cell(n, 1), "img/s")
 
     def config_key(self) -> str:
-        sizes = ",".join(map(str, self.world_sizes))
-        return f"scale/{self.model}/{self.precision}/bs{self.batch_size}/{self.mode}/{sizes}"
+        """e.g. scale/resnet50/amp_bf16/bs256/weak/1,2,4/1x4."""
+        sizes = ",".join(map(str, self.sweep_sizes()))
+        return f"scale/{self.model}/{self.precision}/bs{self.batch_size}/{self.mode}/{sizes}/{super().config_key()}"
 
     def _cell(self, world_size: int, column: int):
         """A number from the printed table's row for world_size; the columns after `nodes`: 1 total
@@ -346,20 +372,21 @@ class dlscale_scale_check(dlscale_bench_settings):
 
     @sanity_function
     def validate(self):
-        points = len(self.world_sizes)
+        sizes = self.sweep_sizes()
         return sn.all([
-            sn.assert_found(rf"^{points} of {points} points ok", self.stdout),
-            *(sn.assert_found(rf"^\| [^|]+ \| {n} \| \d+ \| [\d.]+", self.stdout) for n in self.world_sizes),
+            sn.assert_found(rf"^{len(sizes)} of {len(sizes)} points ok", self.stdout),
+            *(sn.assert_found(rf"^\| [^|]+ \| {n} \| \d+ \| [\d.]+", self.stdout) for n in sizes),
         ])
 
     def published_references(self) -> dict:
-        base = min(self.world_sizes)
+        sizes = self.sweep_sizes()
+        base = min(sizes)
         point = Path(self.stagedir) / self.run_dir / f"world{base}" / "summary.json"
         rates = self.rates(json.loads(point.read_text()).get("device_name", "") if point.is_file() else "")
         if self.mode != "weak" or base not in rates:
             return {}
         found = {f"efficiency_w{n}": (100 * (rates[n] / n) / (rates[base] / base), PUBLISHED_FLOOR, None, "%")
-                 for n in self.world_sizes if n in rates and n != base}
+                 for n in sizes if n in rates and n != base}
         return {"*": found} if found else {}
 
 
