@@ -132,6 +132,7 @@ def test_against_names_the_setting_that_differs(tmp_path):
     ("no-match", "no published reference ran resnet18 in fp32"),
     ("corrupt", "summary.json: cannot be read as JSON"),
     ("missing", "no such directory"),
+    ("bad-world-size", "world_size 'two' is not a positive whole number"),
 ])
 def test_bad_input_gets_one_line(tmp_path, case, message):
     path = tmp_path / "runs" / case
@@ -143,6 +144,9 @@ def test_bad_input_gets_one_line(tmp_path, case, message):
     elif case == "corrupt":
         path.mkdir(parents=True)
         (path / "summary.json").write_text('{"kind": "bench", "world_')
+    elif case == "bad-world-size":
+        _write(path, summary={"kind": "bench", "model": "resnet50", "precision": "fp32", "world_size": "two",
+                              "device": "cpu", "device_name": "x86_64", "img_per_sec_total_mean": 10.0})
     out = dlscale(["explain", path], tmp_path, ok=False)
     assert out.returncode == 2 and out.stdout == ""
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr

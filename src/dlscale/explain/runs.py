@@ -136,6 +136,13 @@ def read_run(path: str | Path) -> RunFacts:
                           "train and scale runs")
     if "world_size" not in summary:
         raise ConfigError(f"{file}: no world_size; not written by dlscale bench or train")
+    for key in ("world_size", "num_nodes"):
+        value = summary.get(key)
+        if key == "num_nodes" and value is None:
+            continue  # not recorded: one node
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{file}: {key} {value!r} is not a positive whole number; not as dlscale bench or "
+                              "train writes it: re-run, or remove the directory")
     config = read_json(directory / "config.json") if (directory / "config.json").is_file() else {}
     env = read_json(directory / "env.json") if (directory / "env.json").is_file() else {}
     return RunFacts(directory, summary, config, env, _windows(directory / "metrics.jsonl"))
