@@ -76,3 +76,23 @@ def test_a_run_without_any_reference_still_reports_its_own_measurements(tmp_path
     e = explain_run(_run(tmp_path, compute_ips=2000.0), "none")
     assert e.reference is None and e.findings[0].category == "input"  # waits for data half of each step
     assert e.findings[0].effect.factor == pytest.approx(2.0)
+
+
+def _with_env(run, **env):
+    return RunFacts(run.path, run.summary, run.config, env, run.windows)
+
+
+def test_software_compares_only_the_versions_both_sides_record(tmp_path):
+    # HAL's wiki states torch 1.2.0, apex 0.1.0 and CUDA 10.1 (references/hal.json); the run records torch, CUDA,
+    # cuDNN and NCCL, so torch and CUDA are compared and apex is not.
+    run = _with_env(_run(tmp_path), torch="2.3.1", cuda="10.1.243", cudnn=8902, nccl="2.18.1")
+    (found,) = [f for f in explain_run(run, "hal").findings if f.category == "software"]
+    assert found.cause == "other software than the reference's (torch)"  # CUDA 10.1.243 is a 10.1
+    assert "torch 1.2.0, cuda 10.1" in found.evidence and "apex" not in found.evidence
+    same = _with_env(run, torch="1.2.0", cuda="10.1.243")
+    assert not [f for f in explain_run(same, "hal").findings if f.category == "software"]
+    # NVIDIA's README names only its container: nothing to compare, the container named, no finding.
+    e = explain_run(run, "ngc:v100_16gb_amp")
+    assert not [f for f in e.findings if f.category == "software"]
+    (checked,) = [r.evidence for r in e.ruled_out if r.category == "software"]
+    assert "NGC PyTorch 21.03" in checked and "torch 2.3.1" in checked
