@@ -96,3 +96,21 @@ def test_software_compares_only_the_versions_both_sides_record(tmp_path):
     assert not [f for f in e.findings if f.category == "software"]
     (checked,) = [r.evidence for r in e.ruled_out if r.category == "software"]
     assert "NGC PyTorch 21.03" in checked and "torch 2.3.1" in checked
+
+
+def test_a_gap_that_nothing_checked_explains_says_so_and_what_to_measure_next(tmp_path):
+    # NVIDIA's recipe on its own device (NHWC, cudnn.benchmark, batch 256, AMP), a tight interval, no data wait,
+    # two ranks on one node sending nothing measured: every cause is checked and none applies, yet the run
+    # makes 800 img/s per GPU of NVIDIA's 1,200 (references/ngc.json v100_16gb_amp, one GPU).
+    run = _run(tmp_path, world_size=2, img_per_sec_total_mean=1600.0, compute_ips=1600.0, channels_last=True,
+               cudnn_benchmark=True, stragglers={"pattern": "even", "slowest_rank": 1, "slowest_windows": 5,
+                                                 "windows": 10, "median_excess_pct": 1.0})
+    e = explain_run(run)
+    assert e.reference == "ngc:v100_16gb_amp" and e.findings == [], [f.cause for f in e.findings]
+    assert e.next_step == ("Nothing checked explains the 1.50x gap. Measure next: `torchrun --nproc_per_node 2 -m "
+                           "dlscale profile bench --model resnet50 --batch-size 256 --precision amp_fp16 --image-size "
+                           "224 --channels-last --cudnn-benchmark` (each part of the step on every rank; "
+                           "docs/profiling.md)")
+    # With nothing to compare with and nothing found, the same step: nothing stands out.
+    alone = explain_run(run, "none")
+    assert alone.findings == [] and alone.next_step.startswith("Nothing checked stands out. Measure next: `torchrun")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dlscale.explain.context import Context, Result
-from dlscale.explain.findings import Explanation, Finding
+from dlscale.explain.findings import UNEXPLAINED, Explanation, Finding
 from dlscale.explain.machine import device
 from dlscale.explain.measured import communication, input_bound, measurement, stragglers
 from dlscale.explain.recipe import recipe, software
@@ -19,10 +19,6 @@ from dlscale.predict.network import Network
 CAUSES: tuple[Callable[[Context], Result], ...] = (recipe, device, input_bound, communication, stragglers, software,
                                                    measurement)
 """Each cause is one function of the context returning findings and what it ruled out."""
-
-UNEXPLAINED = 1.10
-"""A remainder of the gap above 10% is called unexplained: dlscale's own threshold, twice the +-5% by
-which repeated runs of one benchmark spread on the development machine (docs/benchmarks.md)."""
 
 
 def explain_run(run: RunFacts, reference: str | None = None, *, baseline: RunFacts | None = None,
