@@ -58,10 +58,10 @@ def run(args: argparse.Namespace) -> int:
     io_epochs = parse_epochs(args.io_epochs)
     if args.io_epochs:
         words += ["--io-epochs", args.io_epochs]
+    explain = None if args.no_explain else functools.partial(_explained, reference=args.explain_reference)
     report = build_report(args.paths, args.output_dir, args.reference, args.top1_tolerance,
                           command=" ".join(shlex.quote(w) for w in words),
-                          price_per_device_hour=args.price_per_device_hour, io_epochs=io_epochs,
-                          explain=None if args.no_explain else functools.partial(_explained, reference=args.explain_reference))
+                          price_per_device_hour=args.price_per_device_hour, io_epochs=io_epochs, explain=explain)
     for line in report.flagged:
         print(f"FLAG: {line}")
     drawn = [p.name for p in report.files if p.suffix == ".png"]
