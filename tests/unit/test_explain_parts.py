@@ -114,3 +114,31 @@ def test_a_gap_that_nothing_checked_explains_says_so_and_what_to_measure_next(tm
     # With nothing to compare with and nothing found, the same step: nothing stands out.
     alone = explain_run(run, "none")
     assert alone.findings == [] and alone.next_step.startswith("Nothing checked stands out. Measure next: `torchrun")
+
+
+def _write_train(path, summary, windows):
+    path.mkdir(parents=True)
+    (path / "summary.json").write_text(json.dumps(summary))
+    (path / "metrics.jsonl").write_text("".join(json.dumps({"record": "train", **w}) + "\n" for w in windows))
+
+
+def test_a_train_runs_communication_per_step_is_read_from_its_log_windows(tmp_path):
+    # 640 img/s over 2 ranks at 32 per rank: 100 ms steps. The strategy's timer logged 50 ms in the epoch's
+    # first window (loader start-up: left out), then 20 and 30: 25 ms, so the step without it is 75 ms.
+    summary = {"kind": "train", "model": "resnet18", "precision": "fp32", "world_size": 2, "device": "cpu",
+               "device_name": "x86_64", "batch_size": 32, "dist_optimizer": "neighbor_allreduce",
+               "total_ips": 640.0}
+    windows = [{"epoch": 0, "step": s, "comm_time_ms_per_step": t, "comm_bytes_per_step": 4e6,
+                "throughput_img_per_s": 640.0, "compute_img_per_s": 640.0, "window_s": 1.0}
+               for s, t in ((1, 50.0), (2, 20.0), (3, 30.0))]
+    _write_train(tmp_path / "old", summary, windows)  # a summary from before it held the mean
+    (e,) = explain(tmp_path / "old", "none")
+    found = next(f for f in e.findings if f.category == "communication")
+    assert found.cause == "25.0 ms of communication per step (neighbor_allreduce)"
+    assert found.effect.factor == pytest.approx(100 / 75)
+    assert "rank 0, mean of 2 log windows in metrics.jsonl" in found.evidence and "4.0 MB sent" in found.evidence
+    # train's summary.json now holds the mean itself, which explain takes first.
+    _write_train(tmp_path / "new", {**summary, "comm_time_ms_per_step": 40.0, "comm_bytes_per_step": 4e6}, windows)
+    (e,) = explain(tmp_path / "new", "none")
+    found = next(f for f in e.findings if f.category == "communication")
+    assert found.effect.factor == pytest.approx(100 / 60) and "rank 0, mean of its log windows" in found.evidence

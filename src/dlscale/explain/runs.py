@@ -106,6 +106,21 @@ class RunFacts:
         """The data settings of a train run ({} for bench: synthetic batches already on the device)."""
         return self.config.get("data", {}) if self.kind == "train" else {}
 
+    def comm_per_step(self) -> tuple[float | None, float | None, str]:
+        """(ms, bytes) of communication per step as the strategy's own timer measured it, and where that
+        comes from: summary.json (bench: the slowest rank; train: rank 0's mean over its log windows), else
+        the mean of metrics.jsonl's log windows (train runs written before the summary held it)."""
+        if _number(self.summary.get("comm_time_ms_per_step")) is not None:
+            where = "the slowest rank" if self.kind == "bench" else "rank 0, mean of its log windows"
+            return self.summary["comm_time_ms_per_step"], _number(self.summary.get("comm_bytes_per_step")), where
+        timed = [w for w in (self.steady_windows() or list(self.windows))
+                 if _number(w.get("comm_time_ms_per_step")) is not None]
+        if not timed:
+            return None, None, ""
+        sent = [w["comm_bytes_per_step"] for w in timed if _number(w.get("comm_bytes_per_step")) is not None]
+        return (sum(w["comm_time_ms_per_step"] for w in timed) / len(timed), sum(sent) / len(sent) if sent else None,
+                f"rank 0, mean of {len(timed)} log windows in metrics.jsonl")
+
     def steady_windows(self) -> list[dict]:
         """Log windows after the first of each epoch (whose data wait includes the workers' start)."""
         seen, steady = set(), []
