@@ -6,6 +6,7 @@ Every problem with the input is a ConfigError of one line.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -189,3 +190,50 @@ def read_runs(path: str | Path) -> list[RunFacts]:
     if not runs:
         raise ConfigError(f"{directory}: the sweep has no finished point to explain")
     return sorted(runs, key=lambda r: (r.world_size, r.name))
+
+
+@dataclass(frozen=True)
+class CommRun:
+    """A `dlscale comm` run: its summary.json (kind comm) as bench/comm.py writes it."""
+
+    path: Path
+    summary: dict
+
+    @classmethod
+    def read(cls, path: str | Path) -> CommRun:
+        directory = Path(path)
+        file = directory / "summary.json"
+        if not file.is_file():
+            raise ConfigError(f"--comm-run {directory}: no summary.json; give a run directory of dlscale comm")
+        summary = read_json(file, " dlscale comm")
+        if summary.get("kind") != "comm":
+            raise ConfigError(f"--comm-run {directory} is a {summary.get('kind', 'unknown')} run; give a run "
+                              "directory of dlscale comm")
+        if isinstance(summary.get("world_size"), bool) or not isinstance(summary.get("world_size"), int):
+            raise ConfigError(f"{file}: no world_size; not written by dlscale comm")
+        return cls(directory, summary)
+
+    @property
+    def ranks(self) -> int:
+        return int(self.summary["world_size"])
+
+    @property
+    def per_node(self) -> int:
+        return int(self.summary.get("local_world_size") or self.ranks)
+
+    def largest(self) -> tuple[int, float, str] | None:
+        """(size in bytes, busbw GB/s, column) of all_reduce at its largest measured size over all ranks:
+        the faster of the out-of-place and in-place columns (what the network delivered)."""
+        entry = self.summary.get("results", {}).get("world", {}).get("all_reduce")
+        rows = [row for row in (entry or {}).get("rows", []) if row.get("out-of-place") or row.get("in-place")]
+        if not rows:
+            return None
+        row = max(rows, key=lambda r: r["size"])
+        column = max((m for m in ("out-of-place", "in-place") if row.get(m)), key=lambda m: row[m]["busbw_gbs"])
+        return row["size"], row[column]["busbw_gbs"], column
+
+    def remeasure(self, size: int) -> str:
+        nodes = int(self.summary.get("num_nodes") or 1)
+        words = ["torchrun", *(["--nnodes", str(nodes)] if nodes > 1 else []), "--nproc_per_node",
+                 str(self.per_node), "-m", "dlscale", "comm", "--op", "all_reduce", "-e", str(size)]
+        return shlex.join(words)
