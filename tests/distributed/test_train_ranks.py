@@ -2,6 +2,7 @@
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -51,6 +52,39 @@ def test_digits_on_two_ranks_reaches_95_percent_within_two_minutes(tmp_path):
     assert (parameters["batch_size"], parameters["world_size"]) == (32, 2)  # ConvNets: per GPU
     epochs = [r["data"] for r in records if r["type"] == "LOG" and isinstance(r["step"], list) and len(r["step"]) == 1]
     assert epochs and all(e["val.total_ips"] > 0 and e["val.compute_latency_at99"] > 0 for e in epochs)
+    _assert_per_rank_times(tmp_path / "cpu-digits", world_size=2)
+
+
+def _steady(windows):
+    """Log windows after each epoch's first (whose data wait includes the loader workers' start)."""
+    seen, steady = set(), []
+    for window in windows:
+        if window["epoch"] in seen:
+            steady.append(window)
+        seen.add(window["epoch"])
+    return steady
+
+
+def _assert_per_rank_times(run_dir, world_size):
+    """Every log window holds one step, data wait and forward time per rank, names the rank with the
+    longest data wait + forward, and summary.json holds each rank's mean over the steady windows."""
+    windows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    windows = [w for w in windows if w["record"] == "train"]
+    assert len(windows) >= 2
+    for w in windows:
+        for key in ("rank_step_ms", "rank_data_ms", "rank_forward_ms"):
+            assert len(w[key]) == world_size and all(t >= 0 for t in w[key]), (key, w[key])
+        assert all(f > 0 for f in w["rank_forward_ms"]) and all(t > 0 for t in w["rank_step_ms"])
+        lead = [d + f for d, f in zip(w["rank_data_ms"], w["rank_forward_ms"], strict=True)]
+        assert w["slowest_rank"] == max(range(world_size), key=lambda r: lead[r])
+        median = statistics.median(t for r, t in enumerate(lead) if r != w["slowest_rank"])
+        assert w["slowest_excess_pct"] == pytest.approx(100 * (lead[w["slowest_rank"]] / median - 1))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    steady = _steady(windows)
+    for key in ("rank_step_ms", "rank_data_ms", "rank_forward_ms"):
+        mean = [sum(w[key][r] for w in steady) / len(steady) for r in range(world_size)]
+        assert summary[key] == pytest.approx(mean), key
+    assert summary["stragglers"]["windows"] == len(steady) and summary["stragglers"]["ranks"] == world_size
 
 
 def _fit_rank(rank, world_size, output_dir, overrides):
@@ -182,3 +216,11 @@ def test_neighbor_allreduce_trains_digits_within_a_few_points_of_allreduce(tmp_p
     records = [json.loads(line) for line in lines]
     distances = [r["consensus_distance"] for r in records if r["record"] == "train"]
     assert distances and all(d > 0 for d in distances)  # replicas differ, and the spread is logged
+    # The strategy's own communication timer: summary.json holds rank 0's mean over the steady log windows
+    # (what dlscale explain's communication check reads); DDP's allreduce runs inside backward, untimed.
+    windows = _steady([r for r in records if r["record"] == "train"])
+    summary = json.loads((tmp_path / "neighbor_allreduce" / "summary.json").read_text())
+    assert summary["comm_time_ms_per_step"] > 0
+    for key in ("comm_time_ms_per_step", "comm_bytes_per_step"):
+        assert summary[key] == pytest.approx(sum(w[key] for w in windows) / len(windows)), key
+    assert json.loads((tmp_path / "allreduce" / "summary.json").read_text())["comm_time_ms_per_step"] is None

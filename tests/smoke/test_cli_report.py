@@ -64,7 +64,7 @@ def _report(root, *args):
 
 @pytest.mark.distributed
 def test_report_writes_every_plot_and_table(runs):
-    out = _report(runs, "runs", "--reference", "all", "-o", "rep")
+    out = _report(runs, "runs", "--reference", "all", "-o", "rep", "--explain-reference", "ngc:v100_16gb_amp")
     assert out.returncode == 0, out.stderr[-3000:]
     rep = runs / "rep"
     # loader_workers.png needs a `dlscale loader` run: tests/smoke/test_cli_loader.py draws it.
@@ -99,6 +99,32 @@ def test_report_writes_every_plot_and_table(runs):
     t1, t2 = (float(r["total_img_per_s"]) for r in sorted(scaling, key=lambda r: int(r["world_size"])))
     assert float(scaling[-1]["efficiency"]) == pytest.approx((t2 / 2) / t1)
     assert re.search(r"### hal: HAL cluster", text) and "4071.31" in (rep / "references.csv").read_text()
+    _assert_explained(runs, text)
+
+
+def _assert_explained(runs, text):
+    """The CPU fp32 bench against NVIDIA's AMP figure on a V100 16GB: the gap is NVIDIA's per-device rate
+    over the run's, precision comes first at NVIDIA's own AMP / FP32 ratio, the device is named, and every
+    finding `dlscale explain` makes is listed with its effect and change."""
+    from dlscale.explain.build import explain_run
+    from dlscale.explain.runs import read_run
+    from dlscale.report.references import load_reference
+
+    published = load_reference("ngc").get("v100_16gb_amp").point(devices=1)
+    section = text.split("## Why below the reference")[1].split("\n## ")[0]
+    block = section.split("- `bench-fp32`: ")[1].split("\n- `")[0].splitlines()
+    summary = json.loads((runs / "runs" / "bench-fp32" / "summary.json").read_text())
+    gap = published["img_per_s"] / summary["img_per_sec_total_mean"]
+    assert block[0].startswith(f"against ngc:v100_16gb_amp ({published['img_per_s']:.1f} img/s per device): "
+                               f"gap {gap:.2f}x"), block[0]
+    assert block[1] == f"  1. [recipe] precision fp32, the reference amp_fp16: effect {published['amp_over_fp32']:.2f}x"
+    device = f"[device] another device: {summary['device_name']}, the reference V100 16GB: effect unknown"
+    assert any(re.fullmatch(r"  \d+\. " + re.escape(device), line) for line in block), block
+    explanation = explain_run(read_run(runs / "runs" / "bench-fp32"), "ngc:v100_16gb_amp")
+    numbered = [line for line in block if re.match(r"  \d+\. ", line)]
+    assert len(numbered) == len(explanation.findings) > 3  # every finding, not the top three
+    for finding in explanation.findings:
+        assert f"     - change: {finding.change}" in block
 
 
 @pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # main() under pytest's capture

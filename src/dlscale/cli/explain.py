@@ -1,4 +1,5 @@
-"""`dlscale explain RUN_OR_SWEEP_DIR [--reference NAME[:SERIES]|none] [--against RUN2]`."""
+"""`dlscale explain RUN_OR_SWEEP_DIR [--reference NAME[:SERIES]|none] [--against RUN2] [--comm-run DIR]
+[--platform NAME]`."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from pathlib import Path
 from dlscale.errors import ConfigError
 from dlscale.explain import against, text
 from dlscale.explain.build import explain
-from dlscale.explain.runs import read_run
+from dlscale.explain.runs import CommRun, read_run
 from dlscale.predict import inputs
 from dlscale.predict.network import Network
-from dlscale.predict.platforms import platform
+from dlscale.predict.platforms import Platform, platform
 
 
 def add_parser(subparsers) -> None:
@@ -32,10 +33,12 @@ def add_parser(subparsers) -> None:
                    help="instead: what differs between this run's record and RUN2's (settings, environment, packages)")
     p.add_argument("--baseline", type=Path, default=None, metavar="RUN",
                    help="a 1-rank run of the same settings, for the scaling loss (a sweep's own 1-rank run otherwise)")
-    network = p.add_mutually_exclusive_group()
-    network.add_argument("--comm-run", type=Path, default=None, metavar="DIR",
-                         help="a dlscale comm run of this machine: dlscale predict's expected communication")
-    network.add_argument("--platform", default=None, help="a shipped machine (dlscale predict --list-platforms)")
+    p.add_argument("--comm-run", type=Path, default=None, metavar="DIR",
+                   help="a dlscale comm run of this machine: its all_reduce busbw at the largest size against the "
+                        "platform's, and dlscale predict's expected communication")
+    p.add_argument("--platform", default=None,
+                   help="a shipped machine (dlscale predict --list-platforms): the network dlscale predict expects "
+                        "(the comm run's busbw is compared with it; default: the one platform of the run's device)")
     p.add_argument("--json", type=Path, default=None, help="also write the explanations as JSON to this file")
     p.set_defaults(run=run)
 
@@ -46,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("--against compares two runs' records; drop --reference")
         print("\n".join(against.lines(read_run(args.path), read_run(args.against))))
         return 0
-    explanations = explain(args.path, args.reference, baseline=args.baseline, network=_network(args))
+    named = platform(args.platform) if args.platform is not None else None
+    explanations = explain(args.path, args.reference, baseline=args.baseline, network=_network(args, named),
+                           comm_run=args.comm_run, platform=named)
     for number, explanation in enumerate(explanations):
         if number:
             print()
@@ -57,9 +62,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _network(args: argparse.Namespace) -> Network | None:
+def _network(args: argparse.Namespace, named: Platform | None) -> Network | None:
+    """dlscale predict's network for the scaling loss: the comm run's measured one, else the platform's."""
     if args.comm_run is not None:
+        CommRun.read(args.comm_run)  # a one-line error for a directory that is not a comm run
         return inputs.network_from_comm_run(args.comm_run)
-    if args.platform is not None:
-        return platform(args.platform).network()
-    return None
+    return named.network() if named is not None else None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import shlex
 from pathlib import Path
 
@@ -38,6 +39,9 @@ def add_parser(subparsers) -> None:
                    help="average the train runs' read GB/s and read operations/s over these epochs (HAL: 10:60); "
                         "default: all")
     p.add_argument("--no-explain", action="store_true", help="leave out dlscale explain's findings per run")
+    p.add_argument("--explain-reference", default=None, metavar="NAME[:SERIES]",
+                   help="the published figure dlscale explain compares every run with (e.g. ngc:v100_16gb_amp); "
+                        "default: each run's matching reference, else none")
     p.set_defaults(run=run)
 
 
@@ -49,13 +53,15 @@ def run(args: argparse.Namespace) -> int:
              *[w for r in args.reference for w in ("--reference", r)], "--top1-tolerance", f"{args.top1_tolerance:g}"]
     if args.price_per_device_hour is not None:
         words += ["--price-per-device-hour", f"{args.price_per_device_hour:g}"]
+    if args.explain_reference:
+        words += ["--explain-reference", args.explain_reference]
     io_epochs = parse_epochs(args.io_epochs)
     if args.io_epochs:
         words += ["--io-epochs", args.io_epochs]
+    explain = None if args.no_explain else functools.partial(_explained, reference=args.explain_reference)
     report = build_report(args.paths, args.output_dir, args.reference, args.top1_tolerance,
                           command=" ".join(shlex.quote(w) for w in words),
-                          price_per_device_hour=args.price_per_device_hour, io_epochs=io_epochs,
-                          explain=None if args.no_explain else _explained)
+                          price_per_device_hour=args.price_per_device_hour, io_epochs=io_epochs, explain=explain)
     for line in report.flagged:
         print(f"FLAG: {line}")
     drawn = [p.name for p in report.files if p.suffix == ".png"]
@@ -66,14 +72,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _explained(path: Path) -> list[str]:
-    """dlscale explain's few largest findings for a run: against its matching reference, else by itself."""
+def _explained(path: Path, reference: str | None = None) -> list[str]:
+    """dlscale explain's findings for a run, every one ranked: against the reference named by
+    --explain-reference, else its matching one, else what the run shows by itself."""
     try:
         run = read_run(path)
         try:
-            explanation = explain_run(run)
-        except ConfigError:  # no published reference matches: what the run shows by itself
-            explanation = explain_run(run, "none")
-        return text.short(explanation)
+            explanation = explain_run(run, reference)
+        except ConfigError:
+            if reference:
+                raise
+            explanation = explain_run(run, "none")  # no published reference matches: what the run shows by itself
+        return text.markdown(explanation)
     except DlscaleError as error:
         return [f"not explained ({error})"]

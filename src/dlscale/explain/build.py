@@ -8,27 +8,26 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dlscale.explain.context import Context, Result
-from dlscale.explain.findings import Explanation, Finding
+from dlscale.explain.findings import UNEXPLAINED, Explanation, Finding
 from dlscale.explain.machine import device
 from dlscale.explain.measured import communication, input_bound, measurement, stragglers
+from dlscale.explain.network import network as network_against_platform
 from dlscale.explain.recipe import recipe, software
-from dlscale.explain.runs import RunFacts, read_run, read_runs
+from dlscale.explain.runs import CommRun, RunFacts, read_run, read_runs
 from dlscale.explain.target import choose
 from dlscale.predict.network import Network
+from dlscale.predict.platforms import Platform
 
-CAUSES: tuple[Callable[[Context], Result], ...] = (recipe, device, input_bound, communication, stragglers, software,
-                                                   measurement)
+CAUSES: tuple[Callable[[Context], Result], ...] = (recipe, device, input_bound, communication,
+                                                   network_against_platform, stragglers, software, measurement)
 """Each cause is one function of the context returning findings and what it ruled out."""
-
-UNEXPLAINED = 1.10
-"""A remainder of the gap above 10% is called unexplained: dlscale's own threshold, twice the +-5% by
-which repeated runs of one benchmark spread on the development machine (docs/benchmarks.md)."""
 
 
 def explain_run(run: RunFacts, reference: str | None = None, *, baseline: RunFacts | None = None,
-                network: Network | None = None) -> Explanation:
+                network: Network | None = None, comm_run: CommRun | None = None,
+                platform: Platform | None = None) -> Explanation:
     target = choose(run, reference)
-    ctx = Context(run, target, baseline, network)
+    ctx = Context(run, target, baseline, network, comm_run, platform)
     explanation = Explanation(run=str(run.path), describe_run=describe(run), run_ips=run.per_device_ips,
                               reference=target.spec if target else None,
                               describe_reference=target.describe() if target else None,
@@ -41,12 +40,15 @@ def explain_run(run: RunFacts, reference: str | None = None, *, baseline: RunFac
 
 
 def explain(path: str | Path, reference: str | None = None, *, baseline: str | Path | None = None,
-            network: Network | None = None) -> list[Explanation]:
-    """Every run of a run or sweep directory; a sweep's 1-rank run is the others' baseline."""
+            network: Network | None = None, comm_run: str | Path | None = None,
+            platform: Platform | None = None) -> list[Explanation]:
+    """Every run of a run or sweep directory; a sweep's 1-rank run is the others' baseline. A comm run's
+    busbw is compared with `platform`, else the one platform of each run's device."""
     runs = read_runs(path)
     base = read_run(baseline) if baseline else next((r for r in runs if r.world_size == 1), None)
-    return [explain_run(run, reference, baseline=base if run.world_size > 1 else None, network=network)
-            for run in runs]
+    comm = CommRun.read(comm_run) if comm_run is not None else None
+    return [explain_run(run, reference, baseline=base if run.world_size > 1 else None, network=network,
+                        comm_run=comm, platform=platform) for run in runs]
 
 
 def describe(run: RunFacts) -> str:

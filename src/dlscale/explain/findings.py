@@ -7,6 +7,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+UNEXPLAINED = 1.10
+"""A remainder of the gap above 10% is called unexplained: dlscale's own threshold, twice the +-5% by
+which repeated runs of one benchmark spread on the development machine (docs/benchmarks.md)."""
+
 CATEGORIES = ("recipe", "device", "input", "communication", "stragglers", "software", "measurement")
 
 

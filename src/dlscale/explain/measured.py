@@ -111,14 +111,14 @@ def communication(ctx: Context) -> Result:
     if run.world_size < 2:
         return [RuledOut("communication", "one rank: nothing to communicate")]
     out: Result = []
-    comm = run.summary.get("comm_time_ms_per_step")
+    comm, sent, where = run.comm_per_step()
     per_device = run.per_device_ips
     if comm and per_device and run.batch:
         step = 1000.0 * run.batch / per_device
         strategy = run.summary.get("dist_optimizer")
         out.append(Finding("communication", f"{comm:.1f} ms of communication per step ({strategy})",
-                           f"the strategy's own timer: {comm:.1f} ms of a {step:.1f} ms step on the slowest rank, "
-                           f"{(run.summary.get('comm_bytes_per_step') or 0) / 1e6:.1f} MB sent per rank",
+                           f"the strategy's own timer ({where}): {comm:.1f} ms of a {step:.1f} ms step, "
+                           f"{(sent or 0) / 1e6:.1f} MB sent per rank",
                            Effect(step / max(step - comm, 1e-9), f"{OWN}: the step without its communication"),
                            "overlap it (--dist-optimizer allreduce), exchange less often "
                            "(--num-steps-per-communication) or on a faster network"))

@@ -149,23 +149,38 @@ def _threads(ctx: Context) -> Result:
                     f"OMP_NUM_THREADS={max(int(cores) // per_node, 1)}")]
 
 
+VERSIONS = ("torch", "cuda", "cudnn", "nccl")
+"""What a run records of its software (env.json) and a reference may state: only these are compared."""
+
+
 def software(ctx: Context) -> Result:
-    """torch, CUDA, cuDNN and the NCCL the run loaded against what the reference states it ran."""
+    """torch, CUDA, cuDNN and the NCCL the run loaded against what the reference states it ran: only the
+    versions both sides record (a reference that names only its container has none to compare)."""
     if ctx.target is None:
         return []
-    theirs = {k: v for k, v in ctx.target.software.items() if k != "source"}
+    stated = ctx.target.software
+    theirs = {k: stated[k] for k in VERSIONS if stated.get(k) is not None}
     env = ctx.run.env
-    ours = {"torch": env.get("torch"), "cuda": env.get("cuda"), "cudnn": env.get("cudnn"), "nccl": env.get("nccl")}
+    ours = {k: env.get(k) for k in VERSIONS}
     run_text = ", ".join(f"{k} {v}" for k, v in ours.items() if v is not None) or "not recorded (no env.json)"
     if env.get("nccl_source"):
         run_text += f" (NCCL from the {env['nccl_source']})"
+    container = f"; it ran in {stated['container']}" if stated.get("container") else ""
     if not theirs:
-        return [RuledOut("software", f"the reference states no software versions (run: {run_text})")]
-    differ = [k for k, v in theirs.items() if k not in ours or not str(ours[k] or "").startswith(str(v))]
+        return [RuledOut("software", f"the reference states no torch, CUDA, cuDNN or NCCL version to compare"
+                                     f"{container} (run: {run_text})")]
+    compared = {k: v for k, v in theirs.items() if ours[k] is not None}
+    differ = [k for k, v in compared.items() if not str(ours[k]).startswith(str(v))]
+    unrecorded = f"; not recorded by the run: {', '.join(k for k in theirs if k not in compared)}" \
+        if len(compared) < len(theirs) else ""
+    if not compared:
+        return [RuledOut("software", f"the run records none of the versions the reference states ("
+                                     f"{', '.join(f'{k} {v}' for k, v in theirs.items())}); run: {run_text}")]
     if not differ:
-        return [RuledOut("software", f"the reference's versions: {run_text}")]
-    cited = f"references/{ctx.target.reference.name}.json, sources {', '.join(ctx.target.software.get('source', []))}"
+        return [RuledOut("software", f"the reference's versions where both record them: {run_text}{unrecorded}")]
+    cited = f"references/{ctx.target.reference.name}.json, sources {', '.join(stated.get('source', []))}"
     return [Finding("software", f"other software than the reference's ({', '.join(differ)})",
-                    f"run: {run_text}; reference: {', '.join(f'{k} {v}' for k, v in theirs.items())} ({cited})",
+                    f"run: {run_text}; reference: {', '.join(f'{k} {v}' for k, v in theirs.items())}{container} "
+                    f"({cited}){unrecorded}",
                     Effect(None, "no published figure of this system on other versions"),
                     "run the reference's software to compare like with like (its container or versions)")]

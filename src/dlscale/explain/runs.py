@@ -6,6 +6,7 @@ Every problem with the input is a ConfigError of one line.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,6 +107,21 @@ class RunFacts:
         """The data settings of a train run ({} for bench: synthetic batches already on the device)."""
         return self.config.get("data", {}) if self.kind == "train" else {}
 
+    def comm_per_step(self) -> tuple[float | None, float | None, str]:
+        """(ms, bytes) of communication per step as the strategy's own timer measured it, and where that
+        comes from: summary.json (bench: the slowest rank; train: rank 0's mean over its log windows), else
+        the mean of metrics.jsonl's log windows (train runs written before the summary held it)."""
+        if _number(self.summary.get("comm_time_ms_per_step")) is not None:
+            where = "the slowest rank" if self.kind == "bench" else "rank 0, mean of its log windows"
+            return self.summary["comm_time_ms_per_step"], _number(self.summary.get("comm_bytes_per_step")), where
+        timed = [w for w in (self.steady_windows() or list(self.windows))
+                 if _number(w.get("comm_time_ms_per_step")) is not None]
+        if not timed:
+            return None, None, ""
+        sent = [w["comm_bytes_per_step"] for w in timed if _number(w.get("comm_bytes_per_step")) is not None]
+        return (sum(w["comm_time_ms_per_step"] for w in timed) / len(timed), sum(sent) / len(sent) if sent else None,
+                f"rank 0, mean of {len(timed)} log windows in metrics.jsonl")
+
     def steady_windows(self) -> list[dict]:
         """Log windows after the first of each epoch (whose data wait includes the workers' start)."""
         seen, steady = set(), []
@@ -136,6 +152,13 @@ def read_run(path: str | Path) -> RunFacts:
                           "train and scale runs")
     if "world_size" not in summary:
         raise ConfigError(f"{file}: no world_size; not written by dlscale bench or train")
+    for key in ("world_size", "num_nodes"):
+        value = summary.get(key)
+        if key == "num_nodes" and value is None:
+            continue  # not recorded: one node
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{file}: {key} {value!r} is not a positive whole number; not as dlscale bench or "
+                              "train writes it: re-run, or remove the directory")
     config = read_json(directory / "config.json") if (directory / "config.json").is_file() else {}
     env = read_json(directory / "env.json") if (directory / "env.json").is_file() else {}
     return RunFacts(directory, summary, config, env, _windows(directory / "metrics.jsonl"))
@@ -167,3 +190,50 @@ def read_runs(path: str | Path) -> list[RunFacts]:
     if not runs:
         raise ConfigError(f"{directory}: the sweep has no finished point to explain")
     return sorted(runs, key=lambda r: (r.world_size, r.name))
+
+
+@dataclass(frozen=True)
+class CommRun:
+    """A `dlscale comm` run: its summary.json (kind comm) as bench/comm.py writes it."""
+
+    path: Path
+    summary: dict
+
+    @classmethod
+    def read(cls, path: str | Path) -> CommRun:
+        directory = Path(path)
+        file = directory / "summary.json"
+        if not file.is_file():
+            raise ConfigError(f"--comm-run {directory}: no summary.json; give a run directory of dlscale comm")
+        summary = read_json(file, " dlscale comm")
+        if summary.get("kind") != "comm":
+            raise ConfigError(f"--comm-run {directory} is a {summary.get('kind', 'unknown')} run; give a run "
+                              "directory of dlscale comm")
+        if isinstance(summary.get("world_size"), bool) or not isinstance(summary.get("world_size"), int):
+            raise ConfigError(f"{file}: no world_size; not written by dlscale comm")
+        return cls(directory, summary)
+
+    @property
+    def ranks(self) -> int:
+        return int(self.summary["world_size"])
+
+    @property
+    def per_node(self) -> int:
+        return int(self.summary.get("local_world_size") or self.ranks)
+
+    def largest(self) -> tuple[int, float, str] | None:
+        """(size in bytes, busbw GB/s, column) of all_reduce at its largest measured size over all ranks:
+        the faster of the out-of-place and in-place columns (what the network delivered)."""
+        entry = self.summary.get("results", {}).get("world", {}).get("all_reduce")
+        rows = [row for row in (entry or {}).get("rows", []) if row.get("out-of-place") or row.get("in-place")]
+        if not rows:
+            return None
+        row = max(rows, key=lambda r: r["size"])
+        column = max((m for m in ("out-of-place", "in-place") if row.get(m)), key=lambda m: row[m]["busbw_gbs"])
+        return row["size"], row[column]["busbw_gbs"], column
+
+    def remeasure(self, size: int) -> str:
+        nodes = int(self.summary.get("num_nodes") or 1)
+        words = ["torchrun", *(["--nnodes", str(nodes)] if nodes > 1 else []), "--nproc_per_node",
+                 str(self.per_node), "-m", "dlscale", "comm", "--op", "all_reduce", "-e", str(size)]
+        return shlex.join(words)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from dlscale.explain.findings import Explanation
+from dlscale.explain.findings import UNEXPLAINED, Explanation
 
 WIDTH = 110
 
@@ -42,11 +42,22 @@ def lines(explanation: Explanation) -> list[str]:
     return out
 
 
-def short(explanation: Explanation, top: int = 3) -> list[str]:
-    """A few lines for report.md: the gap and the largest findings."""
+def markdown(explanation: Explanation) -> list[str]:
+    """report.md's lines for one run: the gap, then every finding ranked as `dlscale explain` prints them
+    (effect, evidence, estimate, change) as a nested list, and what to measure next."""
     e = explanation
     head = (f"against {e.reference} ({e.reference_ips:.1f} img/s per device): gap {e.gap:.2f}x" if e.gap
-            else "no published reference matched")
-    found = [f"{f.cause} ({f.effect.text()})" for f in e.ranked()[:top]]
-    return [head + (": " + "; ".join(found) if found else ": no cause found") +
-            (f"; unexplained {e.unexplained:.2f}x" if e.gap and e.unexplained and e.unexplained > 1.10 else "")]
+            else f"against {e.reference}: no rate to compare" if e.reference else "no published reference matched")
+    ranked = e.ranked()
+    if e.gap and ranked:
+        left = e.unexplained
+        head += f"; explained {e.explained:.2f}x" + (f", unexplained {left:.2f}x" if left and left > UNEXPLAINED
+                                                     else "")
+    out = [head + ("" if ranked else "; no cause found")]
+    for number, finding in enumerate(ranked, 1):
+        out += [f"{number}. [{finding.category}] {finding.cause}: effect {finding.effect.text()}",
+                f"   - evidence: {finding.evidence}", f"   - estimate: {finding.effect.source}",
+                f"   - change: {finding.change}"]
+    if e.next_step:
+        out.append(f"- {e.next_step}")
+    return out

@@ -211,11 +211,12 @@ def _markdown(collection: Collection, refs: list[Reference], tables: dict, repor
         "",
         "## Why below the reference (dlscale explain)",
         "",
-        "Each run against the published figure of its model, precision and device, the largest estimated effects "
-        "first (`dlscale explain RUN` gives the evidence and what to change; docs/explain.md).",
+        "Each run against the published figure of its model, precision and device (or --explain-reference), every "
+        "finding ranked as `dlscale explain RUN` prints it, largest estimated effect first: its effect, the run's "
+        "evidence, where the estimate comes from and what to change (docs/explain.md).",
         "",
-        *([f"- `{name}`: {line}" for name, lines in (findings or {}).items() for line in lines]
-          or ["_Not computed._"]),
+        *([line for name, lines in (findings or {}).items()
+           for line in [f"- `{name}`: {lines[0]}", *(f"  {rest}" for rest in lines[1:])]] or ["_Not computed._"]),
         "",
     ]
     out += _reference_section(refs, tables)

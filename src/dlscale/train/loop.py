@@ -94,6 +94,10 @@ class Run:
     rank_windows: list[dict] = field(default_factory=list)
     """Each log window's per-rank step, data wait, forward and lead (data + forward) times in ms per
     step, epochs' first windows left out (their data wait includes the loader workers' start)."""
+    comm_windows: list[tuple[float, float]] = field(default_factory=list)
+    """Each log window's communication per step as the strategy's own timer measured it on this rank
+    (ms, bytes), for strategies that time it (not DDP: its allreduce runs inside backward); epochs' first
+    windows left out, as for rank_windows."""
 
     def elapsed_s(self) -> float:
         t0, e0 = self.clock_origin
@@ -371,6 +375,8 @@ def _log(run: Run, progress: Progress, window: _Window) -> bool:
         **_ranks_record(run, window, step_ms, data_ms, forward_ms),
     }
     run.records.train(record)
+    if not window.first and record["comm_time_ms_per_step"] is not None:
+        run.comm_windows.append((record["comm_time_ms_per_step"], record["comm_bytes_per_step"]))
     if not window.first and run.warned_epoch != progress.epoch:
         warning = input_bound_warning(
             record["data_time_ms"] / 1000, record["step_time_ms"] / 1000, workers=run.cfg.data.num_workers,
@@ -544,7 +550,7 @@ def _summary(run: Run, progress: Progress, *, preempted: bool, signal: str | Non
         "target_top1_pct": 100 * cfg.target_accuracy if cfg.target_accuracy is not None else None,
         "time_to_target_s": tts, "time_to_target": format_duration(tts) if tts is not None else None,
         "train_time_s": progress.elapsed_s, "total_ips": sum(rates) / len(rates) if rates else None,
-        "skipped_samples": progress.skipped_samples, **_ranks_summary(run),
+        "skipped_samples": progress.skipped_samples, **_ranks_summary(run), **_comm_summary(run),
         "preempted": preempted, "signal": signal, "history": progress.history,
     }
 
@@ -561,3 +567,13 @@ def _ranks_summary(run: Run) -> dict:
 
     return {"rank_step_ms": mean("step"), "rank_data_ms": mean("data"), "rank_forward_ms": mean("forward"),
             "rank_lead_ms": mean("lead"), "stragglers": stragglers([w["lead"] for w in windows])}
+
+
+def _comm_summary(run: Run) -> dict:
+    """Rank 0's communication per step (the strategy's own timer), the mean over its log windows (epochs'
+    first windows left out); None for strategies that do not time it. metrics.jsonl has each window."""
+    windows = run.comm_windows
+    if not windows:
+        return {"comm_time_ms_per_step": None, "comm_bytes_per_step": None}
+    return {"comm_time_ms_per_step": sum(t for t, _ in windows) / len(windows),
+            "comm_bytes_per_step": sum(b for _, b in windows) / len(windows)}
