@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from dlscale.explain import text
 from dlscale.explain.against import differences
 from dlscale.explain.build import explain, explain_run
 from dlscale.explain.findings import Effect, Explanation, Finding
@@ -37,6 +38,22 @@ def test_known_effects_rank_first_and_the_rest_is_unexplained():
                     findings=[finding("a", None), finding("b", 1.1), finding("c", 1.25)])
     assert [f.cause for f in e.ranked()] == ["c", "b", "a"]
     assert e.gap == pytest.approx(1.5) and e.unexplained == pytest.approx(1.5 / 1.375)
+
+
+def test_a_run_faster_than_its_reference_is_not_called_below_it(tmp_path):
+    fast = _run(tmp_path, img_per_sec_total_mean=1500.0, compute_ips=1500.0)  # NGC's V100 AMP figure is 1,200
+    (e,) = explain(_written(fast), None)
+    assert e.gap < 1 and e.next_step == ""
+    printed = "\n".join(text.lines(e))
+    assert f"Gap: none: this run reaches {100 / e.gap:.0f}% of the reference" in printed
+    assert "Causes, largest" not in printed and "Explained:" not in printed
+    assert "not below it" in text.markdown(e)[0]
+
+
+def _written(run):
+    run.path.mkdir(parents=True)
+    (run.path / "summary.json").write_text(json.dumps(run.summary))
+    return run.path
 
 
 def _write_bench(path, world, per_device):

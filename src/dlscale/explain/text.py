@@ -13,23 +13,32 @@ def _wrapped(label: str, text: str, indent: str = "     ") -> list[str]:
     return textwrap.wrap(f"{label}{text}", WIDTH, initial_indent=indent, subsequent_indent=indent + "  ")
 
 
+def _gap(gap: float | None) -> str:
+    if not gap:
+        return "Gap: unknown"
+    if gap <= 1:
+        return f"Gap: none: this run reaches {100 / gap:.0f}% of the reference (the reference is {gap:.2f}x this run)"
+    return f"Gap: the reference is {gap:.2f}x this run ({100 / gap:.0f}% of it reached)"
+
+
 def lines(explanation: Explanation) -> list[str]:
     e = explanation
     out = [f"Run: {e.run} ({e.describe_run}): " + (f"{e.run_ips:.1f} img/s per device" if e.run_ips else "no rate")]
     if e.reference:
         out += _wrapped("Reference: ", e.describe_reference or e.reference, "")
-        out.append(f"Gap: the reference is {e.gap:.2f}x this run ({100 / e.gap:.0f}% of it reached)" if e.gap else
-                   "Gap: unknown")
+        out.append(_gap(e.gap))
     else:
         out.append("Reference: none (what the run shows by itself)")
     ranked = e.ranked()
-    out += ["", "Causes, largest estimated effect first:" if ranked else "No cause found."]
+    heading = "Causes, largest estimated effect first:" if not e.gap or e.gap > 1 else \
+        "Not below the reference; what still differs, largest estimated effect first:"
+    out += ["", heading if ranked else "No cause found."]
     for number, finding in enumerate(ranked, 1):
         out.append(f"{number:>2}. [{finding.category}] {finding.cause}: effect {finding.effect.text()}")
         out += _wrapped("evidence: ", finding.evidence)
         out += _wrapped("estimate: ", finding.effect.source)
         out += _wrapped("change: ", finding.change)
-    if e.gap and ranked:
+    if e.gap and e.gap > 1 and ranked:
         left = e.unexplained
         out += ["", f"Explained: {e.explained:.2f}x of the {e.gap:.2f}x gap" +
                 (f"; unexplained: {left:.2f}x" if left and left > 1.0 else " (bounds count fully)")]
@@ -46,10 +55,11 @@ def markdown(explanation: Explanation) -> list[str]:
     """report.md's lines for one run: the gap, then every finding ranked as `dlscale explain` prints them
     (effect, evidence, estimate, change) as a nested list, and what to measure next."""
     e = explanation
-    head = (f"against {e.reference} ({e.reference_ips:.1f} img/s per device): gap {e.gap:.2f}x" if e.gap
+    head = (f"against {e.reference} ({e.reference_ips:.1f} img/s per device): " +
+            (f"gap {e.gap:.2f}x" if e.gap > 1 else f"not below it ({100 / e.gap:.0f}% reached)") if e.gap
             else f"against {e.reference}: no rate to compare" if e.reference else "no published reference matched")
     ranked = e.ranked()
-    if e.gap and ranked:
+    if e.gap and e.gap > 1 and ranked:
         left = e.unexplained
         head += f"; explained {e.explained:.2f}x" + (f", unexplained {left:.2f}x" if left and left > UNEXPLAINED
                                                      else "")
