@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import torch
 
 from dlscale.bench.synthetic import run_bench, write_run
 from dlscale.cli.common import add_strategy_arguments, strategy_from_args
+from dlscale.cli.output import write_json_file
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.config import PRECISIONS, BenchConfig, StrategyConfig
 from dlscale.distributed import DistEnv, shutdown
@@ -121,8 +121,7 @@ def run(args: argparse.Namespace) -> int:
             _print_extras(summary)
             print(f"Run directory: {run_dir.path}", flush=True)
             if args.json:
-                args.json.parent.mkdir(parents=True, exist_ok=True)
-                args.json.write_text(json.dumps(to_jsonable(summary), indent=2) + "\n")
+                write_json_file(args.json, to_jsonable(summary))
     finally:
         shutdown()
     if env.is_main:  # after the measurement and the process group: MLflow holds up no rank

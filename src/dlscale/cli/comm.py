@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from pathlib import Path
 
 from dlscale.bench.comm import MODES, OPS, CommConfig, run_comm, write_run
+from dlscale.cli.output import write_json_file
 from dlscale.distributed import DistEnv, shutdown
 from dlscale.errors import DlscaleError
 from dlscale.metrics.run import to_jsonable
@@ -72,8 +72,7 @@ def run(args: argparse.Namespace) -> int:
             run_dir = write_run(cfg, env, summary, root=args.output_dir, name=args.name)
             print(f"Run directory: {run_dir.path}", flush=True)
             if args.json:
-                args.json.parent.mkdir(parents=True, exist_ok=True)
-                args.json.write_text(json.dumps(to_jsonable(summary), indent=2) + "\n")
+                write_json_file(args.json, to_jsonable(summary))
     finally:
         shutdown()
     if summary["wrong"]:

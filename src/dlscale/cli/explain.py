@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from dlscale.cli.output import write_json_file
 from dlscale.errors import ConfigError
 from dlscale.explain import against, text
 from dlscale.explain.build import explain
@@ -57,8 +57,7 @@ def run(args: argparse.Namespace) -> int:
             print()
         print("\n".join(text.lines(explanation)))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps([e.as_dict() for e in explanations], indent=2) + "\n")
+        write_json_file(args.json, [e.as_dict() for e in explanations])
     return 0
 
 

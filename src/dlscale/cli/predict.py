@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from dlscale.cli.output import write_json_file
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.errors import ConfigError
 from dlscale.metrics.cost import check_price
@@ -193,8 +193,7 @@ def run(args: argparse.Namespace) -> int:
     result = output.summary(points, settings, {"compute": workload.source, "network": net.source, **ceilings.source},
                             price)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_json_file(args.json, result)
     if not args.no_run_dir:
         path = output.write_run(args.output_dir, args.name, {**settings, "argv": sys.argv[1:]}, result)
         # matplotlib takes a second or two to import; it is loaded only now, after the answer is printed.
@@ -274,13 +273,12 @@ def _validate(args: argparse.Namespace) -> int:
                   f"{r.predicted:.1f} ({100 * r.error:+.1f}%, {r.limit}); with stragglers {r.with_stragglers:.1f} "
                   f"({100 * r.error_with_stragglers:+.1f}%); {r.inputs}")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
+        write_json_file(args.json, {
             "kind": "predict_validation", "goal": goal, "all": every,
             "rows": [{"group": r.case.group, "reference": r.case.reference, "series": r.case.series,
                       "devices": r.devices, "metric": r.metric, "published": r.published, "predicted": r.predicted,
                       "error": r.error, "limit": r.limit, "bound": r.bound, "in_goal": r.case.in_goal} for r in rows],
             "inputs": texts,
             "sweeps": [{**asdict(r), "error": r.error, "error_with_stragglers": r.error_with_stragglers}
-                       for r in sweep_rows]}, indent=2) + "\n")
+                       for r in sweep_rows]})
     return 0
