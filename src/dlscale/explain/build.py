@@ -60,7 +60,7 @@ def describe(run: RunFacts) -> str:
 def next_step(explanation: Explanation, run: RunFacts) -> str:
     """What to measure next when the findings do not account for the gap (or find nothing)."""
     left = explanation.unexplained
-    if explanation.gap is not None and explanation.gap <= 1:
+    if explanation.gap is not None and not explanation.below:
         return ""  # not below the reference: no gap to chase
     if explanation.findings and (left is None or left <= UNEXPLAINED):
         return ""

@@ -72,6 +72,11 @@ class Explanation:
         return self.reference_ips / self.run_ips
 
     @property
+    def below(self) -> bool:
+        """The run is slower than the reference (a gap to explain)."""
+        return self.gap is not None and self.gap > 1
+
+    @property
     def explained(self) -> float:
         """The product of the known effects (bounds included, as at most)."""
         return math.prod(f.effect.factor for f in self.findings if f.effect.factor)

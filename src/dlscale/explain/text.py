@@ -30,7 +30,7 @@ def lines(explanation: Explanation) -> list[str]:
     else:
         out.append("Reference: none (what the run shows by itself)")
     ranked = e.ranked()
-    heading = "Causes, largest estimated effect first:" if not e.gap or e.gap > 1 else \
+    heading = "Causes, largest estimated effect first:" if not e.gap or e.below else \
         "Not below the reference; what still differs, largest estimated effect first:"
     out += ["", heading if ranked else "No cause found."]
     for number, finding in enumerate(ranked, 1):
@@ -38,7 +38,7 @@ def lines(explanation: Explanation) -> list[str]:
         out += _wrapped("evidence: ", finding.evidence)
         out += _wrapped("estimate: ", finding.effect.source)
         out += _wrapped("change: ", finding.change)
-    if e.gap and e.gap > 1 and ranked:
+    if e.below and ranked:
         left = e.unexplained
         out += ["", f"Explained: {e.explained:.2f}x of the {e.gap:.2f}x gap" +
                 (f"; unexplained: {left:.2f}x" if left and left > 1.0 else " (bounds count fully)")]
@@ -56,10 +56,10 @@ def markdown(explanation: Explanation) -> list[str]:
     (effect, evidence, estimate, change) as a nested list, and what to measure next."""
     e = explanation
     head = (f"against {e.reference} ({e.reference_ips:.1f} img/s per device): " +
-            (f"gap {e.gap:.2f}x" if e.gap > 1 else f"not below it ({100 / e.gap:.0f}% reached)") if e.gap
+            (f"gap {e.gap:.2f}x" if e.below else f"not below it ({100 / e.gap:.0f}% reached)") if e.gap
             else f"against {e.reference}: no rate to compare" if e.reference else "no published reference matched")
     ranked = e.ranked()
-    if e.gap and e.gap > 1 and ranked:
+    if e.below and ranked:
         left = e.unexplained
         head += f"; explained {e.explained:.2f}x" + (f", unexplained {left:.2f}x" if left and left > UNEXPLAINED
                                                      else "")
