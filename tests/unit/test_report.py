@@ -161,6 +161,9 @@ def test_bad_inputs(tmp_path):
     (bad / "summary.json").write_text("{not json")
     with pytest.raises(ConfigError, match="cannot be read as JSON"):
         load([bad])
+    (bad / "summary.json").write_text("[1, 2]")
+    with pytest.raises(ConfigError, match=r"summary.json: not a JSON object"):
+        load([bad])
 
 
 def test_predict_runs_are_overlaid_and_comm_runs_skipped(tmp_path):

@@ -11,19 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlscale.errors import ConfigError
-
-KINDS = ("bench", "train")
-
-
-def read_json(path: Path, what: str = "") -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        why = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else " ".join(str(error).split())
-        raise ConfigError(f"{path}: cannot be read as JSON ({why}); re-run{what} or remove the directory") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: not a JSON object; re-run{what} or remove the directory")
-    return data
+from dlscale.report.files import KINDS, number, read_json
 
 
 @dataclass(frozen=True)
@@ -77,7 +65,7 @@ class RunFacts:
     @property
     def total_ips(self) -> float | None:
         key = "img_per_sec_total_mean" if self.kind == "bench" else "total_ips"
-        return _number(self.summary.get(key))
+        return number(self.summary.get(key))
 
     @property
     def per_device_ips(self) -> float | None:
@@ -88,7 +76,7 @@ class RunFacts:
         """(total, compute) images/s: the bench's figures, or the mean over a train run's log windows after
         each epoch's first (all windows when there are no others); compute leaves the data wait out."""
         if self.kind == "bench":
-            return self.total_ips, _number(self.summary.get("compute_ips"))
+            return self.total_ips, number(self.summary.get("compute_ips"))
         windows = self.steady_windows() or list(self.windows)
         pairs = [(w["throughput_img_per_s"], w["compute_img_per_s"]) for w in windows
                  if w.get("throughput_img_per_s") and w.get("compute_img_per_s")]
@@ -111,14 +99,14 @@ class RunFacts:
         """(ms, bytes) of communication per step as the strategy's own timer measured it, and where that
         comes from: summary.json (bench: the slowest rank; train: rank 0's mean over its log windows), else
         the mean of metrics.jsonl's log windows (train runs written before the summary held it)."""
-        if _number(self.summary.get("comm_time_ms_per_step")) is not None:
+        if number(self.summary.get("comm_time_ms_per_step")) is not None:
             where = "the slowest rank" if self.kind == "bench" else "rank 0, mean of its log windows"
-            return self.summary["comm_time_ms_per_step"], _number(self.summary.get("comm_bytes_per_step")), where
+            return self.summary["comm_time_ms_per_step"], number(self.summary.get("comm_bytes_per_step")), where
         timed = [w for w in (self.steady_windows() or list(self.windows))
-                 if _number(w.get("comm_time_ms_per_step")) is not None]
+                 if number(w.get("comm_time_ms_per_step")) is not None]
         if not timed:
             return None, None, ""
-        sent = [w["comm_bytes_per_step"] for w in timed if _number(w.get("comm_bytes_per_step")) is not None]
+        sent = [w["comm_bytes_per_step"] for w in timed if number(w.get("comm_bytes_per_step")) is not None]
         return (sum(w["comm_time_ms_per_step"] for w in timed) / len(timed), sum(sent) / len(sent) if sent else None,
                 f"rank 0, mean of {len(timed)} log windows in metrics.jsonl")
 
@@ -130,10 +118,6 @@ class RunFacts:
                 steady.append(window)
             seen.add(window.get("epoch"))
         return steady
-
-
-def _number(value) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def read_run(path: str | Path) -> RunFacts:

@@ -7,7 +7,6 @@ prints and records.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import replace
@@ -18,6 +17,7 @@ from dlscale.metrics.hardware import PEAK_TFLOPS
 from dlscale.predict.layers import forward_macs, model_parameters
 from dlscale.predict.model import GradSpec, Workload, workload_for_model
 from dlscale.predict.network import Level, Network
+from dlscale.report.files import read_json
 from dlscale.report.references import named_series
 
 BACKWARD_FORWARD_RATIO = 2.0
@@ -30,10 +30,7 @@ def read_summary(path: str | Path, *kinds: str) -> dict:
     file = directory / "summary.json"
     if not file.is_file():
         raise ConfigError(f"{directory}: no summary.json; give a run directory made by dlscale {' or '.join(kinds)}")
-    try:
-        summary = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        raise ConfigError(f"{file}: cannot be read as JSON ({error})") from None
+    summary = read_json(file, f" dlscale {kinds[0]}")
     if summary.get("kind") not in kinds:
         raise ConfigError(f"{directory} is a {summary.get('kind', 'unknown')} run; this needs a run of dlscale "
                           f"{' or '.join(kinds)}")
@@ -80,7 +77,7 @@ def _cpu(path: str | Path, summary: dict) -> dict:
     env_file = Path(path) / "env.json"
     if summary.get("device") != "cpu" or not env_file.is_file():
         return {}
-    env = json.loads(env_file.read_text())
+    env = read_json(env_file, f" dlscale {summary.get('kind')}")
     if not env.get("torch_threads") or not env.get("cpu_count"):
         return {}
     return {"cpu_threads": int(env["torch_threads"]), "cpu_cores": int(env["cpu_count"])}

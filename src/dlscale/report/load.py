@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlscale.errors import ConfigError
+from dlscale.report.files import KINDS, number, read_json
 from dlscale.report.loader import LoaderRun
 from dlscale.report.predictions import PredictRun
 
-KINDS = ("bench", "train")
 SPEED_FLAGS = ("channels_last", "fused_optimizer", "cudnn_benchmark", "compile")
 
 
@@ -53,22 +53,22 @@ class Run:
     def total_ips(self) -> float | None:
         """Measured images/s summed over ranks."""
         key = "img_per_sec_total_mean" if self.kind == "bench" else "total_ips"
-        return _number(self.summary.get(key))
+        return number(self.summary.get(key))
 
     @property
     def total_ci95(self) -> float | None:
-        return _number(self.summary.get("img_per_sec_total_ci95"))
+        return number(self.summary.get("img_per_sec_total_ci95"))
 
     @property
     def per_rank_ips(self) -> float | None:
         if self.kind == "bench":
-            return _number(self.summary.get("img_per_sec_per_rank_mean"))
+            return number(self.summary.get("img_per_sec_per_rank_mean"))
         total = self.total_ips
         return None if total is None else total / self.world_size
 
     @property
     def per_rank_ci95(self) -> float | None:
-        return _number(self.summary.get("img_per_sec_per_rank_ci95"))
+        return number(self.summary.get("img_per_sec_per_rank_ci95"))
 
     @property
     def global_batch(self) -> int | None:
@@ -80,11 +80,11 @@ class Run:
 
     @property
     def final_top1(self) -> float | None:
-        return _number(self.summary.get("final_top1_pct"))
+        return number(self.summary.get("final_top1_pct"))
 
     @property
     def train_time_s(self) -> float | None:
-        return _number(self.summary.get("train_time_s"))
+        return number(self.summary.get("train_time_s"))
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -161,14 +161,6 @@ def load(paths: list[str | Path]) -> Collection:
     return found
 
 
-def read_json(path: Path):
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        why = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else error
-        raise ConfigError(f"{path}: cannot be read as JSON ({why}); remove it or re-run") from None
-
-
 def _add_run(path: Path, found: Collection, seen: set[Path], sweep: str | None = None,
              point: dict | None = None) -> None:
     key = path.resolve()
@@ -227,7 +219,3 @@ def _load_sweep(path: Path, found: Collection, seen: set[Path]) -> None:
             returncode=point.get("returncode"), error=error, series=point.get("series", ""),
             settings=point.get("settings", {}), group=point.get("group", ""),
         ))
-
-
-def _number(value) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
