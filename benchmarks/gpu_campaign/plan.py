@@ -24,6 +24,9 @@ model and batch pool, cuDNN's first calls; rounded up. On the CPU: the measured 
 RATES = {"fp32": 1000.0, "tf32": 2000.0, "amp": 2500.0, "channels_last": 3000.0}
 """Assumed img/s of ResNet-50, batch 256, on an H100 (the low end; a faster GPU ends sooner)."""
 
+LOADER_RATE = {"cuda": 2000.0, "cpu": 200.0}
+"""img/s of the JPEG loader sweep's settings: about 250 img/s per worker on the 16-core H100 machine."""
+
 CPU_RATE = 100.0
 """img/s of the tiny CPU models (resnet18 at 32 px: 100-600 img/s on the 2-core development VM)."""
 
@@ -258,10 +261,13 @@ def data_shape(f: Features) -> DataShape:
                 "data.image_size": "32", "log_every": "1", "device": "cpu", "speed.cudnn_benchmark": "false"}
         return DataShape(unique=16, train=32, val=4, workers=[0, 2], loader_batches=4, train_sets=sets)
     cores = max(f.cores, 4)
-    workers = sorted({cores // 4, cores // 2, 3 * cores // 4, cores - 1})  # 4, 8, 12, 15 on 16 cores
+    workers = sorted({cores // 2, 3 * cores // 4, cores - 1})  # 8, 12, 15 on 16 cores
     sets = {"model.name": "resnet50", "precision": "amp_bf16", "batch_size": "256", "data.image_size": "224",
             "log_every": "5", "device": "cuda", "speed.cudnn_benchmark": "true"}
-    return DataShape(unique=256, train=10240, val=64, workers=workers, loader_batches=12, train_sets=sets)
+    # 4x the batches the most workers hold in flight (2 each): what they decoded before the timer started
+    # is then at most a quarter of the window (12 batches made 12 workers read 2.5x too fast, 2026-11-23).
+    return DataShape(unique=256, train=10240, val=64, workers=workers, loader_batches=8 * max(workers),
+                     train_sets=sets)
 
 
 def train_argv(shape: DataShape, name: str, *, synthetic: bool) -> list[str]:
@@ -288,7 +294,8 @@ def data_stage(f: Features) -> Stage:
                                     ",".join(map(str, shape.workers)), "--batch-size", str(batch), "--batches",
                                     str(shape.loader_batches), "--image-size", size, "--device", device,
                                     "--prewarm", "--out", "{work}/loader"], "loader",
-                 25.0 if device == "cuda" else 6.0, output="{work}/loader/summary.json",
+                 STARTUP_S[device] + len(shape.workers) * (shape.loader_batches + 2 * max(shape.workers)) * batch
+                 / LOADER_RATE[device], output="{work}/loader/summary.json",
                  settings=f"workers {','.join(map(str, shape.workers))}, batch {batch}, {size} px, to the device")
     epoch_s = shape.train / (RATES["channels_last"] if device == "cuda" else CPU_RATE)
     estimate = STARTUP_S[device] + 3.0 + 2 * epoch_s
@@ -296,7 +303,7 @@ def data_stage(f: Features) -> Stage:
                output="{work}/runs/train-real-{round}", settings="ImageFolder of JPEGs, fast decode path")
     synthetic = Run("train synthetic", train_argv(shape, "train-synthetic", synthetic=True), "train", estimate,
                     output="{work}/runs/train-synthetic-{round}", settings="random uint8 images, same loader")
-    return Stage("data", "Real data: JPEG decoding against synthetic input", 120.0, [real, synthetic],
+    return Stage("data", "Real data: JPEG decoding against synthetic input", 200.0, [real, synthetic],
                  rounds=2, setup=[tree, loader], ratios=[("train JPEG", "train synthetic")],
                  note="the same `dlscale train` (2 epochs, the first not counted); data.num_workers is the loader "
                       "sweep's fastest setting")
@@ -368,9 +375,43 @@ def progression_stage(f: Features) -> Stage:
                  chain=True, ratios=[(r.name, runs[0].name) for r in runs[1:]], note=note)
 
 
+def choices_stage(f: Features) -> Stage:
+    """The measurements behind `dlscale bench`'s GPU default: bf16 against fp16 (cuDNN's NHWC batch
+    norm kernels take fp16), eager steps against CUDA-graph replays, batch 256 against 384 and 512."""
+    shape, runs = SHAPES[f.device], []
+    if f.device != "cuda":
+        return Stage("choices", "What the GPU default is chosen from", 60.0,
+                     [Run("bf16", [], "bench", 0.0, unavailable="GPU only (not in the tiny CPU run)")])
+    for precision in ("amp_bf16", "amp_fp16"):
+        for graphs in (False, True):
+            for batch in (256, 384, 512):
+                if graphs and batch != 256:
+                    continue
+                name = precision.removeprefix("amp_") + (" graphs" if graphs else "") + (
+                    f" b{batch}" if batch != 256 else "")
+                flags = ["--precision", precision, "--channels-last", "--fused-optimizer", "--cudnn-benchmark",
+                         *(["--cuda-graphs"] if graphs else [])]
+                sized = Shape(shape.model, batch, shape.warmup, shape.per_iter, shape.iters, shape.timm_model,
+                              shape.bare_model)
+                run = Run(name, dlscale_bench(sized, flags, "choices-" + name.replace(" ", "-")), "bench",
+                          bench_estimate("cuda", shape.steps, batch, RATES["channels_last"]),
+                          output=f"{{work}}/choices-{name.replace(' ', '-')}-{{round}}.json",
+                          settings=" ".join([*flags, "--batch-size", str(batch)]))
+                if graphs and "--cuda-graphs" not in f.bench_flags:
+                    run.unavailable = "this dlscale bench has no --cuda-graphs yet"
+                runs.append(run)
+    return Stage("choices", f"What the GPU default is chosen from: {WHAT['cuda']} unless the run says otherwise",
+                 300.0, runs, rounds=2, ratios=[(r.name, runs[0].name) for r in runs[1:]],
+                 note="not part of the default campaign (--stages choices); img/s at batches 384 and 512 is per "
+                      "image like the others")
+
+
 STAGES = {"env": env_stage, "pytest": pytest_stage, "peers": peers_stage, "data": data_stage,
-          "progression": progression_stage}
+          "progression": progression_stage, "choices": choices_stage}
 """Every stage, in the order they run (the cheapest checks first, the long compilations last)."""
+
+OPTIONAL = frozenset({"choices"})
+"""Stages that run only when --stages names them: the measurements behind a default, not its proof."""
 
 
 def build_plan(f: Features, only: dict[str, set[str] | None] | None = None, rounds: int | None = None) -> list[Stage]:
@@ -378,7 +419,7 @@ def build_plan(f: Features, only: dict[str, set[str] | None] | None = None, roun
     this many rounds per stage."""
     stages = []
     for name, builder in STAGES.items():
-        if only is not None and name != "env" and name not in only:
+        if (only is not None and name != "env" and name not in only) or (only is None and name in OPTIONAL):
             continue
         stage = builder(f)
         chosen = (only or {}).get(name)

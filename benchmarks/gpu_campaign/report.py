@@ -42,6 +42,8 @@ def goals(results: dict, mode: str) -> list[dict]:
     progression = results.get("progression", {}).get("medians", {})
     medians = {f"progression / {name}": m["median"] for name, m in progression.items()}
     medians["peers / dlscale bench"] = _median(results, "peers", "dlscale bench")
+    choices = results.get("choices", {}).get("medians", {})
+    medians.update({f"choices / {name}": m["median"] for name, m in choices.items() if " b" not in name})  # batch 256
     measured = {name: value for name, value in medians.items() if value is not None}
     source = max(measured, key=measured.get) if measured else None
     values = {"throughput": measured.get(source) if source else None,
@@ -170,7 +172,7 @@ def markdown(document: dict) -> str:
     if need and need["cores"]:
         out.append(f"\nThe loader decodes {need['images_per_cpu_s']:,.0f} img per CPU-second at best: feeding "
                    f"{need['synthetic_img_per_s']:,.0f} img/s takes about {need['cores']:.1f} cores per GPU.")
-    sections = {"progression": progression_table, "peers": stage_table, "data": data_tables}
+    sections = {"progression": progression_table, "choices": stage_table, "peers": stage_table, "data": data_tables}
     for name, render in sections.items():
         if name in results:
             stage = results[name]

@@ -104,8 +104,10 @@ def read_loader(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
 
 
 def read_train(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
-    """Median img/s of the log windows of epochs after the first, without each epoch's first window
-    (its data wait holds the workers' restart); the input-bound warnings the run printed."""
+    """img/s over the log windows of epochs after the first, without each epoch's first window (its
+    data wait holds the workers' restart): their images over their seconds, so that a starved window
+    weighs as long as it lasted (a median of the windows' rates hides an input-bound run whose windows
+    alternate between a full prefetch queue and an empty one); the input-bound warnings the run printed."""
     records = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
     windows = [r for r in records if r.get("record") == "train"]
     later = [r for r in windows if r["epoch"] >= 1] or windows
@@ -113,8 +115,12 @@ def read_train(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
     steady = [r for r in later if r["iteration"] not in first_of_epoch] or later
     warnings = [line.strip() for line in out.splitlines() if "input-bound" in line]
     summary = json.loads((path / "summary.json").read_text())
-    return {"value": statistics.median(r["throughput_img_per_s"] for r in steady), "unit": "img/s",
-            "details": {"windows": len(steady), "data_time_ms": statistics.median(r["data_time_ms"] for r in steady),
+    seconds = sum(r["window_s"] for r in steady)
+    images = sum(r["throughput_img_per_s"] * r["window_s"] for r in steady)
+    return {"value": images / seconds, "unit": "img/s",
+            "details": {"windows": len(steady), "seconds": seconds,
+                        "window_img_per_s": [r["throughput_img_per_s"] for r in steady],
+                        "data_time_ms": statistics.median(r["data_time_ms"] for r in steady),
                         "step_time_ms": statistics.median(r["step_time_ms"] for r in steady),
                         "input_bound_warnings": warnings, "summary_total_ips": summary.get("total_ips"),
                         "num_workers": ctx.values.get("workers")}}

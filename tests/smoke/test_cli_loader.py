@@ -49,6 +49,8 @@ def test_sweep_reports_rates_bytes_and_files_that_match_the_tree(tmp_path):
     assert out.returncode == 0, out.stderr
     # In a pipe, progress is plain lines (here after every setting, DLSCALE_PROGRESS_EVERY=0).
     assert re.search(r"^progress: loader 2/2 settings, 2 workers: [\d.]+ img/s, ", out.stdout, re.M)
+    # 2 workers hold up to 2 x 2 batches in flight: 4 timed batches are fewer than 4 x 4
+    assert "note: 2 workers hold up to 4 batches in flight" in out.stdout and "--batches 16 or more" in out.stdout
     run = tmp_path / "runs" / "sweep"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["kind"] == "loader" and summary["workers"] == [0, 2]

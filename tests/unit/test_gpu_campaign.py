@@ -27,14 +27,15 @@ def test_dry_run_prints_every_stage_and_command_and_runs_nothing(tmp_path):
     assert out.returncode == 0, out.stderr
     text = out.stdout
     for stage in P.STAGES:
-        assert f"\nstage {stage}: " in text, stage
+        assert (f"\nstage {stage}: " in text) == (stage not in P.OPTIONAL), stage
     for step in ("fp32", "tf32", "amp_fp16", "amp_bf16", "channels_last", "fused_sgd", "compile_reduce_overhead",
                  "compile_max_autotune", "cuda_graphs"):
         assert f"  run {step} [" in text, step
     for command in ("benchmarks/gpu_campaign/environment.py", "-m pytest -m gpu",
                     "-m dlscale bench --model resnet50 --image-size 224 --batch-size 256", "benchmarks/bare_loop.py",
                     "benchmarks/peers/timm_benchmark.py --bench train --model resnet50", "--amp-dtype bfloat16",
-                    "benchmarks/gpu_campaign/jpeg_tree.py", "-m dlscale loader", "--workers 4,8,12,15",
+                    "benchmarks/gpu_campaign/jpeg_tree.py", "-m dlscale loader",
+                    "--workers 8,12,15 --batch-size 256 --batches 120",
                     "-m dlscale train --config imagenet:default", "--compile-mode reduce-overhead",
                     "--compile-mode max-autotune", "--cuda-graphs"):
         assert command in text, command
@@ -44,7 +45,8 @@ def test_dry_run_prints_every_stage_and_command_and_runs_nothing(tmp_path):
 
 def test_a_machine_with_everything_runs_every_entry():
     stages = {s.name: s for s in P.build_plan(EVERYTHING)}
-    assert list(stages) == list(P.STAGES)
+    assert list(stages) == [name for name in P.STAGES if name not in P.OPTIONAL]
+    stages.update({s.name: s for s in P.build_plan(EVERYTHING, {name: None for name in P.OPTIONAL})})
     assert all(r.unavailable is None for s in stages.values() for r in s.runs + s.setup)
     progression = {r.name: r for r in stages["progression"].runs}
     for name in ("fp32", "tf32", "amp_fp16", "amp_bf16", "channels_last"):
@@ -62,6 +64,17 @@ def test_a_bare_machine_marks_what_it_cannot_run():
     assert "torchvision" in why["bare loop"] and "timm" in why["timm benchmark.py"]
     assert "--compile-mode" in why["compile_max_autotune"] and "--cuda-graphs" in why["cuda_graphs"]
     assert why["fp32"] is None and why["train JPEG"] is None
+
+
+def test_the_choices_stage_pairs_every_setting_with_the_bf16_eager_run():
+    choices = P.build_plan(EVERYTHING, {"choices": None})[1]
+    names = [r.name for r in choices.runs]
+    assert names == ["bf16", "bf16 b384", "bf16 b512", "bf16 graphs", "fp16", "fp16 b384", "fp16 b512", "fp16 graphs"]
+    assert choices.ratios == [(name, "bf16") for name in names[1:]]
+    runs = {r.name: r.argv for r in choices.runs}
+    assert runs["fp16 b512"][runs["fp16 b512"].index("--batch-size") + 1] == "512"
+    assert "amp_fp16" in runs["fp16 graphs"] and "--cuda-graphs" in runs["fp16 graphs"]
+    assert "--cuda-graphs" not in runs["fp16"] and "amp_bf16" in runs["bf16"]
 
 
 def test_stages_and_runs_can_be_chosen_and_rounds_capped():
@@ -125,14 +138,17 @@ def test_rounds_alternate_and_ratios_pair_each_round(tmp_path):
 # ------------------------------------------------------------------------------------ readers
 
 def test_train_reader_keeps_the_steady_windows(tmp_path):
+    # 1,000 images per window; epoch 1's windows after its first: 4,000, 2,000 (starved) and 4,000 img/s
     records = [{"record": "train", "epoch": e, "iteration": i, "throughput_img_per_s": rate, "data_time_ms": 1.0,
-                "step_time_ms": 50.0} for e, i, rate in [(0, 5, 10.0), (0, 10, 900.0), (1, 5, 20.0), (1, 10, 1000.0),
-                                                         (1, 15, 1100.0), (1, 20, 1200.0)]]
+                "step_time_ms": 50.0, "window_s": 1000 / rate}
+               for e, i, rate in [(0, 5, 10.0), (0, 10, 900.0), (1, 5, 20.0), (1, 10, 4000.0), (1, 15, 2000.0),
+                                  (1, 20, 4000.0)]]
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
     (tmp_path / "summary.json").write_text(json.dumps({"total_ips": 500.0}))
     out = "epoch 1 ...\nWARNING: training is input-bound: 40% of each step ...\n"
     got = runner.read_train(None, out, tmp_path, _context(tmp_path))
-    assert got["value"] == 1100.0 and got["details"]["windows"] == 3  # epoch 1 without its first window
+    # 3,000 images in 0.25 + 0.5 + 0.25 s, not the median window (4,000)
+    assert got["value"] == pytest.approx(3000.0) and got["details"]["windows"] == 3
     assert got["details"]["input_bound_warnings"] == ["WARNING: training is input-bound: 40% of each step ..."]
 
 
@@ -189,6 +205,10 @@ def test_goals_are_judged_on_a_gpu_and_say_why_real_data_falls_short():
     assert rows["real_data"]["met"] is False and rows["real_data"]["input_bound_warnings"]
     assert rows["real_data"]["cores_needed"]["cores"] == pytest.approx(5500.0 / 640.0)
     assert all(g["met"] is None for g in report.goals(_results(), "cpu"))  # tiny CPU runs prove nothing
+    # The choices stage counts at the goal's batch (256), not at 512
+    results = _results() | {"choices": {"medians": {"fp16": {"median": 6400.0}, "fp16 b512": {"median": 7000.0}}}}
+    throughput = report.goals(results, "cuda")[0]
+    assert (throughput["value"], throughput["source"]) == (6400.0, "choices / fp16")
 
 
 def test_markdown_has_the_goal_table_and_the_progression():

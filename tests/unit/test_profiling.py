@@ -12,7 +12,7 @@ from dlscale import profiling
 from dlscale.config import StrategyConfig
 from dlscale.distributed import DistEnv
 from dlscale.launch.local import nsys_command
-from dlscale.metrics.input_bound import input_bound_warning
+from dlscale.metrics.input_bound import cores_needed, input_bound_warning
 from dlscale.precision import build_precision
 from dlscale.strategies.allreduce import AllreduceStrategy
 from dlscale.train.step import StepParts
@@ -154,6 +154,11 @@ def test_input_bound_warning_threshold_and_advice():
     at_limit = input_bound_warning(0.02, 0.1, workers=8, decode="fast", cores=8)
     assert "data.num_workers" not in at_limit and "data.decode" not in at_limit and "storage" in at_limit
     assert "data.num_workers=2" in input_bound_warning(0.5, 1.0, workers=0, decode="not JPEG", cores=2)
+    # 12 busy workers give a batch per 116.3 ms where the model needs one per 79 ms: 12 x 116.3 / 79 = 17.7
+    starved = input_bound_warning(0.0373, 0.1163, workers=12, decode="fast", cores=16, batch_size=256)
+    assert "about 18 loader cores for this rank (16 here)" in starved
+    assert "data.num_workers=16" in starved and "more CPU cores per rank" in starved
+    assert cores_needed(4, 0.1, 0.05) == 8 and cores_needed(4, 0.1, 0.099) == 5
 
 
 def test_slowed_loader_is_reported_input_bound():

@@ -79,6 +79,11 @@ def run(args: argparse.Namespace) -> int:
           f"decode {args.decode}, {pillow_build()}, {cores} cores", flush=True)
     if max(workers) > cores:
         print(f"note: settings of more than {cores} workers oversubscribe this machine's {cores} cores", flush=True)
+    in_flight = max(workers) * cfg.prefetch_factor
+    if args.batches < 4 * in_flight:
+        print(f"note: {max(workers)} workers hold up to {in_flight} batches in flight, decoded partly before the "
+              f"timer starts; with {args.batches} timed batches that setting's rate can read high "
+              f"(--batches {4 * in_flight} or more keeps the error under a quarter)", flush=True)
     print(loader_bench.format_header(), flush=True)
 
     def measured(row: dict) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dlscale.metrics.hardware import available_cores
 
 INPUT_BOUND_SHARE = 0.10
@@ -20,15 +22,24 @@ def input_bound_warning(data_wait_s: float, step_s: float, *, workers: int, deco
     cores = cores or available_cores()
     compute_s = max(step_s - data_wait_s, 1e-12)
     rates = f" ({batch_size / step_s:.0f} of {batch_size / compute_s:.0f} img/s)" if batch_size else ""
+    need = cores_needed(workers, step_s, compute_s)
     fixes = []
     if workers < cores:
-        fixes.append(f"more loader workers (data.num_workers={min(cores, max(2, 2 * workers))}; now {workers}, "
+        fixes.append(f"more loader workers (data.num_workers={min(cores, max(2, 2 * workers, need))}; now {workers}, "
                      f"{cores} cores for this rank)")
     if decode == "plain":
         fixes.append("the fast JPEG path (data.decode=fast)")
-    if not fixes:
+    if not fixes or need > cores:
         fixes.append("more CPU cores per rank, a smaller data.image_size or faster storage "
                      "(`dlscale loader` measures the pipeline alone)")
+    needs = (f"; at this rate per worker, keeping up takes about {need} loader cores for this rank ({cores} here)"
+             if workers > 0 else "")
     return (f"training is input-bound: {100 * data_wait_s / step_s:.0f}% of each step ({1000 * data_wait_s:.1f} of "
             f"{1000 * step_s:.1f} ms) waits for data, so it runs {step_s / compute_s:.2f}x below the model's compute "
-            f"rate{rates}; try {' and '.join(fixes)}")
+            f"rate{rates}{needs}; try {' and '.join(fixes)}")
+
+
+def cores_needed(workers: int, step_s: float, compute_s: float) -> int:
+    """Loader workers (one core each) that would deliver a batch per compute_s, when `workers` busy
+    workers deliver one per step_s: the workers' rate scaled to the model's (at least one more)."""
+    return max(workers + 1, math.ceil(workers * step_s / compute_s - 1e-9))
