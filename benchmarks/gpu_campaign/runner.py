@@ -76,7 +76,7 @@ def read_bench(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
     s = json.loads(path.read_text())
     keep = ("img_per_sec_total_ci95", "mfu", "peak_tflops", "step_time_ms", "peak_memory_bytes", "device_name",
             "precision", "channels_last", "fused_optimizer", "cudnn_benchmark", "compile", "compile_mode",
-            "iterations")
+            "cuda_graphs", "iterations")
     return {"value": s["img_per_sec_total_mean"], "unit": "img/s", "details": {k: s.get(k) for k in keep}}
 
 

@@ -1,4 +1,5 @@
-"""Speed options as one object: memory format, cuDNN autotuning, fused optimizer, torch.compile.
+"""Speed options as one object: memory format, cuDNN autotuning, fused optimizer, torch.compile,
+and (dlscale bench only) the train step captured in a CUDA graph.
 
 These are the SC20 tutorial's optimisation steps after AMP (NHWC, then the "extra opts":
 fused SGD, zero_grad(set_to_none=True), cudnn.benchmark) plus torch.compile. set_to_none is
@@ -33,10 +34,17 @@ class SpeedOptions:
     """torch.compile the model (after DDP wrapping, so the DDP optimizer splits graphs at buckets)."""
     compile_mode: str = "default"
     """torch.compile's mode, one of COMPILE_MODES (with compile)."""
+    cuda_graphs: bool = False
+    """`dlscale bench` only: capture the whole eager train step (forward, loss, backward, optimizer step) in
+    one torch.cuda.CUDAGraph after warm-up and replay it every step (dlscale.bench.graphs). One CUDA rank,
+    not with compile (whose reduce-overhead mode is its own CUDA-graph path)."""
 
     def __post_init__(self) -> None:
         if self.compile_mode not in COMPILE_MODES:
             raise ConfigError(f"speed.compile_mode={self.compile_mode!r}: use one of {', '.join(COMPILE_MODES)}")
+        if self.cuda_graphs and self.compile:
+            raise ConfigError("--cuda-graphs and --compile do not combine: use one, --cuda-graphs (eager capture) "
+                              "or --compile-mode reduce-overhead (torch.compile's CUDA graphs)")
 
     @property
     def memory_format(self) -> torch.memory_format:
@@ -51,6 +59,9 @@ class SpeedOptions:
         if self.cudnn_benchmark and device.type != "cuda":
             raise DeviceError("--cudnn-benchmark (speed.cudnn_benchmark in presets) needs a CUDA device; drop it on "
                               "the CPU, e.g. --set speed.cudnn_benchmark=false")
+        if self.cuda_graphs and device.type != "cuda":
+            raise DeviceError(f"--cuda-graphs needs a CUDA device, this run is on the {device.type.upper()}; "
+                              "drop --cuda-graphs")
         torch.backends.cudnn.benchmark = self.cudnn_benchmark
 
     def place_model(self, model: nn.Module, device: torch.device) -> nn.Module:

@@ -74,6 +74,10 @@ def test_two_ranks_under_torchrun(tmp_path):
     (["--model", "resnet18", "--precision", "fp8"], "invalid choice: 'fp8'"),
     (["--model", "resnet18", "--precision", "tf32", "--device", "cpu"], "use fp32"),
     (["--model", "resnet18", "--image-size", "-3"], "--image-size"),
+    (["--model", "resnet18", "--cuda-graphs", "--device", "cpu"], "--cuda-graphs needs a CUDA device"),
+    (["--model", "resnet18", "--cuda-graphs", "--compile"], "--cuda-graphs and --compile do not combine"),
+    (["--model", "resnet18", "--cuda-graphs", "--precision", "amp_fp16", "--no-fused-optimizer"],
+     "needs the fused optimizer"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, message):
     out = _run([sys.executable, "-m", "dlscale", "bench", *args, "--output-dir", "runs"], tmp_path)

@@ -40,6 +40,7 @@ def test_dry_run_prints_every_stage_and_command_and_runs_nothing(tmp_path):
                     "--compile-mode max-autotune", "--cuda-graphs"):
         assert command in text, command
     assert "estimated total" in text and "With these estimates:" in text
+    assert "run cuda_graphs [~" in text  # available: this checkout's dlscale bench has --cuda-graphs
     assert not any(tmp_path.iterdir()) and "Traceback" not in out.stderr
 
 

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from dlscale.bench.graphs import WARMUP_STEPS, capture_train_step, check_ranks
 from dlscale.config.sections import BenchConfig, OptimConfig
 from dlscale.distributed import DistEnv, init_process_group, select_device
 from dlscale.errors import DeviceError
@@ -157,6 +158,9 @@ def run_bench(
     clock: Clock = time.perf_counter,
 ) -> dict:
     """Run the benchmark on this rank; every rank returns the same summary dict."""
+    graphed = cfg.speed.cuda_graphs
+    if graphed:
+        check_ranks(env.world_size)
     device = select_device(env, cfg.device)
     init_process_group(env, device, cfg.pg_timeout_s)
     say = out if env.is_main else (lambda line: None)
@@ -168,8 +172,9 @@ def run_bench(
     def next_batch():
         return pool[next(cursor) % len(pool)]
 
-    forward = DeviceTimer(device)
-    if not cfg.speed.compile:
+    # A graph replay runs no Python, so no forward hook fires: no forward time under CUDA graphs.
+    forward = None if graphed else DeviceTimer(device)
+    if forward is not None and not cfg.speed.compile:
         time_forward(setup.model, forward)  # inside DDP's wrapper, after its buffer broadcast
 
     def step(images, labels):
@@ -177,9 +182,11 @@ def run_bench(
                           name == "forward" else no_regions(name))
 
     word = "GPU" if device.type == "cuda" else "CPU"
-    note = precision_note(cfg.precision, device.type)
+    notes = [precision_note(cfg.precision, device.type),
+             f"CUDA graphs: {WARMUP_STEPS} eager steps, then the whole step captured once; warm-up and timed "
+             "steps replay it" if graphed else None]
     for line in (f"Model: {cfg.model}", f"Batch size: {cfg.batch_size}", f"Number of {word}s: {env.world_size}",
-                 *([note] if note else []), "Running warmup..."):
+                 *filter(None, notes), "Running warmup..."):
         say(line)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -199,6 +206,8 @@ def run_bench(
 
     # The bar (rank 0, on a terminal) is redrawn between steps only, never inside a timed iteration.
     with ProgressDisplay(enabled=env.is_main) as bar, _out_of_memory_hint(cfg, device):
+        if graphed:
+            step = capture_train_step(parts, *next_batch())
         bar.start("warm-up", cfg.num_warmup_batches)
         rates = measure(
             step, next_batch, batch_size=cfg.batch_size, num_warmup_batches=cfg.num_warmup_batches,
@@ -208,6 +217,8 @@ def run_bench(
         )
     measured = meter.stop() if meter else None
     summary = summarize(gather_rates(rates, device))
+    if forward is None:
+        summary["rank_forward_ms"] = None  # not measured (CUDA graphs), rather than zeros
     timed_images = cfg.batch_size * cfg.num_batches_per_iter * cfg.num_iters * env.world_size
     summary.update(energy_summary(measured, timed_images, device), price_per_device_hour=cfg.price_per_device_hour,
                    cost_per_imagenet_epoch=imagenet_epoch_cost(summary["total_ips"], env.world_size,
@@ -288,6 +299,7 @@ def _describe(cfg: BenchConfig, env: DistEnv, device: torch.device, setup: Bench
         "dist_optimizer": cfg.strategy.dist_optimizer,
         "topology": strategy.topology,
         **asdict(cfg.speed.resolved(device)),
+        "forward_timed": not cfg.speed.cuda_graphs,
         "num_warmup_batches": cfg.num_warmup_batches,
         "num_batches_per_iter": cfg.num_batches_per_iter,
         "num_iters": cfg.num_iters,

@@ -51,6 +51,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--compile-mode", choices=COMPILE_MODES, default=None,
                    help="torch.compile's mode (implies --compile): reduce-overhead and max-autotune replay CUDA graphs")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="capture the whole eager train step in one CUDA graph after warm-up and replay it (one GPU; "
+                        "not with --compile)")
     add_strategy_arguments(p)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--pool-batches", type=int, default=8, help="distinct random batches on the device")
@@ -89,6 +92,7 @@ def config_from_args(args: argparse.Namespace, *, has_gpu: bool) -> tuple[BenchC
         fused_optimizer=speed.fused_optimizer if args.fused_optimizer is None else args.fused_optimizer,
         compile=args.compile or args.compile_mode is not None,
         compile_mode=args.compile_mode or "default",
+        cuda_graphs=args.cuda_graphs,
     )
     given = {
         "model": args.model, "batch_size": args.batch_size, "image_size": args.image_size,

@@ -50,7 +50,7 @@ def add_parser(subparsers) -> None:
     bench = modes.choices["bench"]
     bench.description = "Profile synthetic-data steps with `dlscale bench`'s flags (its timing flags excepted)."
     for action in bench._actions:  # accepted only to say what to use instead (run_bench)
-        if action.dest in BENCH_ONLY:
+        if action.dest in BENCH_ONLY or action.dest == "cuda_graphs":
             action.help = argparse.SUPPRESS
     _add_profile_flags(bench)
     bench.set_defaults(run=run_bench)
@@ -123,6 +123,9 @@ def run_bench(args: argparse.Namespace) -> int:
     for name, instead in BENCH_ONLY.items():
         if getattr(args, name) is not None:
             raise ConfigError(f"--{name.replace('_', '-')} is a `dlscale bench` flag; profile takes {instead}")
+    if args.cuda_graphs:
+        raise ConfigError("--cuda-graphs is a `dlscale bench` flag: profile times each part of the eager step, "
+                          "which a graph replay runs as one; profile without it")
     _check_window(args)
     env = DistEnv.from_env()
     cfg, note = bench_cli.config_from_args(args, has_gpu=args.device != "cpu" and torch.cuda.is_available())

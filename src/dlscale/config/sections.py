@@ -394,6 +394,8 @@ class TrainConfig:
         _check(self.target_accuracy is None or 0 < self.target_accuracy <= 1,
                f"target_accuracy={self.target_accuracy} (--target-accuracy) is a fraction of validation top-1 "
                "in (0, 1], e.g. 0.76")
+        _check(not self.speed.cuda_graphs, "speed.cuda_graphs is a `dlscale bench` option (training changes the "
+               "learning rate every step and evaluates between epochs); use speed.compile_mode=reduce-overhead")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -417,7 +419,7 @@ class BenchConfig:
     precision: PrecisionName = "fp32"
     """One of PRECISIONS."""
     speed: SpeedOptions = SpeedOptions()
-    """channels_last, cuDNN autotuning, fused SGD, torch.compile."""
+    """channels_last, cuDNN autotuning, fused SGD, torch.compile, CUDA graphs."""
     strategy: StrategyConfig = StrategyConfig()
     """How replicas synchronise: --dist-optimizer and its options."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -447,3 +449,8 @@ class BenchConfig:
             raise ConfigError(f"--image-size must be at least 8 pixels, got {self.image_size}")
         if self.pg_timeout_s <= 0:
             raise ConfigError(f"--pg-timeout must be positive seconds, got {self.pg_timeout_s}")
+        if self.speed.cuda_graphs and self.precision == "amp_fp16" and self.speed.fused_optimizer is False:
+            # GradScaler steps any other SGD only after reading the overflow flag on the host, which a
+            # capture cannot hold; fused SGD skips an overflowed step on the device (dlscale.bench.graphs).
+            raise ConfigError("--cuda-graphs with --precision amp_fp16 needs the fused optimizer: drop "
+                              "--no-fused-optimizer")

@@ -12,7 +12,7 @@ shown apart)."""
 
 SUMMARY_SETTINGS = ("precision", "batch_size", "global_batch_size", "image_size", "world_size", "num_nodes",
                     "device", "device_name", "dist_optimizer", "channels_last", "cudnn_benchmark", "fused_optimizer",
-                    "compile", "compile_mode", "launcher", "data")
+                    "compile", "compile_mode", "cuda_graphs", "launcher", "data")
 """Settings a summary records that config.json may not hold in the same form."""
 
 

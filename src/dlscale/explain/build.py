@@ -52,7 +52,8 @@ def explain(path: str | Path, reference: str | None = None, *, baseline: str | P
 
 
 def describe(run: RunFacts) -> str:
-    options = [key for key in ("channels_last", "cudnn_benchmark", "fused_optimizer", "compile") if run.speed(key)]
+    options = [key for key in ("channels_last", "cudnn_benchmark", "fused_optimizer", "compile", "cuda_graphs")
+               if run.speed(key)]
     return (f"{run.kind}, {run.model}, {run.precision}{''.join(' +' + o for o in options)}, batch {run.batch} per "
             f"rank, {run.world_size} x {run.device_name}")
 

@@ -104,7 +104,7 @@ def _speed_options(ctx: Context) -> Result:
                            " ".join(ctx.change(*flags[k]) for k in missing)))
     else:
         out.append(RuledOut("recipe", "cudnn_benchmark and fused_optimizer: as the reference or better"))
-    if (recipe.get("compile") or recipe.get("cuda_graphs")) and not run.speed("compile"):
+    if (recipe.get("compile") or recipe.get("cuda_graphs")) and not (run.speed("compile") or run.speed("cuda_graphs")):
         out.append(Finding("recipe", "no torch.compile / CUDA graphs; the reference uses them",
                            f"reference: compile {recipe.get('compile')}, CUDA graphs {recipe.get('cuda_graphs')}",
                            Effect(None, "no shipped figure for compile or CUDA graphs on this model"),

@@ -16,7 +16,7 @@ from dlscale.report.files import KINDS, number, read_json
 from dlscale.report.loader import LoaderRun
 from dlscale.report.predictions import PredictRun
 
-SPEED_FLAGS = ("channels_last", "fused_optimizer", "cudnn_benchmark", "compile")
+SPEED_FLAGS = ("channels_last", "fused_optimizer", "cudnn_benchmark", "compile", "cuda_graphs")
 
 
 @dataclass(frozen=True)
