@@ -113,7 +113,8 @@ def print_plan(stages: list[P.Stage], budget_s: float, pythonpath: bool) -> None
     print("With these estimates: " + "; ".join(P.simulate(stages, budget_s)) + ".")
     print("Estimates: a process starts in ~12 s on the GPU machine (3 s on a CPU), then steps x batch / rate with "
           "ResNet-50 at 1,000 (fp32), 2,000 (tf32), 2,500 (AMP) and 3,000 img/s (AMP + channels_last), the low end "
-          "of an H100; torch.compile adds 90 s (reduce-overhead) or 240 s (max-autotune).")
+          "of an H100; torch.compile adds "
+          + ", ".join(f"{seconds:.0f} s ({mode})" for mode, seconds in P.COMPILE_S.items()) + ".")
 
 
 def run(stages: list[P.Stage], args, pythonpath: bool, device: str) -> int:

@@ -30,10 +30,11 @@ LOADER_RATE = {"cuda": 2000.0, "cpu": 200.0}
 CPU_RATE = 100.0
 """img/s of the tiny CPU models (resnet18 at 32 px: 100-600 img/s on the 2-core development VM)."""
 
-COMPILE_S = {"default": 60.0, "reduce-overhead": 90.0, "max-autotune": 240.0, "max-autotune-no-cudagraphs": 240.0}
-"""torch.compile of ResNet-50's training step with 16 cores (inductor's compile workers): about a
-minute, more with CUDA graphs; max-autotune also times Triton templates for every convolution and
-matmul, minutes. Guesses to be replaced by the first measured run's stage times."""
+COMPILE_S = {"default": 55.0, "reduce-overhead": 60.0, "max-autotune": 480.0, "max-autotune-no-cudagraphs": 480.0}
+"""torch.compile of ResNet-50's training step with 16 cores (inductor's compile workers), measured on the
+H100 machine on 2026-11-23: the reduce-overhead run took 69 s in all (about 55 s more than an eager run);
+max-autotune, which also times Triton templates for every convolution and matmul, had not finished
+after 395 s. default is assumed to cost what reduce-overhead does without recording graphs."""
 
 
 @dataclass
@@ -236,11 +237,20 @@ def peers_stage(f: Features) -> Stage:
         why = f"{f.timm_script} is missing (--timm-benchmark PATH)"
     timm = Run("timm benchmark.py", timm_argv, "timm", est + 3.0, unavailable=why,
                settings="--bench train, timm's resnet, " + " ".join(precision + ["--channels-last"]))
+    default = Run("dlscale bench default", ["-m", "dlscale", "bench", "--json", "{work}/peers-default-{round}.json",
+                                            "--output-dir", "{work}/runs"], "bench",
+                  bench_estimate(device, 30, shape.batch, RATES["channels_last"], COMPILE_S["reduce-overhead"]) + 25,
+                  output="{work}/peers-default-{round}.json",
+                  settings="no flags: the GPU default (resnet50, 256, 224 px, bf16 AMP, channels_last, fused SGD, "
+                           "cuDNN autotuning, torch.compile reduce-overhead), 10 warm-up steps, 10 x 10 timed",
+                  unavailable=None if device == "cuda" else "GPU only (the CPU default is another model and size)")
     return Stage("peers", f"dlscale bench against a bare PyTorch loop and timm's benchmark.py: {WHAT[device]}", 120.0,
-                 [ours, bare, timm], rounds=3 if device == "cuda" else 1,
-                 ratios=[("dlscale bench", "bare loop"), ("dlscale bench", "timm benchmark.py")],
-                 note="same model, batch, precision and memory layout; timm uses its own SGD (foreach, "
-                      "Nesterov), synchronises after every step and times the whole loop")
+                 [ours, bare, timm, default], rounds=3 if device == "cuda" else 1,
+                 ratios=[("dlscale bench", "bare loop"), ("dlscale bench", "timm benchmark.py"),
+                         ("dlscale bench default", "timm benchmark.py")],
+                 note="dlscale bench, the bare loop and timm: the same model, batch, precision and memory layout, "
+                      "eager; timm uses its own SGD (foreach, Nesterov), synchronises after every step and times the "
+                      "whole loop. dlscale bench default: what `dlscale bench` runs with no flags on a GPU")
 
 
 @dataclass(frozen=True)
@@ -375,39 +385,47 @@ def progression_stage(f: Features) -> Stage:
                  chain=True, ratios=[(r.name, runs[0].name) for r in runs[1:]], note=note)
 
 
+CHOICES = [("bf16", "amp_bf16", 256, []), ("fp16", "amp_fp16", 256, []),
+           ("bf16 graphs", "amp_bf16", 256, ["--cuda-graphs"]), ("fp16 graphs", "amp_fp16", 256, ["--cuda-graphs"]),
+           ("bf16 b384", "amp_bf16", 384, []), ("bf16 b512", "amp_bf16", 512, []), ("fp16 b512", "amp_fp16", 512, []),
+           ("fp16 compile", "amp_fp16", 256, ["--compile-mode", "reduce-overhead"]),
+           ("bf16 compile", "amp_bf16", 256, ["--compile-mode", "reduce-overhead"])]
+"""(name, precision, batch, extra flags) of the choices stage, each with channels_last, fused SGD and cuDNN
+autotuning."""
+
+
 def choices_stage(f: Features) -> Stage:
     """The measurements behind `dlscale bench`'s GPU default: bf16 against fp16 (cuDNN's NHWC batch
-    norm kernels take fp16), eager steps against CUDA-graph replays, batch 256 against 384 and 512."""
+    norm kernels take fp16), eager steps against CUDA-graph replays and torch.compile, batch 256 against
+    384 and 512."""
     shape, runs = SHAPES[f.device], []
     if f.device != "cuda":
         return Stage("choices", "What the GPU default is chosen from", 60.0,
                      [Run("bf16", [], "bench", 0.0, unavailable="GPU only (not in the tiny CPU run)")])
-    for precision in ("amp_bf16", "amp_fp16"):
-        for graphs in (False, True):
-            for batch in (256, 384, 512):
-                if graphs and batch != 256:
-                    continue
-                name = precision.removeprefix("amp_") + (" graphs" if graphs else "") + (
-                    f" b{batch}" if batch != 256 else "")
-                flags = ["--precision", precision, "--channels-last", "--fused-optimizer", "--cudnn-benchmark",
-                         *(["--cuda-graphs"] if graphs else [])]
-                sized = Shape(shape.model, batch, shape.warmup, shape.per_iter, shape.iters, shape.timm_model,
-                              shape.bare_model)
-                run = Run(name, dlscale_bench(sized, flags, "choices-" + name.replace(" ", "-")), "bench",
-                          bench_estimate("cuda", shape.steps, batch, RATES["channels_last"]),
-                          output=f"{{work}}/choices-{name.replace(' ', '-')}-{{round}}.json",
-                          settings=" ".join([*flags, "--batch-size", str(batch)]))
-                if graphs and "--cuda-graphs" not in f.bench_flags:
-                    run.unavailable = "this dlscale bench has no --cuda-graphs yet"
-                runs.append(run)
+    for name, precision, batch, extra in CHOICES:
+        flags = ["--precision", precision, "--channels-last", "--fused-optimizer", "--cudnn-benchmark", *extra]
+        sized = Shape(shape.model, batch, shape.warmup, shape.per_iter, shape.iters, shape.timm_model,
+                      shape.bare_model)
+        compiled = "--compile-mode" in extra
+        tag = "choices-" + name.replace(" ", "-")
+        run = Run(name, dlscale_bench(sized, flags, tag, warmup=shape.warmup + 5 if compiled else None), "bench",
+                  bench_estimate("cuda", shape.steps, batch, RATES["channels_last"],
+                                 COMPILE_S["reduce-overhead"] if compiled else 0.0),
+                  output=f"{{work}}/{tag}-{{round}}.json", settings=" ".join([*flags, "--batch-size", str(batch)]))
+        needs = next((flag for flag in ("--cuda-graphs", "--compile-mode") if flag in extra), None)
+        if needs and needs not in f.bench_flags:
+            run.unavailable = f"this dlscale bench has no {needs} yet"
+        elif name == "bf16 compile":
+            run.reuse = "peers/dlscale bench default"  # the same configuration: the GPU default
+        runs.append(run)
     return Stage("choices", f"What the GPU default is chosen from: {WHAT['cuda']} unless the run says otherwise",
                  300.0, runs, rounds=2, ratios=[(r.name, runs[0].name) for r in runs[1:]],
-                 note="not part of the default campaign (--stages choices); img/s at batches 384 and 512 is per "
-                      "image like the others")
+                 note="not part of the default campaign (--stages peers,choices); every run with channels_last, "
+                      "fused SGD and cuDNN autotuning; bf16 compile is the peers stage's dlscale bench default")
 
 
-STAGES = {"env": env_stage, "pytest": pytest_stage, "peers": peers_stage, "data": data_stage,
-          "progression": progression_stage, "choices": choices_stage}
+STAGES = {"env": env_stage, "pytest": pytest_stage, "peers": peers_stage, "choices": choices_stage,
+          "data": data_stage, "progression": progression_stage}
 """Every stage, in the order they run (the cheapest checks first, the long compilations last)."""
 
 OPTIONAL = frozenset({"choices"})

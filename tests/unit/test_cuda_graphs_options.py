@@ -75,3 +75,22 @@ def test_capture_runs_autocast_without_its_cache():
     with precision.autocast():
         assert torch.is_autocast_cache_enabled() == before
     assert torch.is_autocast_cache_enabled() == before
+
+
+def test_the_gpu_default_is_the_fastest_measured_and_says_so(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # an H100, as far as this asks
+    parse = build_parser().parse_args
+    cfg, note = config_from_args(parse(["bench"]), has_gpu=True)
+    assert (cfg.model, cfg.batch_size, cfg.image_size, cfg.precision) == ("resnet50", 256, 224, "amp_bf16")
+    assert cfg.speed == SpeedOptions(channels_last=True, cudnn_benchmark=True, fused_optimizer=True, compile=True,
+                                     compile_mode="reduce-overhead")
+    assert "torch.compile reduce-overhead" in note and "--precision amp_bf16 --channels-last" in note
+    # --cuda-graphs takes the eager graph path instead of compiling; a given mode wins; profile times the eager step
+    graphs = config_from_args(parse(["bench", "--cuda-graphs"]), has_gpu=True)[0].speed
+    assert graphs.cuda_graphs and not graphs.compile and graphs.channels_last
+    assert config_from_args(parse(["bench", "--compile-mode", "max-autotune"]), has_gpu=True)[0].speed.compile_mode \
+        == "max-autotune"
+    assert not config_from_args(parse(["bench"]), has_gpu=True, eager=True)[0].speed.compile
+    # with a model named, nothing is chosen: plain eager fp32 unless the flags say otherwise
+    named = config_from_args(parse(["bench", "--model", "resnet50"]), has_gpu=True)[0]
+    assert not named.speed.compile and named.precision == "fp32"

@@ -128,7 +128,8 @@ def run_bench(args: argparse.Namespace) -> int:
                           "which a graph replay runs as one; profile without it")
     _check_window(args)
     env = DistEnv.from_env()
-    cfg, note = bench_cli.config_from_args(args, has_gpu=args.device != "cpu" and torch.cuda.is_available())
+    cfg, note = bench_cli.config_from_args(args, has_gpu=args.device != "cpu" and torch.cuda.is_available(),
+                                           eager=not (args.compile or args.compile_mode))
     if note and env.is_main:
         print(f"No --model given: profiling {cfg.model}, batch {cfg.batch_size}, {cfg.image_size} px, "
               f"{cfg.precision}, chosen for this machine as `dlscale bench` chooses.", flush=True)
