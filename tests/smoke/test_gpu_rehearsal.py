@@ -35,6 +35,9 @@ def test_tests_peers_and_progression(tmp_path):
     peers = {r["name"]: r for r in stages["peers"]["runs"]}
     ours = peers["dlscale bench"]
     assert ours["status"] == "ok" and ours["value"] > 0 and ours["command"].startswith("python3 -m dlscale bench")
+    default = peers["dlscale bench default"]  # the GPU default: another model and size on the CPU
+    assert default["status"] == "unavailable" and "GPU only" in default["error"]
+    assert stages["peers"]["medians"]["dlscale bench default"]["median"] is None
     for name, package in (("bare loop", "torchvision"), ("timm benchmark.py", "timm")):
         if importlib.util.find_spec(package) is None:
             assert peers[name]["status"] == "unavailable" and package in peers[name]["error"]
@@ -47,7 +50,9 @@ def test_tests_peers_and_progression(tmp_path):
     assert vs_fp32["channels_last"] == medians["channels_last"] / medians["fp32"]
     chained = {(r["numerator"], r["denominator"]) for r in progression["ratios"] if r.get("chain")}
     assert chained == {("channels_last", "fp32"), ("fused_sgd", "channels_last")}
-    assert {g["goal"] for g in document["goals"]} == {"throughput", "vs_bare", "vs_timm", "real_data"}
+    goals = {g["goal"]: g for g in document["goals"]}
+    assert list(goals) == ["throughput", "vs_bare", "vs_timm", "vs_timm_eager", "real_data"]
+    assert goals["vs_timm"]["value"] is None  # no default run on the CPU
     assert all(g["met"] is None for g in document["goals"])  # a CPU rehearsal judges nothing
 
     text = (tmp_path / "gpu.md").read_text()

@@ -1,6 +1,7 @@
 """The GPU campaign's plan, readers, failure handling and report, without a GPU (benchmarks/gpu.py).
 The tiny CPU rehearsal of the whole command is in tests/smoke/test_gpu_rehearsal.py."""
 
+import dataclasses
 import io
 import json
 import subprocess
@@ -68,14 +69,40 @@ def test_a_bare_machine_marks_what_it_cannot_run():
 
 
 def test_the_choices_stage_pairs_every_setting_with_the_bf16_eager_run():
-    choices = P.build_plan(EVERYTHING, {"choices": None})[1]
+    stages = P.build_plan(EVERYTHING, {"choices": None, "peers": None})
+    assert [s.name for s in stages] == ["env", "peers", "choices"]  # after the peers, whose default it reuses
+    choices = stages[2]
     names = [r.name for r in choices.runs]
-    assert names == ["bf16", "bf16 b384", "bf16 b512", "bf16 graphs", "fp16", "fp16 b384", "fp16 b512", "fp16 graphs"]
+    assert names == ["bf16", "fp16", "bf16 graphs", "fp16 graphs", "bf16 b384", "bf16 b512", "fp16 b512",
+                     "fp16 compile", "bf16 compile"]
     assert choices.ratios == [(name, "bf16") for name in names[1:]]
+    by_name = {r.name: r for r in choices.runs}
     runs = {r.name: r.argv for r in choices.runs}
-    assert runs["fp16 b512"][runs["fp16 b512"].index("--batch-size") + 1] == "512"
-    assert "amp_fp16" in runs["fp16 graphs"] and "--cuda-graphs" in runs["fp16 graphs"]
-    assert "--cuda-graphs" not in runs["fp16"] and "amp_bf16" in runs["bf16"]
+    flag = lambda name, option: runs[name][runs[name].index(option) + 1]  # noqa: E731
+    assert flag("fp16 b512", "--batch-size") == "512" and flag("bf16 b384", "--batch-size") == "384"
+    assert flag("fp16 graphs", "--precision") == "amp_fp16" and "--cuda-graphs" in runs["fp16 graphs"]
+    assert "--cuda-graphs" not in runs["fp16"] and flag("bf16", "--precision") == "amp_bf16"
+    for name in names:  # every run: NHWC, fused SGD, cuDNN autotuning, batch 256 unless named
+        assert {"--channels-last", "--fused-optimizer", "--cudnn-benchmark"} <= set(runs[name]), name
+        assert flag(name, "--batch-size") == (name.split(" b")[1] if " b" in name else "256"), name
+    # The compile runs: reduce-overhead, 5 more warm-up steps (10 + 5) for the CUDA-graph recordings,
+    # the measured compile time on top of the eager run's estimate
+    for name in ("fp16 compile", "bf16 compile"):
+        assert flag(name, "--compile-mode") == "reduce-overhead" and flag(name, "--num-warmup-batches") == "15"
+        eager = name.replace(" compile", "")
+        assert by_name[name].estimate_s == pytest.approx(by_name[eager].estimate_s + P.COMPILE_S["reduce-overhead"])
+    assert all(flag(name, "--num-warmup-batches") == "10" for name in names if "compile" not in name)
+    assert all("--compile-mode" not in runs[name] for name in names if "compile" not in name)
+    # bf16 compile is the GPU default, measured once by the peers stage
+    assert by_name["bf16 compile"].reuse == "peers/dlscale bench default"
+    assert "dlscale bench default" in [r.name for r in stages[1].runs]
+    assert all(by_name[name].reuse is None for name in names if name != "bf16 compile")
+    assert choices.estimate_s() == pytest.approx(2 * sum(by_name[name].estimate_s for name in names[:-1]))  # 2 rounds
+    # A dlscale bench without --compile-mode cannot run either compile choice, nor reuse the default
+    older = dataclasses.replace(EVERYTHING, bench_flags=frozenset({"--cuda-graphs"}))
+    why = {r.name: (r.unavailable, r.reuse) for r in P.build_plan(older, {"choices": None})[1].runs}
+    assert why["bf16 compile"] == why["fp16 compile"] == ("this dlscale bench has no --compile-mode yet", None)
+    assert why["bf16 graphs"] == (None, None)
 
 
 def test_stages_and_runs_can_be_chosen_and_rounds_capped():
@@ -188,9 +215,11 @@ def _results():
         {"workers": 15, "images_per_s": 9000.0, "cpu_cores_busy": 14.0, "images_per_cpu_s": 640.0}]}}
     warning = "WARNING: training is input-bound: 20% of each step waits for data"
     return {
-        "peers": stage("peers", {"dlscale bench": 5600.0, "bare loop": 5650.0, "timm benchmark.py": 4800.0},
+        "peers": stage("peers", {"dlscale bench": 5600.0, "bare loop": 5650.0, "timm benchmark.py": 4800.0,
+                                 "dlscale bench default": 6240.0},
                        [ratio("dlscale bench", "bare loop", 0.991),
-                        ratio("dlscale bench", "timm benchmark.py", 1.167)]),
+                        ratio("dlscale bench", "timm benchmark.py", 5600.0 / 4800.0),
+                        ratio("dlscale bench default", "timm benchmark.py", 6240.0 / 4800.0)]),
         "data": stage("data", {"train JPEG": 4400.0, "train synthetic": 5500.0},
                       [ratio("train JPEG", "train synthetic", 0.8)], setup=[loader],
                       runs=[{"name": "train JPEG", "status": "ok", "details": {"input_bound_warnings": [warning]}}]),
@@ -202,7 +231,21 @@ def _results():
 def test_goals_are_judged_on_a_gpu_and_say_why_real_data_falls_short():
     rows = {g["goal"]: g for g in report.goals(_results(), "cuda")}
     assert rows["throughput"]["value"] == 6300.0 and rows["throughput"]["met"] and rows["throughput"]["goal_met"]
-    assert rows["vs_bare"]["met"] and rows["vs_timm"]["met"]
+    assert rows["vs_bare"]["met"]
+    # vs_timm is the GPU default (compiled) against timm: 6,240 / 4,800 = 1.3 >= 1.10; the eager ratio with
+    # the same settings (5,600 / 4,800 = 1.167) is only shown
+    assert rows["vs_timm"]["value"] == pytest.approx(6240.0 / 4800.0) and rows["vs_timm"]["met"] is True
+    assert rows["vs_timm_eager"]["value"] == pytest.approx(5600.0 / 4800.0)
+    assert (rows["vs_timm_eager"]["floor"], rows["vs_timm_eager"]["met"], rows["vs_timm_eager"]["goal_met"]) == (
+        None, None, None)
+    assert list(rows) == ["throughput", "vs_bare", "vs_timm", "vs_timm_eager", "real_data"]
+    slow = _results()
+    slow["peers"]["ratios"][2]["ratio"] = 5040.0 / 4800.0  # a default at 5,040 img/s: 1.05 < 1.10
+    judged = {g["goal"]: g for g in report.goals(slow, "cuda")}
+    assert judged["vs_timm"]["met"] is False and judged["vs_timm_eager"]["met"] is None
+    del slow["peers"]["ratios"][2]  # the default did not run (a CPU rehearsal): no value, nothing judged
+    judged = {g["goal"]: g for g in report.goals(slow, "cuda")}
+    assert judged["vs_timm"]["value"] is None and judged["vs_timm"]["met"] is None
     assert rows["real_data"]["met"] is False and rows["real_data"]["input_bound_warnings"]
     assert rows["real_data"]["cores_needed"]["cores"] == pytest.approx(5500.0 / 640.0)
     assert all(g["met"] is None for g in report.goals(_results(), "cpu"))  # tiny CPU runs prove nothing
@@ -221,6 +264,9 @@ def test_markdown_has_the_goal_table_and_the_progression():
     assert "# GPU campaign: NVIDIA H100 80GB HBM3" in text and "driver 580.159.04" in text
     assert "| dlscale bench / bare PyTorch loop | 0.98 | - | 0.991 | yes |" in text
     assert "| dlscale train, JPEG / synthetic | 0.90 | - | 0.800 | **no** |" in text
+    assert "| dlscale bench default / timm benchmark.py (train) | 1.10 | - | 1.300 | yes |" in text
+    eager = "| dlscale bench / timm benchmark.py (train), both eager with the same settings | - | - | 1.167 | - |"
+    assert eager in text
     assert "about 8.6 cores per GPU" in text and "input-bound" in text
     assert "| fused_sgd | - | ok | 5,600.0 | - | 4.67 | - |" in text
     assert "The throughput is that of progression / compile_reduce_overhead." in text
