@@ -43,6 +43,7 @@ def goals(results: dict, mode: str) -> list[dict]:
     progression = results.get("progression", {}).get("medians", {})
     medians = {f"progression / {name}": m["median"] for name, m in progression.items()}
     medians["peers / dlscale bench"] = _median(results, "peers", "dlscale bench")
+    medians["peers / dlscale bench default"] = _median(results, "peers", "dlscale bench default")
     choices = results.get("choices", {}).get("medians", {})
     medians.update({f"choices / {name}": m["median"] for name, m in choices.items() if " b" not in name})  # batch 256
     measured = {name: value for name, value in medians.items() if value is not None}

@@ -252,6 +252,11 @@ def test_goals_are_judged_on_a_gpu_and_say_why_real_data_falls_short():
     # The choices stage counts at the goal's batch (256), not at 512
     results = _results() | {"choices": {"medians": {"fp16": {"median": 6400.0}, "fp16 b512": {"median": 7000.0}}}}
     throughput = report.goals(results, "cuda")[0]
+    assert throughput["value"] == 6400.0
+    results["peers"]["medians"]["dlscale bench default"] = {"median": 6500.0}  # the compiled GPU default counts
+    assert report.goals(results, "cuda")[0]["source"] == "peers / dlscale bench default"
+    results["peers"]["medians"]["dlscale bench default"] = {"median": 6100.0}
+    throughput = report.goals(results, "cuda")[0]
     assert (throughput["value"], throughput["source"]) == (6400.0, "choices / fp16")
 
 
