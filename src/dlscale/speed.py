@@ -34,6 +34,18 @@ class SpeedOptions:
     """torch.compile the model (after DDP wrapping, so the DDP optimizer splits graphs at buckets)."""
     compile_mode: str = "default"
     """torch.compile's mode, one of COMPILE_MODES (with compile)."""
+    coordinate_descent_tuning: bool = False
+    """With compile: inductor's coordinate-descent tuning, which times neighbouring block sizes of every
+    generated Triton kernel (the batch norm reductions and fused pointwise kernels) while compiling; part
+    of max-autotune, here without its Triton convolution templates (which took over 395 s to compile
+    ResNet-50 on an H100)."""
+    cudnn_benchmark_limit: int | None = None
+    """With cudnn_benchmark: how many cuDNN algorithms to time per convolution shape (torch's default,
+    None, leaves torch's 10; 0 times every algorithm cuDNN offers)."""
+    stem_channels: int = 0
+    """Run the stem convolution on this many input channels, the image's and zero ones with zero weights
+    (MLPerf's ResNet-50 pads 3 to 4): the same mathematics, possibly a faster kernel. 0: the image's
+    channels. The weights stay 3-channel, so checkpoints load into an unpadded model."""
     cuda_graphs: bool = False
     """`dlscale bench` only: capture the whole eager train step (forward, loss, backward, optimizer step) in
     one torch.cuda.CUDAGraph after warm-up and replay it every step (dlscale.bench.graphs). One CUDA rank,
@@ -42,6 +54,19 @@ class SpeedOptions:
     def __post_init__(self) -> None:
         if self.compile_mode not in COMPILE_MODES:
             raise ConfigError(f"speed.compile_mode={self.compile_mode!r}: use one of {', '.join(COMPILE_MODES)}")
+        if self.coordinate_descent_tuning and not self.compile:
+            raise ConfigError("coordinate-descent tuning is a torch.compile option: add --compile (or "
+                              "speed.compile=true) or drop --coordinate-descent-tuning")
+        if self.cudnn_benchmark_limit is not None and (isinstance(self.cudnn_benchmark_limit, bool)
+                                                       or self.cudnn_benchmark_limit < 0):
+            raise ConfigError(f"speed.cudnn_benchmark_limit={self.cudnn_benchmark_limit!r}: use 0 (every "
+                              "algorithm) or a positive count")
+        if self.cudnn_benchmark_limit is not None and not self.cudnn_benchmark:
+            raise ConfigError("speed.cudnn_benchmark_limit needs cuDNN autotuning: add --cudnn-benchmark "
+                              "(speed.cudnn_benchmark=true)")
+        if self.stem_channels != 0 and not 4 <= self.stem_channels <= 64:
+            raise ConfigError(f"speed.stem_channels={self.stem_channels}: use 0 (no padding) or 4 to 64 "
+                              "(MLPerf pads the 3 image channels to 4)")
         if self.cuda_graphs and self.compile:
             raise ConfigError("--cuda-graphs and --compile do not combine: use one, --cuda-graphs (eager capture) "
                               "or --compile-mode reduce-overhead (torch.compile's CUDA graphs)")
@@ -63,6 +88,8 @@ class SpeedOptions:
             raise DeviceError(f"--cuda-graphs needs a CUDA device, this run is on the {device.type.upper()}; "
                               "drop --cuda-graphs")
         torch.backends.cudnn.benchmark = self.cudnn_benchmark
+        if self.cudnn_benchmark_limit is not None:
+            torch.backends.cudnn.benchmark_limit = self.cudnn_benchmark_limit
 
     def place_model(self, model: nn.Module, device: torch.device) -> nn.Module:
         return model.to(device=device, memory_format=self.memory_format)
@@ -73,7 +100,20 @@ class SpeedOptions:
     def maybe_compile(self, model: nn.Module) -> nn.Module:
         if not self.compile:
             return model
-        return torch.compile(model, mode=None if self.compile_mode == "default" else self.compile_mode)
+        options = self.inductor_options()
+        if options is None:
+            return torch.compile(model, mode=None if self.compile_mode == "default" else self.compile_mode)
+        return torch.compile(model, options=options)
+
+    def inductor_options(self) -> dict | None:
+        """Inductor's settings for the compile mode plus the extra ones asked for, or None where the
+        mode alone says it (torch.compile takes a mode or options, not both; a mode is its list of
+        options, torch._inductor.list_mode_options)."""
+        if not self.coordinate_descent_tuning:
+            return None
+        from torch._inductor import list_mode_options
+
+        return {**list_mode_options(self.compile_mode), "coordinate_descent_tuning": True}
 
     def optimizer_kwargs(self) -> dict:
         """Keyword arguments for torch.optim.SGD: fused where asked, torch's choice otherwise."""

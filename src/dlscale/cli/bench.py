@@ -56,6 +56,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--compile-mode", choices=COMPILE_MODES, default=None,
                    help="torch.compile's mode (implies --compile): reduce-overhead and max-autotune replay CUDA graphs")
+    p.add_argument("--coordinate-descent-tuning", action="store_true",
+                   help="with --compile: inductor times neighbouring block sizes of each generated kernel "
+                        "(a longer compile)")
+    p.add_argument("--cudnn-benchmark-limit", type=int, default=None, metavar="N",
+                   help="with --cudnn-benchmark: cuDNN algorithms timed per convolution (torch's default 10; 0: all)")
+    p.add_argument("--stem-channels", type=int, default=0, metavar="C",
+                   help="run the stem convolution on C input channels, zero-padded (MLPerf pads 3 to 4); 0: no padding")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="capture the whole eager train step in one CUDA graph after warm-up and replay it (one GPU; "
                         "not with --compile)")
@@ -105,6 +112,9 @@ def config_from_args(args: argparse.Namespace, *, has_gpu: bool, eager: bool = F
         compile=speed.compile or args.compile or args.compile_mode is not None,
         compile_mode=args.compile_mode or speed.compile_mode,
         cuda_graphs=args.cuda_graphs,
+        coordinate_descent_tuning=args.coordinate_descent_tuning,
+        cudnn_benchmark_limit=args.cudnn_benchmark_limit,
+        stem_channels=args.stem_channels or speed.stem_channels,
     )
     given = {
         "model": args.model, "batch_size": args.batch_size, "image_size": args.image_size,

@@ -12,7 +12,7 @@ from functools import partial
 from torch import nn
 
 from dlscale.errors import ConfigError
-from dlscale.models.resnet import DEPTHS, STEMS, VARIANTS, ResNet, resnet, variant
+from dlscale.models.resnet import DEPTHS, STEMS, VARIANTS, PaddedStemConv, ResNet, pad_stem, resnet, variant
 
 OPTIONS = {
     "width": "base channel count (64); every stage scales with it, 8 gives a tiny test model",
@@ -65,4 +65,5 @@ def count_parameters(model: nn.Module) -> int:
     return sum(parameter.numel() for parameter in model.parameters())
 
 
-__all__ = ["MODELS", "OPTIONS", "ResNet", "build_model", "count_parameters", "model_names"]
+__all__ = ["MODELS", "OPTIONS", "PaddedStemConv", "ResNet", "build_model", "count_parameters", "model_names",
+           "pad_stem"]

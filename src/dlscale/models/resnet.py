@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from numbers import Integral
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dlscale.errors import ConfigError
@@ -199,6 +200,47 @@ class ResNet(nn.Module):
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         return self.fc(self.avgpool(x).flatten(1))
+
+
+class PaddedStemConv(nn.Conv2d):
+    """A convolution computed on `channels` input channels: the input's, then zero channels with zero
+    weights. The output is the unpadded convolution's, and so are the gradients of the real weights.
+
+    The parameter keeps the input's channel count (the padding is made at each forward and fused by
+    torch.compile), so a state_dict moves between padded and unpadded models unchanged. MLPerf's
+    ResNet-50 pads the stem's 3 image channels to 4: tensor-core convolution kernels want channel
+    counts that are multiples of 4 or 8, and the 3-channel stem otherwise runs at a few per cent of
+    the GPU's peak (docs/benchmarks.md measures what it gives here)."""
+
+    def __init__(self, conv: nn.Conv2d, channels: int) -> None:
+        if channels < conv.in_channels:
+            raise ConfigError(f"stem_channels={channels} is fewer than the stem's {conv.in_channels} input channels")
+        super().__init__(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride,
+                         padding=conv.padding, dilation=conv.dilation, groups=conv.groups,
+                         bias=conv.bias is not None, device=conv.weight.device, dtype=conv.weight.dtype)
+        self.weight = conv.weight
+        self.bias = conv.bias
+        self.padded_channels = channels
+
+    def forward(self, x: Tensor) -> Tensor:
+        extra = self.padded_channels - x.shape[1]
+        weight = F.pad(self.weight, (0, 0, 0, 0, 0, self.padded_channels - self.in_channels))
+        return self._conv_forward(F.pad(x, (0, 0, 0, 0, 0, extra)), weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, computed on {self.padded_channels} channels"
+
+
+def pad_stem(model: nn.Module, channels: int) -> nn.Module:
+    """Replace a ResNet's stem convolution (conv1) by PaddedStemConv on `channels` input channels
+    (0: leave it as it is); the same model object is returned."""
+    if channels == 0:
+        return model
+    if not isinstance(getattr(model, "conv1", None), nn.Conv2d):
+        raise ConfigError(f"stem padding needs a ResNet with a conv1 stem; {type(model).__name__} has none")
+    if not isinstance(model.conv1, PaddedStemConv):
+        model.conv1 = PaddedStemConv(model.conv1, channels)
+    return model
 
 
 def initialize(model: nn.Module, zero_init_residual: bool = False) -> None:

@@ -11,6 +11,7 @@ from torch import nn
 
 from dlscale.config.sections import OptimConfig, StrategyConfig
 from dlscale.distributed.env import DistEnv
+from dlscale.models import pad_stem
 from dlscale.precision import Precision
 from dlscale.speed import SpeedOptions
 from dlscale.strategies import build_strategy
@@ -29,10 +30,10 @@ class Replica:
 def build_replica(model: nn.Module, *, env: DistEnv, device: torch.device, speed: SpeedOptions,
                   strategy: StrategyConfig, optim: OptimConfig, global_batch: int, precision: Precision,
                   loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Replica:
-    """Place, wrap (the strategy broadcasts rank 0's weights), compile (after wrapping, so DDP's
+    """Pad the stem if asked, place, wrap (the strategy broadcasts rank 0's weights), compile (after wrapping, so DDP's
     optimizer splits graphs at buckets), and build SGD with the LR scaled to global_batch."""
     speed = speed.resolved(device)
-    model = speed.place_model(model, device)
+    model = speed.place_model(pad_stem(model, speed.stem_channels), device)
     chosen = build_strategy(strategy, env)
     wrapped = speed.maybe_compile(chosen.wrap(model, device))
     optimizer = build_optimizer(model, optim, global_batch=global_batch,
