@@ -1,18 +1,29 @@
-"""The GPU campaign: one command that tests and measures dlscale on a CUDA machine with no network.
+"""The GPU campaign: two commands that test and measure dlscale on a CUDA machine with no network.
 
-    PYTHONPATH=src python3 benchmarks/gpu.py --out DIR          # on the GPU machine, under 8 minutes
-    python benchmarks/gpu.py --dry-run                          # the plan: every command, estimated times
+    PYTHONPATH=src python3 benchmarks/gpu.py --out DIR --timm-benchmark PATH        # part 1, under 8 minutes
+    PYTHONPATH=src python3 benchmarks/gpu.py --part 2 --after DIR/gpu.json --out DIR2 ...   # part 2, under 4
+    python benchmarks/gpu.py --dry-run                          # both plans: every command, estimated times
     python benchmarks/gpu.py --device cpu --out DIR             # a tiny rehearsal of the orchestration
 
-Stages, in order (docs/benchmarks.md explains each table):
+Part 1, in order (docs/benchmarks.md explains each table):
   env          GPU, driver, torch, CUDA, cuDNN, NCCL, CPU versions
-  pytest       the GPU test tier: pytest -m gpu
-  peers        dlscale bench against a bare PyTorch loop over torchvision's resnet50 and against timm's
-               benchmark.py in train mode: same model, batch, precision and layout, alternated (a b c a b c)
-  data         an ImageFolder of ImageNet-sized JPEGs made on the spot: dlscale loader per worker count,
-               dlscale train on it against dlscale train on synthetic input, alternated
-  progression  the SC20 steps for ResNet-50 at batch 256: fp32, tf32, amp_fp16, amp_bf16, channels_last,
-               fused SGD (+ cuDNN autotuning), torch.compile reduce-overhead and max-autotune, CUDA graphs
+  baseline     the compiled GPU default (`dlscale bench`, no flags) from a fresh inductor cache: compile seconds
+  levers_a     the padded stem, coordinate-descent tuning and batch 512 against the default, alternated
+  decode       a 30,720-file JPEG tree: `dlscale loader` per decode path; `dlscale train` with the compiled
+               default on JPEGs decoded on the GPU and on the CPU against synthetic input
+               (levers_a runs the newest GPU tests beside its compilations)
+Part 2, in order:
+  ddp          the DDP wrapper on one GPU (one-rank NCCL group) and cuDNN's benchmark limit against the
+               default, alternated (the GPU test tier, pytest -m gpu, beside its compilations)
+  curve        step time against the batch per device (16 to 512), eager with CUDA graphs
+  levers_b     coordinate-descent tuning and batch 384 against the default, alternated
+  combined     the levers that helped in part 1 (--after), together, against the default
+  profile      `dlscale profile bench` of the compiled step
+  peers        dlscale bench against a bare PyTorch loop and timm's benchmark.py, and the GPU default
+Other stages (--stages): gputests, pytest (alone), choices, data, progression.
+
+The campaign's compiles share one inductor cache (--inductor-cache; part 1 empties it first), so a
+configuration compiled once compiles again in seconds, in part 2 too on the same machine.
 
 This process only orchestrates: each measurement is its own subprocess (`python -m dlscale ...`, with
 src/ on PYTHONPATH when dlscale is not installed). Every stage has a time budget and the campaign a
@@ -24,8 +35,10 @@ tables) and gpu.log (every command's output); gpu.json and gpu.md are rewritten 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib.util
+import io
 import json
 import os
 import shlex
@@ -40,13 +53,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from gpu_campaign import parts, report  # noqa: E402
 from gpu_campaign import plan as P  # noqa: E402
-from gpu_campaign import report  # noqa: E402
 from gpu_campaign.runner import Context, run_stage  # noqa: E402
 
-BUDGET_S = {"cuda": 450.0, "cpu": 300.0}
-"""The deadline: 7.5 minutes on a GPU, so that the whole command, start and outputs included, ends
-within the 8 minutes the campaign is meant to take."""
+CPU_BUDGET_S = 300.0
+"""The CPU rehearsal's deadline (a GPU part's is parts.BUDGET_S)."""
+
+GPU_TEST_FILES = ("tests/gpu/test_gpu_decode.py", "tests/gpu/test_gpu_ddp.py", "tests/gpu/test_gpu_levers.py")
+"""The gputests stage: the GPU tests of the newest work, those this checkout has."""
+
+INDUCTOR_CACHE = Path("/tmp/dlscale-campaign-inductor")
+"""The campaign's inductor cache (TORCHINDUCTOR_CACHE_DIR of every command)."""
 
 
 def has_cuda_gpu() -> bool:
@@ -69,11 +87,28 @@ def bench_flags() -> frozenset[str]:
     return frozenset(o for action in subparsers.choices["bench"]._actions for o in action.option_strings)
 
 
-def features(device: str, timm_script: Path, cores: int) -> P.Features:
+def parses(*argv: str) -> bool:
+    """This checkout's dlscale accepts the command line (parsed, nothing run, argparse's complaint hidden)."""
+    from dlscale.cli import build_parser
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            build_parser().parse_args(list(argv))
+    except SystemExit:
+        return False
+    return True
+
+
+def features(device: str, timm_script: Path | None, cores: int, combined: list[str] | None = None) -> P.Features:
     found = lambda name: importlib.util.find_spec(name) is not None  # noqa: E731
+    script = None if timm_script is None else (timm_script if timm_script.is_absolute() else ROOT / timm_script)
     return P.Features(device=device, bench_flags=bench_flags(), torchvision=found("torchvision"), timm=found("timm"),
-                      timm_script=str(timm_script), timm_script_found=(ROOT / timm_script).is_file(),
-                      xdist=found("xdist"), cores=cores)
+                      timm_script=None if timm_script is None else str(timm_script),
+                      timm_script_found=script is not None and script.is_file(), xdist=found("xdist"), cores=cores,
+                      batch_list=parses("bench", "--batch-size", "16,32"),
+                      gpu_decode=parses("loader", "--decode", "gpu"),
+                      gpu_test_files=tuple(f for f in GPU_TEST_FILES if (ROOT / f).is_file()),
+                      combined_flags=combined)
 
 
 def parse_stages(text: str | None) -> dict[str, set[str] | None] | None:
@@ -83,13 +118,15 @@ def parse_stages(text: str | None) -> dict[str, set[str] | None] | None:
     chosen: dict[str, set[str] | None] = {}
     for item in text.split(","):
         name, _, runs = item.partition(":")
-        if name not in P.STAGES:
-            raise SystemExit(f"--stages: unknown stage {name!r}; choose from {', '.join(P.STAGES)}")
+        if name not in parts.STAGES:
+            raise SystemExit(f"--stages: unknown stage {name!r}; choose from {', '.join(parts.STAGES)}")
         chosen[name] = set(runs.split("+")) if runs else None
     return chosen
 
 
-def print_plan(stages: list[P.Stage], budget_s: float, pythonpath: bool) -> None:
+def print_plan(stages: list[P.Stage], budget_s: float, pythonpath: bool, title: str = "") -> None:
+    if title:
+        print(f"\n=== {title} ===")
     total = 0.0
     for stage in stages:
         estimate = stage.estimate_s()
@@ -111,10 +148,15 @@ def print_plan(stages: list[P.Stage], budget_s: float, pythonpath: bool) -> None
     print(f"\nestimated total {total:.0f} s against a deadline of {budget_s:.0f} s; runs that would start after the "
           "deadline are recorded as not run (with the command to run them alone), extra rounds are dropped first.")
     print("With these estimates: " + "; ".join(P.simulate(stages, budget_s)) + ".")
-    print("Estimates: a process starts in ~12 s on the GPU machine (3 s on a CPU), then steps x batch / rate with "
-          "ResNet-50 at 1,000 (fp32), 2,000 (tf32), 2,500 (AMP) and 3,000 img/s (AMP + channels_last), the low end "
-          "of an H100; torch.compile adds "
-          + ", ".join(f"{seconds:.0f} s ({mode})" for mode, seconds in P.COMPILE_S.items()) + ".")
+
+
+def estimates_note() -> str:
+    return ("Estimates: a process starts in ~12 s on the GPU machine (3 s on a CPU), then steps x batch / rate with "
+            "ResNet-50 at 1,000 (fp32), 2,000 (tf32), 2,500 (AMP) and 3,000-5,000 img/s (AMP + channels_last, "
+            "eager to compiled), the low end of an H100; torch.compile adds "
+            + ", ".join(f"{seconds:.0f} s ({mode})" for mode, seconds in P.COMPILE_S.items())
+            + " from an empty cache, about 15 s from the campaign's cache; alternated stages compile their "
+            "variants at once (the slowest x 1.5).")
 
 
 def run(stages: list[P.Stage], args, pythonpath: bool, device: str) -> int:
@@ -122,21 +164,27 @@ def run(stages: list[P.Stage], args, pythonpath: bool, device: str) -> int:
     out.mkdir(parents=True, exist_ok=True)
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="dlscale-gpu-"))
     work.mkdir(parents=True, exist_ok=True)
-    child_env = dict(os.environ, PYTHONUNBUFFERED="1")
+    cache = args.inductor_cache
+    fresh = any(stage.name == "baseline" for stage in stages)
+    if fresh:  # the baseline compiles from an empty cache: its compile seconds are a first run's
+        shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    child_env = dict(os.environ, PYTHONUNBUFFERED="1", TORCHINDUCTOR_CACHE_DIR=str(cache))
     if pythonpath:
         child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
     started = time.monotonic()
     command = ("PYTHONPATH=src " if pythonpath else "") + shlex.join(["python3", "benchmarks/gpu.py", *sys.argv[1:]])
-    document = {"schema": 1, "command": command,
+    document = {"schema": 2, "command": command, "part": args.part, "inductor_cache": str(cache),
+                "inductor_cache_emptied": fresh, "combined_flags": args.combined_flags,
                 "python_executable": sys.executable, "device": device, "budget_s": args.budget_s,
                 "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "wall_s": 0.0,
                 "work_dir": str(work), "environment": None, "stages": {}, "goals": []}
     try:
         with open(out / "gpu.log", "w") as log:
-            fallback_workers = P.data_shape(P.Features(device=device, cores=args.cores)).workers[-1]
+            fallback_workers = str(P.data_shape(P.Features(device=device, cores=args.cores)).workers[-1])
             ctx = Context(python=sys.executable, root=ROOT, work=work, env=child_env, log=log,
                           deadline=started + args.budget_s, pythonpath=pythonpath,
-                          values={"workers": str(fallback_workers)})
+                          values={"workers": fallback_workers, "gpu_workers": fallback_workers})
             for stage in stages:
                 try:
                     result = run_stage(stage, ctx)
@@ -177,13 +225,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="where gpu.json, gpu.md and gpu.log go (at most 3 files)")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                    help="cuda: the full campaign; cpu: a tiny rehearsal of everything a CPU can run")
-    p.add_argument("--dry-run", action="store_true", help="print every command with its estimated time; run nothing")
+    p.add_argument("--part", type=int, choices=sorted(parts.PARTS), default=1,
+                   help="which plan: 1 (8 minutes) or 2 (4 minutes, after part 1 on the same machine)")
+    p.add_argument("--dry-run", action="store_true", help="print both plans with estimated times; run nothing")
     p.add_argument("--stages", default=None,
-                   help="only these stages (env always runs), e.g. peers,progression:compile_max_autotune")
+                   help="only these stages instead of a part's plan (env always runs), "
+                        "e.g. levers_a,peers:timm_benchmark.py")
     p.add_argument("--rounds", type=int, default=None, help="at most this many rounds per stage (default: the plan's)")
-    p.add_argument("--budget-s", type=float, default=None, help="the deadline in seconds (450 on a GPU, 300 on a CPU)")
-    p.add_argument("--timm-benchmark", type=Path, default=Path("benchmarks/peers/timm_benchmark.py"),
-                   help="timm's benchmark.py, relative to the repository root or absolute")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help=f"the deadline in seconds (part 1 {parts.BUDGET_S[1]:.0f}, part 2 {parts.BUDGET_S[2]:.0f} on "
+                        f"a GPU; {CPU_BUDGET_S:.0f} on a CPU)")
+    p.add_argument("--timm-benchmark", type=Path, default=None, metavar="PATH",
+                   help="timm's benchmark.py, the peer of the peers stage (not shipped: " + P.TIMM_SCRIPT_HINT + ")")
+    p.add_argument("--after", type=Path, default=None, metavar="GPU_JSON",
+                   help="part 1's gpu.json: the combined stage takes the levers that helped there")
+    p.add_argument("--combined", default=None, metavar="FLAGS",
+                   help="the combined stage's `dlscale bench` flags, instead of reading them from --after")
+    p.add_argument("--inductor-cache", type=Path, default=INDUCTOR_CACHE,
+                   help="TORCHINDUCTOR_CACHE_DIR of every command (emptied first where the plan has the baseline)")
     p.add_argument("--compare", type=Path, default=None,
                    help="an earlier gpu.json (docs/results/): its figures beside this run's in gpu.md")
     p.add_argument("--cores", type=int, default=None,
@@ -198,19 +257,38 @@ def main(argv: list[str] | None = None) -> int:
         device = "cuda" if has_cuda_gpu() or args.dry_run else None
     if device is None:
         p.error("no NVIDIA GPU is visible: use --device cpu for the tiny rehearsal, or --dry-run for the plan")
-    args.budget_s = args.budget_s or BUDGET_S[device]
     pythonpath = not dlscale_importable()
     if pythonpath:
         sys.path.insert(0, str(ROOT / "src"))
-    cores = args.cores or (16 if args.dry_run and args.device == "auto" and not has_cuda_gpu() else _cores())
-    args.cores = cores
-    stages = P.build_plan(features(device, args.timm_benchmark, cores), parse_stages(args.stages), args.rounds)
+    args.cores = args.cores or (16 if args.dry_run and args.device == "auto" and not has_cuda_gpu() else _cores())
+    args.combined_flags = _combined(args, p)
+    f = features(device, args.timm_benchmark, args.cores, args.combined_flags)
+    only = parse_stages(args.stages)
+    budget = lambda part: args.budget_s or (parts.BUDGET_S[part] if device == "cuda" else CPU_BUDGET_S)  # noqa: E731
     if args.dry_run:
-        print_plan(stages, args.budget_s, pythonpath)
+        if only is None:
+            for part in sorted(parts.PARTS):
+                print_plan(parts.build_plan(f, None, args.rounds, part), budget(part), pythonpath,
+                           title=f"part {part} (--part {part}): deadline {budget(part):.0f} s")
+        else:
+            print_plan(parts.build_plan(f, only, args.rounds), budget(args.part), pythonpath)
+        print("\n" + estimates_note())
         return 0
     if args.out is None:
         p.error("--out DIR is required to run (or --dry-run)")
-    return run(stages, args, pythonpath, device)
+    args.budget_s = budget(args.part)
+    return run(parts.build_plan(f, only, args.rounds, args.part), args, pythonpath, device)
+
+
+def _combined(args, p: argparse.ArgumentParser) -> list[str] | None:
+    if args.combined is not None:
+        return shlex.split(args.combined)
+    if args.after is None:
+        return None
+    try:
+        return parts.read_after(args.after)
+    except (OSError, ValueError) as exc:
+        p.error(f"--after {args.after}: {exc}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ STARTUP_S = {"cuda": 12.0, "cpu": 3.0}
 """Seconds from process start to the first step: ~2-3 s of imports, 1-2 s for the CUDA context,
 model and batch pool, cuDNN's first calls; rounded up. On the CPU: the measured 2.5-4 s here."""
 
-RATES = {"fp32": 1000.0, "tf32": 2000.0, "amp": 2500.0, "channels_last": 3000.0}
+RATES = {"fp32": 1000.0, "tf32": 2000.0, "amp": 2500.0, "channels_last": 3000.0, "compiled": 5000.0}
 """Assumed img/s of ResNet-50, batch 256, on an H100 (the low end; a faster GPU ends sooner)."""
 
 LOADER_RATE = {"cuda": 2000.0, "cpu": 200.0}
@@ -58,6 +58,10 @@ class Run:
     reuse: str | None = None
     """"stage/run": take that run's figures instead of running again (the same command)."""
     env: dict[str, str] = field(default_factory=dict)
+    sets: str | None = None
+    """The placeholder its reader fills for later runs (the loader's fastest worker count: "workers")."""
+    also: Run | None = None
+    """A command alternate.py runs beside its compilations (a test tier), recorded as a run of its own."""
 
     def command(self, python: str = "python3", pythonpath: bool = True) -> str:
         prefix = "PYTHONPATH=src " if pythonpath else ""
@@ -79,6 +83,9 @@ class Stage:
     chain: bool = False
     """Also each run against the one before it (the progression's steps)."""
     note: str = ""
+    variants: list[str] = field(default_factory=list)
+    """The configurations an alternated run (alternate.py) compares: each has a median and ratios as a
+    run has, its windows standing for rounds."""
 
     def estimate_s(self) -> float:
         live = [r for r in self.runs if r.unavailable is None and r.reuse is None]
@@ -95,10 +102,19 @@ class Features:
     """Options `dlscale bench` accepts (compile modes and CUDA graphs arrive in later versions)."""
     torchvision: bool = False
     timm: bool = False
-    timm_script: str = "benchmarks/peers/timm_benchmark.py"
+    timm_script: str | None = None
+    """timm's benchmark.py (--timm-benchmark PATH): not shipped, see benchmarks/README.md."""
     timm_script_found: bool = False
     xdist: bool = False
     cores: int = 1
+    batch_list: bool = False
+    """`dlscale bench --batch-size` takes a list (the batch curve)."""
+    gpu_decode: bool = False
+    """`dlscale loader --decode gpu` and data.decode=gpu exist."""
+    gpu_test_files: tuple[str, ...] = ()
+    """The newest GPU test files (the gputests stage), those present in this checkout."""
+    combined_flags: list[str] | None = None
+    """The levers that helped in an earlier run (--after) or were named (--combined): the combined stage."""
 
 
 def may_start(left_s: float, estimate_s: float) -> bool:
@@ -180,6 +196,11 @@ WHAT = {"cuda": "ResNet-50, batch 256, 224 px, synthetic data",
         "cpu": "the tiny CPU rehearsal (resnet18, batch 8, 32 px)"}
 """What the bench runs measure, for the titles."""
 
+TIMM_SCRIPT_HINT = ("pass --timm-benchmark PATH, timm's own benchmark.py (github.com/huggingface/pytorch-image-models, "
+                    "the file benchmark.py at its root); on a machine without a network copy it into a git-ignored "
+                    "folder of the checkout first")
+"""What the peers stage says where timm's benchmark.py was not given (benchmarks/README.md)."""
+
 BEST_EAGER = ["--precision", "amp_bf16", "--channels-last", "--fused-optimizer"]
 """The eager configuration the peers are compared in: bf16 AMP, NHWC, fused SGD (+ cuDNN autotuning on GPUs)."""
 
@@ -229,11 +250,13 @@ def peers_stage(f: Features) -> Stage:
                "bare", est, output="{work}/peers-bare-{round}.json", settings="torchvision resnet, " + " ".join(flags),
                unavailable=None if f.torchvision else "torchvision is not installed here (it is on the CUDA machine)")
     precision = ["--amp", "--amp-dtype", "bfloat16"] if device == "cuda" else []
-    timm_argv = [f.timm_script, "--bench", "train", *shape.timm_model, "-b", str(shape.batch), *precision,
-                 "--channels-last", "--num-warm-iter", str(shape.warmup),
+    timm_argv = [f.timm_script or "timm_benchmark.py", "--bench", "train", *shape.timm_model, "-b", str(shape.batch),
+                 *precision, "--channels-last", "--num-warm-iter", str(shape.warmup),
                  "--num-bench-iter", str(shape.per_iter * shape.iters)]
     why = None if f.timm else "timm is not installed here (it is on the CUDA machine)"
-    if f.timm and not f.timm_script_found:
+    if f.timm and f.timm_script is None:
+        why = f"timm's benchmark.py is not shipped: {TIMM_SCRIPT_HINT}"
+    elif f.timm and not f.timm_script_found:
         why = f"{f.timm_script} is missing (--timm-benchmark PATH)"
     timm = Run("timm benchmark.py", timm_argv, "timm", est + 3.0, unavailable=why,
                settings="--bench train, timm's resnet, " + " ".join(precision + ["--channels-last"]))
@@ -428,33 +451,3 @@ def choices_stage(f: Features) -> Stage:
                  300.0, runs, rounds=2, ratios=[(r.name, runs[0].name) for r in runs[1:]],
                  note="not part of the default campaign (--stages peers,choices); every run with channels_last, "
                       "fused SGD and cuDNN autotuning; bf16 compile is the peers stage's dlscale bench default")
-
-
-STAGES = {"env": env_stage, "pytest": pytest_stage, "peers": peers_stage, "choices": choices_stage,
-          "data": data_stage, "progression": progression_stage}
-"""Every stage, in the order they run (the cheapest checks first, the long compilations last)."""
-
-OPTIONAL = frozenset({"choices"})
-"""Stages that run only when --stages names them: the measurements behind a default, not its proof."""
-
-
-def build_plan(f: Features, only: dict[str, set[str] | None] | None = None, rounds: int | None = None) -> list[Stage]:
-    """The stages to run; only: {stage: run names or None for all} (env always runs); rounds: at most
-    this many rounds per stage."""
-    stages = []
-    for name, builder in STAGES.items():
-        if (only is not None and name != "env" and name not in only) or (only is None and name in OPTIONAL):
-            continue
-        stage = builder(f)
-        chosen = (only or {}).get(name)
-        if chosen:
-            unknown = chosen - {r.name.replace(" ", "_") for r in stage.runs}
-            if unknown:
-                raise ValueError(f"stage {name} has no run {', '.join(sorted(unknown))}")
-            stage.runs = [r for r in stage.runs if r.name.replace(" ", "_") in chosen]
-            kept = {r.name for r in stage.runs}
-            stage.ratios = [(a, b) for a, b in stage.ratios if a in kept and b in kept]
-        if rounds is not None:
-            stage.rounds = max(1, min(stage.rounds, rounds))
-        stages.append(stage)
-    return stages

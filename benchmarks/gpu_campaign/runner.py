@@ -76,8 +76,9 @@ def read_bench(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
     s = json.loads(path.read_text())
     keep = ("img_per_sec_total_ci95", "mfu", "peak_tflops", "step_time_ms", "peak_memory_bytes", "device_name",
             "precision", "channels_last", "fused_optimizer", "cudnn_benchmark", "compile", "compile_mode",
-            "cuda_graphs", "iterations")
-    return {"value": s["img_per_sec_total_mean"], "unit": "img/s", "details": {k: s.get(k) for k in keep}}
+            "cuda_graphs", "iterations", "stem_channels", "batch_size")
+    details = {k: s.get(k) for k in keep} | {k: v for k, v in s.items() if k.startswith("compile") and k not in keep}
+    return {"value": s["img_per_sec_total_mean"], "unit": "img/s", "details": details}
 
 
 def read_bare(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
@@ -95,12 +96,26 @@ def read_timm(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
 
 
 def read_loader(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
-    rows = json.loads(path.read_text())["settings"]
-    keep = ("workers", "images_per_s", "cpu_cores_busy", "images_per_cpu_s", "speedup")
+    summary = json.loads(path.read_text())
+    rows = summary["settings"]
     best = max(rows, key=lambda row: row["images_per_s"])
-    ctx.values["workers"] = str(best["workers"])
+    ctx.values[getattr(run, "sets", None) or "workers"] = str(best["workers"])
+    scalars = {k: v for k, v in summary.items() if not isinstance(v, dict | list)}
     return {"value": best["images_per_s"], "unit": "img/s",
-            "details": {"rows": [{k: row.get(k) for k in keep} for row in rows], "best_workers": best["workers"]}}
+            "details": {"rows": [{k: v for k, v in row.items() if not isinstance(v, dict | list)} for row in rows],
+                        "best_workers": best["workers"], "summary": scalars}}
+
+
+def read_alternate(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
+    """alternate.py's figures: every variant's windows; run_stage turns them into a record per window."""
+    return {"value": None, "unit": None, "details": json.loads(path.read_text())}
+
+
+def read_curve(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
+    """A `dlscale bench --batch-size B1,B2,...` summary: its batch curve."""
+    summary = json.loads(path.read_text())
+    curve = summary.get("batch_curve") or []
+    return {"value": None, "unit": None, "details": {"batch_curve": curve, "device_name": summary.get("device_name")}}
 
 
 def read_train(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
@@ -131,7 +146,8 @@ def read_nothing(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
 
 
 READERS = {"env": read_env, "pytest": read_pytest, "bench": read_bench, "bare": read_bare, "timm": read_timm,
-           "loader": read_loader, "train": read_train, "none": read_nothing}
+           "loader": read_loader, "train": read_train, "none": read_nothing, "alternate": read_alternate,
+           "curve": read_curve}
 
 
 # ---------------------------------------------------------------------------------- commands
@@ -177,7 +193,7 @@ def execute(run: Run, ctx: Context, stage: str, round_index: int, deadline: floa
     ctx.log.flush()
     record.update({"status": status, "seconds": round(seconds, 2), "returncode": process.returncode})
     path = Path(ctx.fill(run.output, round_index)) if run.output else None
-    if status == "ok" or run.reader == "pytest":  # failed tests still leave their report
+    if status == "ok" or run.reader in ("pytest", "alternate"):  # failed tests, failed variants leave their report
         try:
             record.update(READERS[run.reader](run, out, path, ctx))
         except Exception as exc:  # noqa: BLE001 - recorded; the campaign goes on
@@ -203,7 +219,11 @@ def run_stage(stage: Stage, ctx: Context) -> dict:
     result = {"name": stage.name, "title": stage.title, "note": stage.note, "budget_s": stage.budget_s,
               "estimate_s": round(stage.estimate_s(), 1), "setup": [], "runs": [], "rounds_done": 0}
     for run in stage.setup:
-        result["setup"].append(execute(run, ctx, stage.name, 0, deadline))
+        if run.unavailable is not None:
+            result["setup"].append({"name": run.name, "round": 0, "status": "unavailable", "error": run.unavailable,
+                                    "command": run.command("python3", ctx.pythonpath)})
+        else:
+            result["setup"].append(execute(run, ctx, stage.name, 0, deadline))
     live = [r for r in stage.runs if r.unavailable is None and r.reuse is None]
     for run in stage.runs:
         if run.unavailable is not None:
@@ -218,11 +238,52 @@ def run_stage(stage: Stage, ctx: Context) -> dict:
                 f"{round_index} of {stage.rounds} rounds (the stage's time budget)"
             break
         for run in live:
-            result["runs"].append(execute(run, ctx, stage.name, round_index, deadline))
+            record = execute(run, ctx, stage.name, round_index, deadline)
+            result["runs"].append(record)
+            if run.reader == "alternate" and record.get("status") in ("ok", "failed") and record.get("details"):
+                result["runs"] += windows(record)
+            if run.also is not None:
+                result["runs"].append(beside(run, record, ctx, round_index))
         result["rounds_done"] = round_index + 1
     result["seconds"] = round(time.monotonic() - started, 1)
     result.update(summarize(stage, result["runs"]))
     return result
+
+
+def beside(run: Run, record: dict, ctx: Context, round_index: int) -> dict:
+    """The record of the command alternate.py ran beside its compilations, read by its own reader."""
+    also = run.also
+    shown = Run(also.name, [ctx.fill(a, round_index) for a in also.argv], also.reader, 0.0)
+    entry = {"name": also.name, "round": round_index, "command": shown.command("python3", ctx.pythonpath),
+             "estimate_s": also.estimate_s, "beside": run.name}
+    done = (record.get("details") or {}).get("also")
+    if not done:
+        return {**entry, "status": "not_run", "error": f"{run.name} did not run it ({record.get('status')})"}
+    log = Path(done["log"]).read_text(errors="replace") if Path(done["log"]).is_file() else ""
+    ctx.log.write(f"\n### beside {run.name} / {also.name}: {done['status']} after {done['seconds']:.1f} s\n"
+                  f"$ {entry['command']}\n{log[-LOG_TAIL_CHARS:]}\n")
+    entry.update(status=done["status"], seconds=round(done["seconds"], 2), returncode=done["returncode"])
+    path = Path(ctx.fill(also.output, round_index)) if also.output else None
+    try:
+        entry.update(READERS[also.reader](also, log, path, ctx))
+    except Exception as exc:  # noqa: BLE001 - recorded; the campaign goes on
+        entry.update(status="failed", error=f"could not read its result: {type(exc).__name__}: {exc}")
+    return entry
+
+
+def windows(record: dict) -> list[dict]:
+    """An alternated run's variants as records, one per window (its round), so that medians and ratios
+    come out as for separate runs; each names the flags that made it."""
+    out = []
+    for name, variant in record["details"].get("variants", {}).items():
+        base = {"name": name, "variant_of": record["name"], "variant_flags": variant["flags"],
+                "command": variant["command"], "details": {k: v for k, v in variant.items()
+                                                           if k not in ("windows_img_per_s", "flags")}}
+        if not variant["windows_img_per_s"]:
+            out.append({**base, "round": 0, "status": "failed", "error": variant.get("error") or "no window"})
+        out += [{**base, "round": k, "status": "ok", "value": rate, "unit": "img/s"}
+                for k, rate in enumerate(variant["windows_img_per_s"])]
+    return out
 
 
 def _reused(run: Run, ctx: Context) -> list[dict]:
@@ -236,25 +297,31 @@ def summarize(stage: Stage, records: list[dict]) -> dict:
     """Per run: the values of its rounds and their median; the stage's ratios of medians, with the
     ratio of each round's pair (a b in the same round) beside it."""
     by_name: dict[str, dict] = {}
-    for run in stage.runs:
-        mine = [r for r in records if r["name"] == run.name]
+    settings = {run.name: run.settings for run in stage.runs if run.reader != "alternate"}
+    for record in records:
+        if record.get("variant_of") and record["name"] not in settings:
+            settings[record["name"]] = " ".join(record["variant_flags"]) or "the GPU default"
+    for name in stage.variants:
+        settings.setdefault(name, None)
+    for run_name, run_settings in settings.items():
+        mine = [r for r in records if r["name"] == run_name]
         values = [r["value"] for r in mine if r.get("status") == "ok" and isinstance(r.get("value"), int | float)]
         statuses = sorted({r["status"] for r in mine})
         mfu = [r["details"]["mfu"] for r in mine if r.get("status") == "ok" and (r.get("details") or {}).get("mfu")]
-        by_name[run.name] = {"values": values, "median": statistics.median(values) if values else None,
+        by_name[run_name] = {"values": values, "median": statistics.median(values) if values else None,
                              "mfu": statistics.median(mfu) if mfu else None,
                              "unit": next((r.get("unit") for r in mine if r.get("unit")), None),
                              "status": "ok" if values else (statuses[0] if statuses else "not_run"),
-                             "settings": run.settings}
+                             "settings": run_settings}
     ratios = [_ratio(a, b, by_name, records) for a, b in stage.ratios]
     if stage.chain:
-        done = [r.name for r in stage.runs if by_name[r.name]["median"] is not None]
+        done = [r.name for r in stage.runs if by_name.get(r.name, {}).get("median") is not None]
         ratios += [dict(_ratio(b, a, by_name, records), chain=True) for a, b in zip(done, done[1:], strict=False)]
     return {"medians": by_name, "ratios": ratios}
 
 
 def _ratio(a: str, b: str, by_name: dict, records: list[dict]) -> dict:
-    top, bottom = by_name[a]["median"], by_name[b]["median"]
+    top, bottom = by_name.get(a, {}).get("median"), by_name.get(b, {}).get("median")
     value = top / bottom if top is not None and bottom else None
     pairs = []
     rounds = {r["round"] for r in records}

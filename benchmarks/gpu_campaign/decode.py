@@ -1,0 +1,76 @@
+"""The real-data stage of the compiled default: JPEGs decoded on the GPU (nvJPEG) and on the CPU against
+synthetic input, and the loader's rate and CPU time per image on each path.
+
+`dlscale train` on the 30,720-file tree with the GPU default's settings (compiled, reduce-overhead): its
+training graph is the bench's, so it compiles from the campaign's inductor cache; evaluation adds a
+forward graph once. Goal (docs/benchmarks.md): JPEG with GPU decoding >= 0.90 of the synthetic rate, at
+most a third of the CPU path's CPU time per image.
+"""
+
+from __future__ import annotations
+
+from gpu_campaign.plan import CPU_RATE, LOADER_RATE, RATES, STARTUP_S, Features, Run, Stage, data_shape, train_argv
+
+COMPILED = {"speed.compile": "true", "speed.compile_mode": "reduce-overhead", "speed.cudnn_benchmark": "true"}
+"""The GPU default's compile settings, as `--set` pairs of `dlscale train`."""
+
+TRAIN_COMPILE_S = {"first": 45.0, "later": 20.0}
+"""The first compiled train run: the bench's training graph from the cache (~15 s) and the evaluation's
+forward graph compiled anew (~30 s); later runs find both."""
+
+
+def _train(shape, name: str, *, synthetic: bool, decode: str | None, device: str) -> list[str]:
+    argv = train_argv(shape, name, synthetic=synthetic)
+    sets = dict(COMPILED) if device == "cuda" else {}
+    if decode is not None:
+        sets["data.decode"] = decode
+    for key, value in sets.items():
+        argv[argv.index("--output-dir"):argv.index("--output-dir")] = ["--set", f"{key}={value}"]
+    return argv
+
+
+def decode_stage(f: Features) -> Stage:
+    shape, device = data_shape(f), f.device
+    batch = int(shape.train_sets["batch_size"])
+    size = shape.train_sets["data.image_size"]
+    # the CPU path at the most workers (its rate sets the cores needed); the GPU path's workers only read files
+    workers = {"fast": [max(shape.workers)] if device == "cuda" else shape.workers,
+               "gpu": [min(shape.workers)] if device == "cuda" else shape.workers}
+    tree = Run("JPEG tree", ["benchmarks/gpu_campaign/jpeg_tree.py", "{work}/jpegs", "--unique", str(shape.unique),
+                             "--train", str(shape.train), "--val", str(shape.val)], "none",
+               15.0 if device == "cuda" else 6.0, settings=f"{shape.train} train JPEGs of 500x375 (~100 KiB)")
+    loaders = []
+    for path in ("fast", "gpu"):
+        # 4x the batches the workers hold in flight (2 each), so that what they made before the timer is a quarter
+        batches = 8 * max(workers[path]) if device == "cuda" else shape.loader_batches
+        argv = ["-m", "dlscale", "loader", "--data", "{work}/jpegs", "--decode", path, "--workers",
+                ",".join(map(str, workers[path])), "--batch-size", str(batch), "--batches", str(batches),
+                "--image-size", size, "--device", device, "--prewarm", "--out", f"{{work}}/loader-{path}"]
+        rate = LOADER_RATE[device] * (2.0 if path == "gpu" else 1.0)
+        estimate = STARTUP_S[device] + len(workers[path]) * (batches + 2 * max(workers[path])) * batch / rate
+        run = Run(f"loader {path}", argv, "loader", estimate, output=f"{{work}}/loader-{path}/summary.json",
+                  settings=f"decode {path}, workers {','.join(map(str, workers[path]))}, batch {batch}, {size} px",
+                  sets="workers" if path == "fast" else "gpu_workers")
+        if path == "gpu" and not (f.gpu_decode and device == "cuda"):
+            run.unavailable = "GPU only" if device != "cuda" else "this dlscale loader has no --decode gpu"
+        loaders.append(run)
+    epoch_s = shape.train / (RATES["compiled"] if device == "cuda" else CPU_RATE)
+    later = STARTUP_S[device] + 2 * epoch_s + (TRAIN_COMPILE_S["later"] if device == "cuda" else 3.0)
+    first = later + (TRAIN_COMPILE_S["first"] - TRAIN_COMPILE_S["later"] if device == "cuda" else 0.0)
+    synthetic = Run("train synthetic", _train(shape, "train-synthetic", synthetic=True, decode=None, device=device),
+                    "train", first, output="{work}/runs/train-synthetic-{round}",
+                    settings="random uint8 images, the same loader and model")
+    gpu_argv = _train(shape, "train-gpu", synthetic=False, decode="gpu", device=device)
+    gpu_argv[gpu_argv.index("data.num_workers={workers}")] = "data.num_workers={gpu_workers}"
+    jpeg_gpu = Run("train JPEG gpu", gpu_argv, "train", later, output="{work}/runs/train-gpu-{round}",
+                   settings="ImageFolder of JPEGs, decoded on the GPU (nvJPEG)",
+                   unavailable=loaders[1].unavailable)
+    jpeg_fast = Run("train JPEG fast", _train(shape, "train-fast", synthetic=False, decode="fast", device=device),
+                    "train", later, output="{work}/runs/train-fast-{round}",
+                    settings="ImageFolder of JPEGs, the CPU fast path")
+    what = "the compiled GPU default" if device == "cuda" else "the tiny CPU model"
+    return Stage("decode", f"Real data: JPEGs decoded on the GPU and on the CPU against synthetic input, {what}",
+                 10_000.0, [synthetic, jpeg_gpu, jpeg_fast], setup=[tree, *loaders],
+                 ratios=[("train JPEG gpu", "train synthetic"), ("train JPEG fast", "train synthetic")],
+                 note="`dlscale train`, 2 epochs (the first not counted), data.num_workers the loader's fastest "
+                      "setting per path; the GPU decode's loader workers only read files and draw the crops")

@@ -1,0 +1,238 @@
+"""The stages about the compiled GPU default: its baseline from a fresh inductor cache, the speed levers
+and the data-parallel wrapper against it in alternated windows (alternate.py), the batch curve that
+`dlscale predict` reads, and a profile of the compiled step.
+
+Compiling ResNet-50's training step costs about a minute (COMPILE_S), so the compared configurations of
+one stage run as concurrent workers of alternate.py: their compilations overlap, then they take the GPU
+in turns. A wave holds what fits in the GPU's memory at once (WAVE_MEMORY_GIB).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from gpu_campaign.plan import COMPILE_S, RATES, STARTUP_S, Features, Run, Stage, bench_estimate
+
+ALTERNATE = "benchmarks/gpu_campaign/alternate.py"
+
+MEMORY_GIB_PER_IMAGE = 0.05
+"""Device memory of the compiled default per image of the batch: 12.5 GB peak at batch 256 (2026-11-23, H100,
+docs/results/gpu-2026-11-23-h100-compile.json) and 25.4 GB eagerly at 512 (-choices.json)."""
+
+WAVE_MEMORY_GIB = 64.0
+"""What one wave of workers may take of the H100's 80 GB: the sum of their batches x MEMORY_GIB_PER_IMAGE
+(allocator slack and four CUDA contexts fill the rest)."""
+
+ROUNDS = {"cuda": 8, "cpu": 3}
+"""Windows per variant: 8 x 10 steps of the compiled default is 3.6 s per variant."""
+
+READY_S = {"cuda": 150.0, "cpu": 180.0}
+"""How long a wave waits for its workers to compile and warm up; a later one is dropped and recorded."""
+
+COORDINATE_DESCENT_S = 60.0
+"""Assumed extra compile time of coordinate-descent tuning (it times every generated kernel's block sizes)."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    flags: list[str]
+    batch: int = 256
+    compile_s: float = COMPILE_S["reduce-overhead"]
+
+
+CPU_COMMON = ["--model", "resnet18", "--width", "8", "--image-size", "32", "--batch-size", "8",
+              "--num-warmup-batches", "2", "--num-batches-per-iter", "2", "--device", "cpu"]
+"""The tiny eager stand-in of the CPU rehearsal (the levers' code paths, not their speed)."""
+
+GPU_COMMON = ["--pool-batches", "4"]
+"""Four distinct batches per worker instead of eight: 0.6 GB less each at batch 256, the same speed."""
+
+
+WARM_COMPILE_S = 15.0
+"""A configuration already in the campaign's inductor cache: dynamo traces it, the compiled code is loaded."""
+
+
+def alternated(name: str, variants: list[Variant], f: Features, *, rounds: int | None = None,
+               also: Run | None = None) -> Run:
+    """One alternate.py run over `variants`; the first is the baseline. Variants with compile_s <= WARM_COMPILE_S
+    are in the cache already (--warm); the others are primed first, all at once, with `also` beside them."""
+    device = f.device
+    common = GPU_COMMON if device == "cuda" else CPU_COMMON
+    rounds = rounds or ROUNDS[device]
+    ready = READY_S[device]
+    argv = [ALTERNATE, "--json", f"{{work}}/{name}-{{round}}.json", "--logs", f"{{work}}/{name}-logs",
+            "--rounds", str(rounds), "--ready-timeout", str(ready), "--memory-gib", str(WAVE_MEMORY_GIB),
+            "--common", shlex.join(common)]
+    for v in variants:
+        argv += ["--variant", f"{v.name}={shlex.join(v.flags)}"]
+        argv += ["--warm", v.name] if v.compile_s <= WARM_COMPILE_S else []
+    if also is not None:
+        argv += ["--also", shlex.join(also.argv),
+                 "--also-timeout", str(also.estimate_s * 1.5)]
+    if device == "cuda":
+        # cold compiles at once (the slowest, stretched by the others sharing the cores), the command beside;
+        # then each worker compiles from the cache and warms up alone; then every variant's windows
+        cold = [v.compile_s for v in variants if v.compile_s > WARM_COMPILE_S]
+        prime_s = min(ready, STARTUP_S["cuda"] + 1.5 * max(cold)) if cold else 0.0
+        prime_s = max(prime_s, also.estimate_s if also else 0.0)
+        warm_up = STARTUP_S["cuda"] + sum(min(v.compile_s, WARM_COMPILE_S) + 3.0 for v in variants)
+        timing = rounds * sum(10 * v.batch / RATES["compiled"] for v in variants)
+        estimate = prime_s + warm_up + timing + 5.0
+    else:
+        estimate = STARTUP_S["cpu"] * 2 + rounds * len(variants) * 0.5 + (also.estimate_s if also else 0.0)
+    return Run(name, argv, "alternate", estimate, output=f"{{work}}/{name}-{{round}}.json", also=also,
+               settings="; ".join(f"{v.name}: {' '.join(v.flags) or 'the GPU default'}" for v in variants))
+
+
+def wave_memory_gib(variants: list[Variant]) -> float:
+    return sum(v.batch for v in variants) * MEMORY_GIB_PER_IMAGE
+
+
+def baseline_stage(f: Features) -> Stage:
+    """The GPU default alone, first, from an empty inductor cache: its compile seconds and its rate."""
+    if f.device != "cuda":
+        run = Run("compiled default", [], "bench", 0.0, unavailable="GPU only (the CPU default is another model)")
+        return Stage("baseline", "The compiled GPU default from a fresh inductor cache", 60.0, [run])
+    run = Run("compiled default", ["-m", "dlscale", "bench", "--json", "{work}/baseline-{round}.json",
+                                   "--output-dir", "{work}/runs"], "bench",
+              bench_estimate("cuda", 110, 256, RATES["compiled"], COMPILE_S["reduce-overhead"]),
+              output="{work}/baseline-{round}.json",
+              settings="no flags: resnet50, 256, 224 px, bf16 AMP, channels_last, fused SGD, cuDNN autotuning, "
+                       "torch.compile reduce-overhead; the campaign's inductor cache empty")
+    return Stage("baseline", "The compiled GPU default from a fresh inductor cache (ResNet-50, batch 256, synthetic)",
+                 120.0, [run], note="every later compile of the campaign shares this inductor cache, so a "
+                                    "configuration compiled before compiles again in seconds")
+
+
+def _lever_variants(f: Features, wave: str) -> list[Variant]:
+    if f.device != "cuda":
+        return [Variant("default", []), Variant("stem 4", ["--stem-channels", "4"]),
+                Variant("batch 16", ["--batch-size", "16"], batch=16)]
+    default = Variant("default", [], compile_s=WARM_COMPILE_S)  # the baseline's cache: dynamo only
+    if wave == "a":
+        return [default, Variant("stem 4", ["--stem-channels", "4"]),
+                Variant("batch 512", ["--batch-size", "512"], batch=512)]
+    return [default, Variant("coordinate descent", ["--coordinate-descent-tuning"],
+                             compile_s=COMPILE_S["reduce-overhead"] + COORDINATE_DESCENT_S),
+            Variant("cudnn limit 0", ["--cudnn-benchmark-limit", "0"], compile_s=WARM_COMPILE_S),
+            Variant("batch 384", ["--batch-size", "384"], batch=384)]
+
+
+def new_tests_run(f: Features) -> Run | None:
+    """The GPU tests of the newest work (device decoding, DDP on one GPU, the levers): each proves a point of
+    its issue. None where this checkout has none."""
+    if not f.gpu_test_files:
+        return None
+    argv = ["-m", "pytest", *f.gpu_test_files, "-q", "-p", "no:cacheprovider", "--junitxml",
+            "{work}/junit-new.xml", "-o", "junit_family=xunit2"]
+    return Run("new GPU tests", argv, "pytest", 100.0 if f.device == "cuda" else 30.0, output="{work}/junit-new.xml",
+               settings=" ".join(f.gpu_test_files))
+
+
+SLOW_GPU_TESTS = "not max_autotune"
+"""Left out of the tier that runs beside compilations: max-autotune of a tiny model takes 120 s
+(2026-11-23), longer than the rest of the tier."""
+
+
+def tier_run(f: Features) -> Run:
+    """The whole GPU tier but its slowest cases, without the newest files (run in part 1)."""
+    skip = [arg for name in f.gpu_test_files for arg in ("--ignore", name)]
+    workers = ["-n", "4"] if f.xdist and f.device == "cuda" else []
+    argv = ["-m", "pytest", "tests/gpu", "-m", "gpu", "-k", SLOW_GPU_TESTS, *skip, *workers, "-q", "-p",
+            "no:cacheprovider", "--junitxml", "{work}/junit.xml", "-o", "junit_family=xunit2"]
+    return Run("pytest -m gpu", argv, "pytest", 90.0 if f.device == "cuda" else 20.0, output="{work}/junit.xml",
+               settings=f"the GPU tier, -k '{SLOW_GPU_TESTS}'")
+
+
+def levers_stage(f: Features, wave: str = "a") -> Stage:
+    variants = _lever_variants(f, wave)
+    run = alternated(f"levers-{wave}", variants, f, also=new_tests_run(f) if wave == "a" else None)
+    missing = [flag for flag in ("--stem-channels", "--coordinate-descent-tuning", "--cudnn-benchmark-limit")
+               if flag not in f.bench_flags]
+    if missing:
+        run.unavailable = f"this dlscale bench has no {', '.join(missing)}"
+    title = {"a": "Speed levers against the compiled default: the stem padded to 4 channels, batch 512",
+             "b": "Speed levers against the compiled default: coordinate-descent tuning, cuDNN's benchmark "
+                  "limit, batch 384"}[wave]
+    return Stage(f"levers_{wave}", title, run.estimate_s * 1.3 + 20.0, [run],
+                 variants=[v.name for v in variants], ratios=[(v.name, variants[0].name) for v in variants[1:]],
+                 note="alternate.py: the new configurations compiled at once, then each worker warmed up alone, then "
+                      "10-step windows in turns, rotated each round"
+                      + (f"; about {wave_memory_gib(variants):.0f} GB of device memory at once" if f.device == "cuda"
+                         else "") + ("; the newest GPU tests ran beside the compilations"
+                                                    if run.also else ""))
+
+
+def levers_b_stage(f: Features) -> Stage:
+    return levers_stage(f, "b")
+
+
+def ddp_stage(f: Features) -> Stage:
+    """The DDP wrapper on one rank (a one-rank NCCL group) against the unwrapped compiled default, and the wrapped
+    alternatives the multi-GPU default is chosen from."""
+    if f.device == "cuda":
+        eager = ["--model", "resnet50", "--batch-size", "256", "--image-size", "224", "--precision", "amp_fp16",
+                 "--channels-last", "--cudnn-benchmark"]
+        variants = [Variant("default", [], compile_s=WARM_COMPILE_S), Variant("DDP", ["--wrap-single-rank"]),
+                    Variant("DDP compile default", ["--wrap-single-rank", "--compile-mode", "default"]),
+                    Variant("DDP eager fp16", ["--wrap-single-rank", *eager], compile_s=0.0)]
+    else:
+        variants = [Variant("default", []), Variant("DDP", ["--wrap-single-rank"])]
+    run = alternated("ddp", variants, f, also=tier_run(f), rounds=6 if f.device == "cuda" else None)
+    if "--wrap-single-rank" not in f.bench_flags:
+        run.unavailable = "this dlscale bench has no --wrap-single-rank"
+    return Stage("ddp", "DistributedDataParallel on one GPU against the compiled default",
+                 run.estimate_s * 1.3 + 20.0, [run], variants=[v.name for v in variants],
+                 ratios=[(v.name, variants[0].name) for v in variants[1:]],
+                 note="each DDP worker a one-rank process group (NCCL on the GPU) with the wrapper forced; several "
+                      "GPUs, NVLink and several nodes are not covered by one GPU; the GPU test tier ran beside the "
+                      "compilations")
+
+
+CURVE = [16, 32, 64, 128, 256]
+"""The batch sizes of `dlscale predict`'s per-device step curve t(b)."""
+
+
+def curve_stage(f: Features) -> Stage:
+    """ResNet-50's step time against the batch per device, eager with CUDA graphs (each size compiled anew
+    would cost a minute; the compiled default at 256 and 512 are in levers_a: at both sizes the ratio of
+    the two says what compiling adds)."""
+    if f.device == "cuda":
+        sizes, flags = [*CURVE, 512], ["--model", "resnet50", "--image-size", "224", "--precision", "amp_bf16",
+                               "--channels-last", "--cudnn-benchmark", "--cuda-graphs"]
+        # per size: cuDNN's autotuning of the new shapes and the graph capture (~3 s), 35 steps
+        estimate = STARTUP_S["cuda"] + sum(3.0 + 35 * b / RATES["channels_last"] for b in sizes)
+    else:
+        sizes, flags = [4, 8], CPU_COMMON[:6] + ["--device", "cpu", "--num-warmup-batches", "1"]
+        estimate = STARTUP_S["cpu"] + 10.0
+    argv = ["-m", "dlscale", "bench", *flags, "--batch-size", ",".join(map(str, sizes)),
+            "--num-batches-per-iter", "5", "--num-iters", "5", "--json", "{work}/curve-{round}.json",
+            "--output-dir", "{work}/runs", "--name", "curve-{round}"]
+    run = Run("batch curve", argv, "curve", estimate, output="{work}/curve-{round}.json",
+              settings=f"batch {','.join(map(str, sizes))}, " + " ".join(flags))
+    if not f.batch_list:
+        run.unavailable = "this dlscale bench takes one --batch-size"
+    return Stage("curve", "Step time against the batch per device (dlscale predict's t(b))", estimate * 1.5 + 10,
+                 [run])
+
+
+def profile_stage(f: Features) -> Stage:
+    """Where the compiled step's time goes: `dlscale profile bench` of the compiled default in compile's
+    default mode (a CUDA-graph replay hides its kernels from the profiler; the kernels are the same)."""
+    if f.device != "cuda":
+        return Stage("profile", "Profile of the compiled step", 30.0,
+                     [Run("profile compiled", [], "none", 0.0, unavailable="GPU only")])
+    argv = ["-m", "dlscale", "profile", "bench", "--compile-mode", "default", "--steps", "10", "--trace-steps", "3",
+            "--out", "{work}/profile-compiled"]
+    run = Run("profile compiled", argv, "none", STARTUP_S["cuda"] + COMPILE_S["default"] + 20.0,
+              settings="the GPU default, compile's default mode (no CUDA graphs), 10 timed + 3 traced steps")
+    return Stage("profile", "Where the compiled step's time goes", run.estimate_s * 1.3, [run],
+                 note="the profile's tables are in gpu.log")
+
+
+def gputests_stage(f: Features) -> Stage:
+    """The newest GPU tests alone (in the plans they run beside levers_a's compilations)."""
+    run = new_tests_run(f) or Run("new GPU tests", [], "pytest", 0.0, unavailable="no new GPU test files here")
+    return Stage("gputests", "The newest GPU tests: device decoding, DDP on one GPU, the levers", 150.0, [run])

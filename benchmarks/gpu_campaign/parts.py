@@ -1,0 +1,121 @@
+"""Which stages run, in which order: the two plans that fit the lent GPU machine, and every stage by name.
+
+The machine is lent for 15 minutes at a time, its start (1-2 minutes) included, and one command may run 10:
+part 1 (the default) takes at most 8 minutes, part 2 at most 4, in order of value; what does not fit is
+recorded as not run, with the command that runs it alone.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpu_campaign import decode, levers
+from gpu_campaign.plan import (
+    Features,
+    Run,
+    Stage,
+    choices_stage,
+    data_stage,
+    env_stage,
+    peers_stage,
+    progression_stage,
+    pytest_stage,
+)
+
+
+def combined_stage(f: Features) -> Stage:
+    """The compiled default against the levers that helped, together: what the GPU default can become."""
+    flags = f.combined_flags
+    variants = [levers.Variant("default", [], compile_s=15.0),
+                levers.Variant("combined", flags or [], batch=levers_batch(flags or []))]
+    run = levers.alternated("combined", variants, f)
+    if flags is None:
+        run.unavailable = ("needs the levers' results: --after PART1/gpu.json (a run of part 1) or --combined FLAGS")
+    elif not flags:
+        run.unavailable = "no lever helped in the run given by --after: nothing to combine"
+    return Stage("combined", "The levers that helped, together, against the compiled default",
+                 run.estimate_s * 1.3 + 20.0, [run], variants=[v.name for v in variants],
+                 ratios=[("combined", "default")], note="the levers of --after's run whose windows beat the "
+                                                        "default's by 1% or more in most rounds")
+
+
+def levers_batch(flags: list[str]) -> int:
+    sizes = [flags[i + 1] for i, flag in enumerate(flags[:-1]) if flag == "--batch-size"]
+    return int(sizes[-1]) if sizes else 256
+
+
+STAGES = {"env": env_stage, "baseline": levers.baseline_stage, "levers_a": levers.levers_stage,
+          "decode": decode.decode_stage, "ddp": levers.ddp_stage, "curve": levers.curve_stage,
+          "levers_b": levers.levers_b_stage, "combined": combined_stage, "profile": levers.profile_stage,
+          "peers": peers_stage, "gputests": levers.gputests_stage, "pytest": pytest_stage,
+          "choices": choices_stage, "data": data_stage, "progression": progression_stage}
+"""Every stage, in the order they run."""
+
+PARTS = {1: ["env", "baseline", "levers_a", "decode"],
+         2: ["env", "ddp", "curve", "levers_b", "combined", "profile", "peers"]}
+"""The two plans, each in order of value: part 1 the default's baseline, the first levers (the newest GPU tests
+beside their compilations) and real data; part 2 the data-parallel wrapper and cuDNN's benchmark limit (the
+GPU tier beside their compilations), the batch curve, then what is left."""
+
+BUDGET_S = {1: 460.0, 2: 240.0}
+"""Each part's deadline on a GPU: 7.7 and 4 minutes, so that the commands end within 8 and 4.5 minutes."""
+
+OPTIONAL = frozenset(STAGES) - {name for names in PARTS.values() for name in names}
+"""Stages in neither plan (--stages runs them): the measurements behind the earlier defaults."""
+
+
+def build_plan(f: Features, only: dict[str, set[str] | None] | None = None, rounds: int | None = None,
+               part: int = 1) -> list[Stage]:
+    """The stages to run: the part's plan, or only: {stage: run names or None for all} (env always runs);
+    rounds: at most this many rounds per stage."""
+    names = PARTS[part] if only is None else [n for n in STAGES if n == "env" or n in only]
+    stages = []
+    for name in names:
+        stage = STAGES[name](f)
+        chosen = (only or {}).get(name)
+        if chosen:
+            unknown = chosen - {r.name.replace(" ", "_") for r in stage.runs}
+            if unknown:
+                raise ValueError(f"stage {name} has no run {', '.join(sorted(unknown))}")
+            stage.runs = [r for r in stage.runs if r.name.replace(" ", "_") in chosen]
+            kept = {r.name for r in stage.runs}
+            stage.ratios = [(a, b) for a, b in stage.ratios if a in kept and b in kept]
+        if rounds is not None:
+            stage.rounds = max(1, min(stage.rounds, rounds))
+        stages.append(stage)
+    return stages
+
+
+HELPS = 1.01
+"""A lever helps when its median beats the default's by this factor and most of its rounds agree."""
+
+
+def helpful_flags(document: dict) -> list[str]:
+    """The flags of the levers that helped in a campaign's gpu.json (levers_a, levers_b): every helpful
+    non-batch lever, and the batch size that helped most."""
+    flags: list[str] = []
+    best_batch: tuple[float, list[str]] | None = None
+    for stage in ("levers_a", "levers_b", "ddp"):
+        result = document.get("stages", {}).get(stage, {})
+        records = {r["name"]: r for r in result.get("runs", []) if r.get("variant_flags") is not None}
+        for ratio in result.get("ratios", []):
+            rounds = ratio.get("per_round") or []
+            if ratio.get("ratio") is None or ratio["ratio"] < HELPS or sum(p > 1 for p in rounds) * 2 <= len(rounds):
+                continue
+            lever = records.get(ratio["numerator"], {}).get("variant_flags") or []
+            if "--wrap-single-rank" in lever:
+                continue  # the wrapper is not a lever of one rank
+            if "--batch-size" in lever:
+                if best_batch is None or ratio["ratio"] > best_batch[0]:
+                    best_batch = (ratio["ratio"], lever)
+            else:
+                flags += lever if lever and lever[0] not in flags else []
+    return flags + (best_batch[1] if best_batch else [])
+
+
+def read_after(path: Path) -> list[str]:
+    return helpful_flags(json.loads(path.read_text()))
+
+
+__all__ = ["BUDGET_S", "OPTIONAL", "PARTS", "STAGES", "Run", "build_plan", "helpful_flags", "read_after"]
