@@ -60,7 +60,11 @@ def _path(decode: str, cpu_s_per_image: float | None, batch_size: int | None, co
     if not cpu_s_per_image or not batch_size:
         return said
     return (f"{said} takes {1000 * cpu_s_per_image:.2f} CPU-ms per image in the training process and its workers: "
-            f"{cores_for_rate(cpu_s_per_image, batch_size / compute_s)} cores per rank at the model's rate")
+            f"about {cores_said(cores_for_rate(cpu_s_per_image, batch_size / compute_s))} per rank at the model's rate")
+
+
+def cores_said(count: int) -> str:
+    return f"{count} core{'' if count == 1 else 's'}"
 
 
 def cores_for_rate(cpu_s_per_image: float, images_per_s: float) -> int:

@@ -55,4 +55,5 @@ def resolve_decode(decode: str, device: torch.device | str | None) -> str:
     raise ConfigError(f"data.decode=gpu: {why}; or use data.decode=fast (auto takes gpu where it can run)")
 
 
-__all__ = ["DECODERS", "ImageDecoder", "build_decoder", "decoder_name", "resolve_decode"]
+__all__ = ["DECODERS", "ImageDecoder", "NvjpegDecoder", "PillowDecoder", "build_decoder", "decoder_name",
+           "resolve_decode"]
