@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
-from dlscale.data.encoded import DevicePlan, Encoded, EncodedBatch, collate_encoded
+from dlscale.data.encoded import DevicePlan, Encoded
 from dlscale.data.source import BadSample, Source
 from dlscale.data.transforms import Compose, to_uint8_chw
 from dlscale.errors import DataError
@@ -66,11 +66,9 @@ class Batch(NamedTuple):
         return Batch(self.images.pin_memory(), self.labels.pin_memory(), self.skipped)
 
 
-def collate_samples(samples: list[Sample]) -> Batch | EncodedBatch:
-    """Stack samples into a uint8 NCHW batch and gather the paths they skipped; on the device decode
-    path, a batch of files for the device (data.encoded)."""
-    if any(isinstance(sample.image, Encoded) for sample in samples):
-        return collate_encoded(samples)
+def collate_samples(samples: list[Sample]) -> Batch:
+    """Stack samples into a uint8 NCHW batch and gather the paths they skipped (the device decode
+    path collates with data.encoded.collate_encoded)."""
     images = torch.stack([sample.image for sample in samples])
     labels = torch.tensor([sample.label for sample in samples], dtype=torch.int64)
     skipped = tuple(sample.skipped for sample in samples if sample.skipped is not None)

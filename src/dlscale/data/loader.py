@@ -24,7 +24,7 @@ from dlscale.data.cifar import (
 from dlscale.data.dataset import ImageDataset, collate_samples
 from dlscale.data.decoders import resolve_decode
 from dlscale.data.digits import DIGITS_CLASSES, digits_sources
-from dlscale.data.encoded import DevicePlan
+from dlscale.data.encoded import DevicePlan, collate_encoded
 from dlscale.data.imagefolder import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -149,7 +149,7 @@ def _loader(dataset, sampler, batch_size: int, cfg: DataConfig, *, drop_last: bo
         batch_size=batch_size,
         sampler=sampler,
         num_workers=workers,
-        collate_fn=collate_samples,
+        collate_fn=collate_samples if dataset.device_plan is None else collate_encoded,  # files for the device
         pin_memory=cfg.pin_memory and torch.cuda.is_available(),
         drop_last=drop_last,
         persistent_workers=cfg.persistent_workers and workers > 0,
