@@ -15,6 +15,11 @@ summed over the main process and its workers (read while the workers are alive: 
 persistent; dlscale.metrics.proc_io). No kernel counter gives file opens, so the data set counts
 them itself, with the bytes of the files it opened (dlscale.data.counting).
 
+With --device, the device's share is timed too: device ms per batch is the time the device spent
+from a batch's arrival to its normalised images (the copy, and on the device decode path the
+decode, crop and resize; CUDA events on the prefetcher's side stream). CPU ms per image is the CPU
+time of the main process and its workers per image: the cores a path needs per image/s.
+
 Warm-up batches (worker start-up, first batches) are not timed. Counts in the timed window
 include the batches the workers prefetch, which the window's start and end cancel in a steady
 state; with warm-up 0 and whole epochs the counts are exact (every file once per epoch).
@@ -37,14 +42,19 @@ from dlscale.data import DeviceNormalizer, DevicePrefetcher, build_loaders
 from dlscale.data.counting import count_reads
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.proc_io import sum_counters
-from dlscale.metrics.timing import device_synchronizer
+from dlscale.metrics.timing import DeviceTimer, device_synchronizer
 from dlscale.report.figure import figure, save
 
 
-def _epochs(loader, device: torch.device | None, normalizer) -> Iterator:
+def _epochs(loader, device: torch.device | None, normalizer, timer: DeviceTimer | None,
+            prefetchers: list[DevicePrefetcher]) -> Iterator:
     for epoch in itertools.count():
         loader.sampler.set_epoch(epoch)
-        yield from (loader if device is None else DevicePrefetcher(loader, device, normalizer))
+        if device is None:
+            yield from loader
+            continue
+        prefetchers.append(DevicePrefetcher(loader, device, normalizer, timer=timer))
+        yield from prefetchers[-1]
 
 
 def measure_setting(cfg: DataConfig, *, batch_size: int, batches: int, warmup: int,
@@ -57,12 +67,16 @@ def measure_setting(cfg: DataConfig, *, batch_size: int, batches: int, warmup: i
 
 
 def _measure(cfg: DataConfig, *, batch_size: int, batches: int, warmup: int, device, seed: int) -> dict:
-    loader, _, info = build_loaders(cfg, rank=0, world_size=1, batch_size=batch_size, seed=seed)
+    loader, _, info = build_loaders(cfg, rank=0, world_size=1, batch_size=batch_size, seed=seed, device=device)
     counting = count_reads(loader)
     normalizer = DeviceNormalizer(info.mean, info.std, device) if device is not None else None
-    stream = _epochs(loader, device, normalizer)
+    timer, prefetchers = (DeviceTimer(device) if device is not None else None), []
+    stream = _epochs(loader, device, normalizer, timer, prefetchers)
     for _ in range(warmup):
         next(stream)
+    if timer is not None:
+        timer.total_s()  # the warm-up's events done
+        timer.reset()
     pids = _pids(loader)
     before, counted, start = sum_counters(pids), counting.totals(), time.perf_counter()
     images = skipped = 0
@@ -80,7 +94,8 @@ def _measure(cfg: DataConfig, *, batch_size: int, batches: int, warmup: int, dev
     files, size = files - counted[0], size - counted[1]
     busy = delta["cpu_s"] / elapsed
     return {
-        "workers": cfg.num_workers, "images": images, "seconds": elapsed, "images_per_s": images / elapsed,
+        "workers": cfg.num_workers, "decode": info.decode, "images": images, "seconds": elapsed,
+        "images_per_s": images / elapsed,
         "files_opened": files, "file_bytes": size, "skipped": skipped,
         "files_per_s": files / elapsed, "file_read_gb_per_s": size / elapsed / 1e9,
         "rchar_bytes": int(delta["rchar"]), "rchar_gb_per_s": delta["rchar"] / elapsed / 1e9,
@@ -88,8 +103,20 @@ def _measure(cfg: DataConfig, *, batch_size: int, batches: int, warmup: int, dev
         "read_calls": int(delta["syscr"]), "read_calls_per_s": delta["syscr"] / elapsed,
         "cpu_s": delta["cpu_s"], "cpu_cores_busy": busy, "cpu_util_pct": 100 * busy / available_cores(),
         "images_per_cpu_s": images / delta["cpu_s"] if delta["cpu_s"] > 0 else None,
-        "processes": len(pids),
+        "cpu_ms_per_image": 1000 * delta["cpu_s"] / images if images else None,
+        "device_ms_per_batch": 1000 * timer.total_s() / timer.count if timer is not None and timer.count else None,
+        "processes": len(pids), **_decoded_where(prefetchers),
     }
+
+
+def _decoded_where(prefetchers: list[DevicePrefetcher]) -> dict:
+    """On the device decode path, where the rows of every batch (warm-up included) were decoded."""
+    stages = [p.stage for p in prefetchers if p.stage is not None]
+    if not stages:
+        return {}
+    return {"decoded_on_device": sum(s.counts.device for s in stages),
+            "decoded_by_workers": sum(s.counts.workers for s in stages),
+            "refused_by_device": sum(s.counts.refused for s in stages)}
 
 
 def _pids(loader) -> list[int]:
@@ -130,15 +157,16 @@ COLUMNS = (("workers", "workers", "{:d}"), ("img/s", "images_per_s", "{:.1f}"), 
            ("files/s", "files_per_s", "{:.1f}"), ("file GB/s", "file_read_gb_per_s", "{:.4f}"),
            ("rchar GB/s", "rchar_gb_per_s", "{:.4f}"), ("disk GB/s", "storage_read_gb_per_s", "{:.4f}"),
            ("reads/s", "read_calls_per_s", "{:.0f}"), ("CPU busy", "cpu_cores_busy", "{:.2f}"),
-           ("CPU %", "cpu_util_pct", "{:.0f}"), ("img/CPU-s", "images_per_cpu_s", "{:.1f}"))
+           ("CPU %", "cpu_util_pct", "{:.0f}"), ("img/CPU-s", "images_per_cpu_s", "{:.1f}"),
+           ("CPU ms/img", "cpu_ms_per_image", "{:.3f}"), ("dev ms/batch", "device_ms_per_batch", "{:.2f}"))
 
 
 def format_row(row: dict) -> str:
-    return "".join(f"{'-' if row.get(key) is None else fmt.format(row[key]):>12}" for _, key, fmt in COLUMNS)
+    return "".join(f"{'-' if row.get(key) is None else fmt.format(row[key]):>13}" for _, key, fmt in COLUMNS)
 
 
 def format_header() -> str:
-    return "".join(f"{title:>12}" for title, _, _ in COLUMNS)
+    return "".join(f"{title:>13}" for title, _, _ in COLUMNS)
 
 
 def plot(rows: list[dict], path, title: str) -> None:

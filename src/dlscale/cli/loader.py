@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from dlscale.bench import loader as loader_bench
 from dlscale.config import DataConfig
-from dlscale.config.sections import DATASET_NAMES, DECODE_MODES
+from dlscale.config.sections import DATASET_NAMES, DECODE_ALIASES, DECODE_MODES
+from dlscale.data.decoders import decoder_name, resolve_decode
 from dlscale.data.transforms import pillow_build
 from dlscale.distributed import DistEnv
 from dlscale.errors import ConfigError, DeviceError
@@ -34,9 +36,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("--warmup-batches", type=int, default=None,
                    help="untimed batches first (default: 2 per worker, at least 2)")
     p.add_argument("--image-size", type=int, default=None, help="training crop side (default: the data set's)")
-    p.add_argument("--decode", choices=DECODE_MODES, default="fast", help="JPEG decode path (data.decode)")
+    p.add_argument("--decode", choices=(*DECODE_MODES, *DECODE_ALIASES), default="fast",
+                   help="JPEG decode path (data.decode): fast (also called cpu) and plain decode in the workers; "
+                        "gpu decodes on the device (needs --device cuda and torchvision); auto takes gpu where "
+                        "it can run, else fast")
     p.add_argument("--device", choices=("none", "cpu", "cuda"), default="none",
-                   help="also copy batches to this device and normalise them there (none: host batches only)")
+                   help="also copy batches to this device and normalise them there (none: host batches only); "
+                        "the device decode path decodes there")
     p.add_argument("--repeats", type=int, default=1,
                    help="measure every setting this many times, interleaved, and keep the median run")
     p.add_argument("--prewarm", action="store_true",
@@ -72,11 +78,13 @@ def run(args: argparse.Namespace) -> int:
     workers = parse_workers(args.workers)
     device = _check(args)
     cfg = DataConfig(name=args.dataset, path=args.data, image_size=args.image_size, decode=args.decode)
+    if args.dataset == "imagefolder":  # refused here, in one line, where the device decoder cannot run
+        cfg = replace(cfg, decode=resolve_decode(cfg.decode, device))
     if args.prewarm and args.data:
         _prewarm(Path(args.data) / "train" if args.dataset == "imagefolder" else Path(args.data))
     cores = available_cores()
     print(f"{args.dataset} {args.data or ''}: batch {args.batch_size}, {args.batches} timed batches per setting, "
-          f"decode {args.decode}, {pillow_build()}, {cores} cores", flush=True)
+          f"decode {_said(cfg.decode, device)}, {pillow_build()}, {cores} cores", flush=True)
     if max(workers) > cores:
         print(f"note: settings of more than {cores} workers oversubscribe this machine's {cores} cores", flush=True)
     in_flight = max(workers) * cfg.prefetch_factor
@@ -101,10 +109,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"median of {args.repeats} runs per setting:\n{table}", flush=True)
     out = RunDir.create(*((args.out.parent, args.out.name) if args.out else
                           ("runs", default_run_name("loader", args.dataset))))
-    _write(out, args, device, rows, table)
+    _write(out, args, cfg.decode, device, rows, table)
     best = max(rows, key=lambda row: row["images_per_s"])
-    print(f"fastest: {best['workers']} workers, {best['images_per_s']:.1f} img/s ({best['speedup']:.2f}x); "
-          "rchar counts page-cache hits and worker pipes, disk GB/s only storage reads", flush=True)
+    device_ms = best["device_ms_per_batch"]
+    print(f"fastest: {best['workers']} workers, {best['images_per_s']:.1f} img/s ({best['speedup']:.2f}x), "
+          f"{best['cpu_ms_per_image'] or 0:.3f} CPU-ms per image (main process and workers)"
+          + (f", {device_ms:.2f} device-ms per batch" if device_ms is not None else "")
+          + "; rchar counts page-cache hits and worker pipes, disk GB/s only storage reads", flush=True)
     print(f"Run directory: {out.path}", flush=True)
     return 0
 
@@ -117,14 +128,18 @@ def _prewarm(root: Path) -> None:
                     pass
 
 
-def _write(out: RunDir, args, device, rows: list[dict], table: str) -> None:
+def _said(decode: str, device: torch.device | None) -> str:
+    return f"gpu ({decoder_name(device)} on {device})" if decode == "gpu" and device is not None else decode
+
+
+def _write(out: RunDir, args, decode: str, device, rows: list[dict], table: str) -> None:
     settings = {"dataset": args.dataset, "data": args.data, "batch_size": args.batch_size, "batches": args.batches,
-                "repeats": args.repeats,
-                "warmup_batches": args.warmup_batches, "image_size": args.image_size, "decode": args.decode,
+                "repeats": args.repeats, "warmup_batches": args.warmup_batches, "image_size": args.image_size,
+                "decode": decode, "decode_asked": args.decode,
                 "device": args.device, "prewarm": args.prewarm, "workers": [row["workers"] for row in rows]}
     out.write_setup({"kind": "loader", **settings}, DistEnv(), device or torch.device("cpu"))
     out.write_json("summary.json", {"kind": "loader", **settings, "world_size": 1, "pillow": pillow_build(),
                                     "cores": available_cores(), "settings": rows,
                                     "columns": [key for _, key, _ in loader_bench.COLUMNS]})
     (out.path / "loader.txt").write_text(table + "\n")
-    loader_bench.plot(rows, out.path / "loader.png", f"{args.dataset}: batch {args.batch_size}, decode {args.decode}")
+    loader_bench.plot(rows, out.path / "loader.png", f"{args.dataset}: batch {args.batch_size}, decode {decode}")

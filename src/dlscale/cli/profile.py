@@ -170,9 +170,8 @@ def _profile_train(args, cfg, preset: str, env: DistEnv, device: torch.device) -
     described = {"preset": preset, "model": cfg.model.name, "data": cfg.data.name,
                  "batch_size": plan.per_rank_batch, "image_size": info.image_size,
                  "precision": cfg.precision, "dist_optimizer": cfg.strategy.dist_optimizer,
-                 "num_workers": cfg.data.num_workers, "decode": cfg.data.decode, **asdict(cfg.speed.resolved(device))}
-    loader = {"workers": cfg.data.num_workers,
-              "decode": cfg.data.decode if cfg.data.name == "imagefolder" else "not JPEG"}
+                 "num_workers": cfg.data.num_workers, "decode": info.decode, **asdict(cfg.speed.resolved(device))}
+    loader = {"workers": cfg.data.num_workers, "decode": info.decode or "not JPEG", "device_type": device.type}
     _profile(args, env, device, run.parts, batches, described, loader=loader,
              accumulation_steps=plan.accumulation_steps)
 

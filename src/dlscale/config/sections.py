@@ -30,7 +30,11 @@ and automatic mixed precision to fp16 (with loss scaling) or bf16 (dlscale.preci
 
 DATASET_NAMES = ("synthetic", "digits", "cifar10", "cifar100", "imagefolder")
 ON_BAD_SAMPLE = ("skip", "error")
-DECODE_MODES = ("fast", "plain")
+DECODE_MODES = ("fast", "plain", "gpu", "auto")
+DECODE_PATHS = ("fast", "plain", "gpu")
+"""The paths a data set is built for: DECODE_MODES once "auto" is resolved for a device."""
+DECODE_ALIASES = {"cpu": "fast"}
+"""Other names of decode modes: "cpu" is the fast CPU path (`dlscale loader --decode cpu|gpu`)."""
 LrScaling = Literal["none", "linear", "sqrt"]
 LR_SCALING_RULES: tuple[str, ...] = typing.get_args(LrScaling)
 ScheduleName = Literal["constant", "step", "cosine", "linear", "plateau"]
@@ -87,12 +91,22 @@ class DataConfig:
     the ratio of the ImageNet recipe (resize 256, crop 224)."""
 
     decode: str = "fast"
-    """How training JPEGs become crops (imagefolder). "fast": a JPEG whose shorter side is at
-    least 2 x image_size is decoded at 1/2, 1/4 or 1/8 scale when the random crop is that many
-    times image_size (Pillow's draft mode), and crops are resized as uint8 tensors by torch's
-    antialiased bilinear kernel. "plain": every file decoded at full size, resized by Pillow.
-    Both draw the same crop boxes and flips from the same seeds (docs/profiling.md has the
-    measured speeds)."""
+    """How training JPEGs become crops (imagefolder). "fast" (also called "cpu"): the loader workers
+    decode; a JPEG whose shorter side is at least 2 x image_size is decoded at 1/2, 1/4 or 1/8 scale
+    when the random crop is that many times image_size (Pillow's draft mode), and crops are resized
+    as uint8 tensors by torch's antialiased bilinear kernel. "plain": every file decoded at full size
+    by the workers, resized by Pillow. "gpu": the workers only read the files, parse their headers and
+    draw the crops; the training process decodes each batch on the device (nvJPEG through
+    torchvision, `pip install 'dlscale[gpu]'`) and crops, resizes, flips and normalises it there, train
+    and validation; files nvJPEG cannot take (CMYK, grayscale, not JPEG, a decode error) go through
+    the fast path. "auto": "gpu" on a CUDA device where torchvision's nvJPEG decoder is installed,
+    else "fast". Every path draws the same crop boxes and flips from the same seeds
+    (docs/profiling.md has the measured speeds)."""
+
+    decode_chunk: int = 64
+    """decode=gpu: images per nvJPEG call. Each decoded image holds 3 bytes per pixel on the device
+    until it is cropped, and its crop 12 more (float) while it is resized: a 500 x 375 JPEG, ImageNet's
+    commonest size, holds 0.56 MB, so a chunk of 64 such images about 36 MB (docs/profiling.md)."""
 
     num_workers: int = 2
     """DataLoader worker processes per rank; 0 loads in the training process.
@@ -139,15 +153,18 @@ class DataConfig:
     def __post_init__(self) -> None:
         if self.name not in DATASET_NAMES:
             raise ConfigError(f"data.name={self.name!r} is unknown; use one of {', '.join(DATASET_NAMES)}")
+        if self.decode in DECODE_ALIASES:
+            object.__setattr__(self, "decode", DECODE_ALIASES[self.decode])  # one name downstream
         if self.decode not in DECODE_MODES:
-            raise ConfigError(f"data.decode={self.decode!r}; use one of {', '.join(DECODE_MODES)}")
+            raise ConfigError(f"data.decode={self.decode!r}; use one of {', '.join(DECODE_MODES)} "
+                              f"(or {', '.join(DECODE_ALIASES)})")
         if self.on_bad_sample not in ON_BAD_SAMPLE:
             raise ConfigError(f"data.on_bad_sample={self.on_bad_sample!r}; use 'skip' or 'error'")
         for key in ("image_size", "val_image_size", "val_resize"):
             value = getattr(self, key)
             if value is not None and value < 1:
                 raise ConfigError(f"data.{key}={value}; use a positive number of pixels or leave it unset")
-        for key in ("prefetch_factor", "max_consecutive_bad", "synthetic_size",
+        for key in ("prefetch_factor", "max_consecutive_bad", "decode_chunk", "synthetic_size",
                     "synthetic_val_size", "synthetic_classes"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"data.{key}={getattr(self, key)}; use a number >= 1")

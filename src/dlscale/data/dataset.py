@@ -16,6 +16,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from dlscale.data.encoded import DevicePlan, Encoded
 from dlscale.data.source import BadSample, Source
 from dlscale.data.transforms import Compose, to_uint8_chw
 from dlscale.errors import DataError
@@ -40,11 +41,14 @@ class BadSampleError(DataError):
 
 
 class Sample(NamedTuple):
-    image: torch.Tensor
-    """uint8, (3, H, W)."""
+    image: torch.Tensor | Encoded
+    """uint8, (3, H, W); or, on the device decode path, the file and its crop (data.encoded)."""
     label: int
     skipped: str | None
     """Path of the unreadable file this sample replaced, or None."""
+    key: tuple[int, int, int] | None = None
+    """(epoch, index, attempt): the sample asked for, and how many files after it this one is
+    (ImageDataset.sample_from picks the sample up there when the device cannot decode its file)."""
 
 
 class Batch(NamedTuple):
@@ -63,7 +67,8 @@ class Batch(NamedTuple):
 
 
 def collate_samples(samples: list[Sample]) -> Batch:
-    """Stack samples into a uint8 NCHW batch and gather the paths they skipped."""
+    """Stack samples into a uint8 NCHW batch and gather the paths they skipped (the device decode
+    path collates with data.encoded.collate_encoded)."""
     images = torch.stack([sample.image for sample in samples])
     labels = torch.tensor([sample.label for sample in samples], dtype=torch.int64)
     skipped = tuple(sample.skipped for sample in samples if sample.skipped is not None)
@@ -104,6 +109,7 @@ class ImageDataset(Dataset):
         on_bad_sample: str = "skip",
         max_consecutive_bad: int = 50,
         placeholder_size: int | None = None,
+        device_plan: DevicePlan | None = None,
     ):
         self.source = source
         self.transform = transform
@@ -111,6 +117,8 @@ class ImageDataset(Dataset):
         self.on_bad_sample = on_bad_sample
         self.max_consecutive_bad = max_consecutive_bad
         self.placeholder_size = placeholder_size
+        self.device_plan = device_plan
+        """Set where the transform leaves files for the device to decode: what it does with them."""
 
     def __len__(self) -> int:
         return len(self.source)
@@ -118,12 +126,17 @@ class ImageDataset(Dataset):
     def __getitem__(self, key: int | tuple[int, int]) -> Sample:
         """The sample at index, or on a bad file the next readable index after it (wrapping)."""
         epoch, index = key if isinstance(key, tuple) else (0, key)
+        return self.sample_from(epoch, index)
+
+    def sample_from(self, epoch: int, index: int, first_attempt: int = 0, first_bad: str | None = None) -> Sample:
+        """The sample at index, trying the files from index + first_attempt on (__getitem__ starts at 0; the
+        device decode path picks a sample up here, on the CPU, at a file its decoder refused)."""
         size = len(self.source)
-        first_bad: str | None = None
-        for attempt in range(min(self.max_consecutive_bad, size)):
+        tries = min(self.max_consecutive_bad, size)
+        for attempt in range(first_attempt, tries):
             try:
                 image, label = self._transformed((index + attempt) % size, epoch, index)
-                return Sample(image, label, first_bad)
+                return Sample(image, label, first_bad, (epoch, index, attempt))
             except BadSample as bad:
                 if self.on_bad_sample == "error":
                     raise BadSampleError(
@@ -133,7 +146,7 @@ class ImageDataset(Dataset):
                 if self.placeholder_size is not None:
                     return self._placeholder(index, epoch, bad.path)
                 first_bad = first_bad or bad.path
-        raise _in_a_row(min(self.max_consecutive_bad, size), first_bad)
+        raise _in_a_row(tries, first_bad)
 
     def _placeholder(self, index: int, epoch: int, path: str) -> Sample:
         """An unreadable validation file: a placeholder sample, unless the files after it are

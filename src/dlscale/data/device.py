@@ -1,7 +1,9 @@
 """The device side of the input pipeline: copy uint8 batches over, normalise them there.
 
 Batches cross the host-device link as uint8 (a quarter of the bytes of float32) and become float
-on the device, as in the HAL/apex `fast_collate` + `data_prefetcher` pattern.
+on the device, as in the HAL/apex `fast_collate` + `data_prefetcher` pattern. On the device decode
+path (data.decode=gpu) the loader yields files, and the prefetcher decodes them on its device first
+(data.device_decode), with the decoder of that device (nvJPEG on CUDA; Pillow on the CPU).
 """
 
 from __future__ import annotations
@@ -11,6 +13,10 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 
 from dlscale.data.dataset import Batch
+from dlscale.data.decoders import ImageDecoder, build_decoder
+from dlscale.data.device_decode import DeviceDecodeStage
+from dlscale.data.encoded import EncodedBatch
+from dlscale.metrics.timing import DeviceTimer
 
 
 class DeviceNormalizer:
@@ -50,22 +56,39 @@ def normalize(images: torch.Tensor, mean: Sequence[float], std: Sequence[float],
 class DevicePrefetcher:
     """Iterate a loader of Batch, yielding Batch with tensors on `device` (images normalised if a
     normalizer is given). On CUDA the next batch is copied (non_blocking, from pinned memory) and
-    normalised on a side stream while the current one is used; elsewhere it is a plain copy."""
+    normalised on a side stream while the current one is used; elsewhere it is a plain copy.
+
+    A loader of EncodedBatch (its data set has a device_plan) is decoded on `device` by `decoder`
+    (default: the device's own, data.decoders.build_decoder) in the same place. timer, if given,
+    sums the device time of that work per batch: copy, decode, crop, normalise (`dlscale loader`).
+    """
 
     def __init__(self, loader: Iterable[Batch], device: torch.device | str,
-                 normalizer: DeviceNormalizer | None = None):
+                 normalizer: DeviceNormalizer | None = None, *, decoder: ImageDecoder | None = None,
+                 timer: DeviceTimer | None = None):
         self.loader = loader
         self.device = torch.device(device)
         self.normalizer = normalizer
+        self.timer = timer
+        plan = getattr(getattr(loader, "dataset", None), "device_plan", None)
+        self.stage = None if plan is None else DeviceDecodeStage(plan, decoder or build_decoder(self.device))
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
 
-    def _to_device(self, batch: Batch) -> Batch:
+    def _to_device(self, batch: Batch | EncodedBatch) -> Batch:
+        if self.timer is not None:
+            self.timer.start()
+        if isinstance(batch, EncodedBatch):
+            if self.stage is None:
+                raise TypeError("a loader of encoded batches needs a data set with a device_plan (data.decode=gpu)")
+            batch = self.stage(batch)
         images = batch.images.to(self.device, non_blocking=True)
         labels = batch.labels.to(self.device, non_blocking=True)
         if self.normalizer is not None:
             images = self.normalizer(images)
+        if self.timer is not None:
+            self.timer.stop()
         return Batch(images, labels, batch.skipped)
 
     def __iter__(self) -> Iterator[Batch]:

@@ -14,19 +14,27 @@ which draws the crop box, can choose the scale. load() still rejects such a file
 a JPEG Pillow can parse or when its scan data has no end-of-image marker (a truncated copy, the
 common failure); a file corrupt in the middle is found only by the transform, and is then skipped
 (or reported) like any unreadable file.
+
+The device decode path (decode="gpu") reads each file and parses its JPEG header here, in pure
+Python (jpeg_header): a JPEG the device decoder takes (device_decodable: 8-bit YCbCr or
+progressive, complete) comes out of load() undecoded, as a JpegFile; any other file (CMYK, grayscale,
+PNG, truncated, unreadable) goes the fast path's way, from the bytes already read.
 """
 
 from __future__ import annotations
 
+import copy
 import io
 import os
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from PIL import Image
 
-from dlscale.config.sections import DECODE_MODES
+from dlscale.config.sections import DECODE_PATHS
+from dlscale.data.encoded import JpegFile
 from dlscale.data.source import BadSample
 from dlscale.errors import ConfigError, DataError
 
@@ -60,11 +68,15 @@ class ImageFolderSource:
 
     draft_min_side: None decodes every image in load() (the plain path); a number hands JPEGs
     whose shorter side is at least that many pixels to the transform undecoded (the fast path).
+    for_device: hand JPEGs the device decoder takes over as JpegFile (the device path); the
+    others go the way draft_min_side says.
     """
 
-    def __init__(self, split_dir: Path, class_to_index: dict[str, int], *, draft_min_side: int | None = None):
+    def __init__(self, split_dir: Path, class_to_index: dict[str, int], *, draft_min_side: int | None = None,
+                 for_device: bool = False):
         self.split_dir = str(split_dir)
         self.draft_min_side = draft_min_side
+        self.for_device = for_device
         relative, labels = [], []
         for class_name in _class_folders(split_dir):
             if class_name not in class_to_index:
@@ -87,10 +99,18 @@ class ImageFolderSource:
     def path(self, index: int) -> str:
         return os.path.join(self.split_dir, os.fsdecode(self.relative_paths[index]))
 
-    def load(self, index: int) -> tuple[Image.Image, int]:
+    def on_cpu(self) -> ImageFolderSource:
+        """The same files (the same path array, not a copy), every one decoded on the CPU."""
+        twin = copy.copy(self)
+        twin.for_device = False
+        return twin
+
+    def load(self, index: int) -> tuple[Image.Image | JpegFile, int]:
         path = self.path(index)
         try:
-            if self.draft_min_side is None:
+            if self.for_device:
+                image = open_for_device(path, self.draft_min_side)
+            elif self.draft_min_side is None:
                 with Image.open(path) as file:
                     image = file.convert("RGB")  # a full decode: the only check that finds truncation
             else:
@@ -108,6 +128,24 @@ def open_for_crop(path: str, draft_min_side: int) -> Image.Image:
     """
     with open(path, "rb") as file:
         data = file.read()  # one open and one read per file; the decoder works from memory
+    return _opened(data, path, draft_min_side)
+
+
+def open_for_device(path: str, draft_min_side: int | None) -> JpegFile | Image.Image:
+    """The file at path as a JpegFile if the device decoder takes it, else as the CPU path opens it
+    (open_for_crop with draft_min_side, or decoded when that is None)."""
+    with open(path, "rb") as file:
+        data = file.read()
+    header = jpeg_header(data)
+    if device_decodable(header) and jpeg_is_complete(data):
+        return JpegFile(data, header.width, header.height, path)
+    if draft_min_side is not None:
+        return _opened(data, path, draft_min_side)
+    with Image.open(io.BytesIO(data)) as file:
+        return file.convert("RGB")
+
+
+def _opened(data: bytes, path: str, draft_min_side: int) -> Image.Image:
     image = Image.open(io.BytesIO(data))
     if image.format == "JPEG" and min(image.size) >= draft_min_side:
         if not jpeg_is_complete(data):
@@ -147,6 +185,68 @@ def _first_scan(data: bytes) -> int:
     return -1
 
 
+class JpegHeader(NamedTuple):
+    """What a JPEG's header says of its image (its frame, and an Adobe segment if any)."""
+
+    width: int
+    height: int
+    components: int
+    precision: int
+    """Bits per sample (8 in nearly every JPEG; 12 in a few medical ones)."""
+    frame: int
+    """The start-of-frame marker's second byte: 0xC0 baseline, 0xC1 extended, 0xC2 progressive, ..."""
+    component_ids: bytes
+    adobe_transform: int | None
+    """The Adobe (APP14) segment's colour transform: 0 none (RGB or CMYK), 1 YCbCr, 2 YCCK; None without one."""
+
+
+DEVICE_FRAMES = (0xC0, 0xC1, 0xC2)
+"""Huffman-coded baseline, extended and progressive frames: what nvJPEG decodes (lossless, hierarchical
+and arithmetic-coded frames are left to libjpeg)."""
+
+
+def jpeg_header(data: bytes) -> JpegHeader | None:
+    """The header of a JPEG file's bytes, walking its segments to the start-of-frame; None when the
+    bytes are not a JPEG (or the frame is not found before the first scan)."""
+    if data[:2] != b"\xff\xd8":
+        return None
+    position, adobe = 2, None
+    while position + 4 <= len(data):
+        if data[position] != 0xFF:
+            return None
+        marker = data[position + 1]
+        if marker == 0xFF:  # fill byte before a marker
+            position += 1
+            continue
+        if 0xD0 <= marker <= 0xD9 or marker == 0x01:  # markers without a length
+            position += 2
+            continue
+        if marker == 0xDA:  # a scan before any frame
+            return None
+        length = int.from_bytes(data[position + 2:position + 4], "big")
+        segment = data[position + 4:position + 2 + length]
+        if marker == 0xEE and segment[:5] == b"Adobe" and len(segment) >= 12:
+            adobe = segment[11]
+        elif 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # DHT, JPG and DAC are not frames
+            if len(segment) < 6:
+                return None
+            components = segment[5]
+            return JpegHeader(width=int.from_bytes(segment[3:5], "big"), height=int.from_bytes(segment[1:3], "big"),
+                              components=components, precision=segment[0], frame=marker,
+                              component_ids=bytes(segment[6:6 + 3 * components:3]), adobe_transform=adobe)
+        position += 2 + length
+    return None
+
+
+def device_decodable(header: JpegHeader | None) -> bool:
+    """A JPEG the device path decodes: three 8-bit YCbCr components in a Huffman-coded frame. CMYK
+    (4 components), grayscale (1), RGB-coded JPEGs (Adobe transform 0, or components named R, G, B)
+    and other frames go through the CPU path, which converts them as Pillow does."""
+    return (header is not None and header.frame in DEVICE_FRAMES and header.precision == 8
+            and header.components == 3 and header.width > 0 and header.height > 0
+            and header.adobe_transform != 0 and header.component_ids != b"RGB")
+
+
 def imagefolder_sources(
     root: str | Path | None, *, decode: str = "fast", image_size: int = 224
 ) -> tuple[ImageFolderSource, ImageFolderSource, tuple[str, ...]]:
@@ -154,9 +254,11 @@ def imagefolder_sources(
 
     decode="fast" lets the train split hand JPEGs of at least 2 x image_size pixels per side to
     the crop transform undecoded (see the module docstring); val always decodes in load().
+    decode="gpu" hands the JPEGs the device takes over as JpegFile, in both splits, and the
+    others as "fast" does (ImageFolderSource.on_cpu gives the same split for the CPU path).
     """
-    if decode not in DECODE_MODES:
-        raise ConfigError(f"data.decode={decode!r}; use one of {', '.join(DECODE_MODES)}")
+    if decode not in DECODE_PATHS:
+        raise ConfigError(f"data.decode={decode!r}; use one of {', '.join(DECODE_PATHS)}")
     if root is None:
         raise DataError(f"data.name=imagefolder needs data.path, a folder with {LAYOUT}")
     root = Path(root)
@@ -168,7 +270,8 @@ def imagefolder_sources(
         raise DataError(f"{root / 'train'} has no class folders; expected {LAYOUT}")
     class_to_index = {name: index for index, name in enumerate(classes)}
     # A reduced-scale decode needs a crop of at least 2 x image_size on both sides.
-    draft_min_side = 2 * image_size if decode == "fast" else None
-    train = ImageFolderSource(root / "train", class_to_index, draft_min_side=draft_min_side)
-    val = ImageFolderSource(root / "val", class_to_index)
+    draft_min_side = 2 * image_size if decode in ("fast", "gpu") else None
+    device = decode == "gpu"
+    train = ImageFolderSource(root / "train", class_to_index, draft_min_side=draft_min_side, for_device=device)
+    val = ImageFolderSource(root / "val", class_to_index, for_device=device)
     return train, val, tuple(classes)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -22,7 +22,9 @@ from dlscale.data.cifar import (
     cifar_sources,
 )
 from dlscale.data.dataset import ImageDataset, collate_samples
+from dlscale.data.decoders import resolve_decode
 from dlscale.data.digits import DIGITS_CLASSES, digits_sources
+from dlscale.data.encoded import DevicePlan, collate_encoded
 from dlscale.data.imagefolder import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -54,15 +56,21 @@ class DatasetInfo:
     val_image_size: int
     """Side of the square validation images."""
     class_names: tuple[str, ...] = ()
+    decode: str | None = None
+    """The decode path the loaders were built for (imagefolder): fast, plain or gpu (data.decode
+    resolved for the device); None for the data sets held as arrays."""
 
 
 @dataclass(frozen=True)
 class _Built:
     train: Source
     val: Source
-    train_transform: T.Compose | None
-    val_transform: T.Compose | None
+    train_transform: Callable | None
+    val_transform: Callable | None
     info: DatasetInfo
+    on_cpu: _Built | None = None
+    """The device decode path: the same files and recipe on the CPU path, which takes the files the
+    device decoder refuses."""
 
 
 def _build_synthetic(cfg: DataConfig) -> _Built:
@@ -107,9 +115,13 @@ def _build_imagefolder(cfg: DataConfig) -> _Built:
     train, val, class_names = imagefolder_sources(cfg.path, decode=cfg.decode, image_size=size)
     info = DatasetInfo(name=cfg.name, num_classes=len(class_names), mean=IMAGENET_MEAN, std=IMAGENET_STD,
                        train_size=len(train), val_size=len(val), image_size=size, val_image_size=val_size,
-                       class_names=class_names)
-    return _Built(train, val, T.imagenet_train_transform(size, cfg.decode),
-                  T.imagenet_val_transform(val_size, cfg.val_resize), info)
+                       class_names=class_names, decode=cfg.decode)
+    val_transform = T.imagenet_val_transform(val_size, cfg.val_resize)
+    if cfg.decode != "gpu":
+        return _Built(train, val, T.imagenet_train_transform(size, cfg.decode), val_transform, info)
+    on_cpu = _Built(train.on_cpu(), val.on_cpu(), T.imagenet_train_transform(size, "fast"), val_transform, info)
+    return _Built(train, val, T.imagenet_train_transform(size, "gpu"),
+                  T.DeviceCenterCrop(val_size, T.val_resize(val_size, cfg.val_resize)), info, on_cpu)
 
 
 _BUILDERS: dict[str, Callable[[DataConfig], _Built]] = {
@@ -137,7 +149,7 @@ def _loader(dataset, sampler, batch_size: int, cfg: DataConfig, *, drop_last: bo
         batch_size=batch_size,
         sampler=sampler,
         num_workers=workers,
-        collate_fn=collate_samples,
+        collate_fn=collate_samples if dataset.device_plan is None else collate_encoded,  # files for the device
         pin_memory=cfg.pin_memory and torch.cuda.is_available(),
         drop_last=drop_last,
         persistent_workers=cfg.persistent_workers and workers > 0,
@@ -145,6 +157,18 @@ def _loader(dataset, sampler, batch_size: int, cfg: DataConfig, *, drop_last: bo
         worker_init_fn=seed_worker if workers > 0 else None,
         generator=torch.Generator().manual_seed(seed),
     )
+
+
+def _device_plan(built: _Built, cfg: DataConfig, split: str, options: dict) -> DevicePlan | None:
+    """What the device does with a split's files on the device decode path (None on the others)."""
+    if built.on_cpu is None:
+        return None
+    info, cpu = built.info, built.on_cpu
+    fallback = ImageDataset(getattr(cpu, split), getattr(cpu, f"{split}_transform"), **options)
+    if split == "train":
+        return DevicePlan(size=info.image_size, resize=None, chunk=cfg.decode_chunk, fallback=fallback)
+    return DevicePlan(size=info.val_image_size, resize=T.val_resize(info.val_image_size, cfg.val_resize),
+                      chunk=cfg.decode_chunk, fallback=fallback)
 
 
 def build_loaders(
@@ -155,6 +179,7 @@ def build_loaders(
     batch_size: int,
     val_batch_size: int | None = None,
     seed: int = 0,
+    device: torch.device | str | None = None,
 ) -> tuple[DataLoader, DataLoader, DatasetInfo]:
     """This rank's (train_loader, val_loader, info).
 
@@ -167,6 +192,9 @@ def build_loaders(
     """
     if batch_size < 1 or (val_batch_size is not None and val_batch_size < 1):
         raise ConfigError(f"batch_size={batch_size}, val_batch_size={val_batch_size}; use 1 or more")
+    if cfg.name == "imagefolder":
+        cfg = replace(cfg, decode=resolve_decode(cfg.decode, device) if device is not None else
+                      "fast" if cfg.decode == "auto" else cfg.decode)
     built = _BUILDERS[cfg.name](cfg)
     train_sampler = ShardedTrainSampler(len(built.train), rank=rank, world_size=world_size, seed=seed,
                                         drop_last=cfg.drop_last)
@@ -177,9 +205,11 @@ def build_loaders(
         )
     dataset_options = {"seed": seed, "on_bad_sample": cfg.on_bad_sample,
                        "max_consecutive_bad": cfg.max_consecutive_bad}
-    train_set = ImageDataset(built.train, built.train_transform, **dataset_options)
-    val_set = ImageDataset(built.val, built.val_transform, **dataset_options,
-                           placeholder_size=built.info.val_image_size)
+    val_options = {**dataset_options, "placeholder_size": built.info.val_image_size}
+    train_set = ImageDataset(built.train, built.train_transform, **dataset_options,
+                             device_plan=_device_plan(built, cfg, "train", dataset_options))
+    val_set = ImageDataset(built.val, built.val_transform, **val_options,
+                           device_plan=_device_plan(built, cfg, "val", val_options))
     val_sampler = ExactShardSampler(len(built.val), rank=rank, world_size=world_size)
     train_loader = _loader(train_set, train_sampler, batch_size, cfg, drop_last=cfg.drop_last, seed=seed)
     val_loader = _loader(val_set, val_sampler, val_batch_size or batch_size, cfg, drop_last=False, seed=seed)

@@ -13,7 +13,9 @@ Recipes, as the references use them:
 The ImageNet train recipe has two decode paths (DataConfig.decode) that draw the same crop boxes
 and flips from the same generator: "plain" resizes a fully decoded image with Pillow; "fast"
 (FastRandomResizedCrop) decodes a JPEG at 1/2, 1/4 or 1/8 scale when the box allows it and
-resizes a uint8 tensor with torch's antialiased bilinear kernel. See docs/profiling.md.
+resizes a uint8 tensor with torch's antialiased bilinear kernel. See docs/profiling.md. "gpu"
+(DeviceRandomResizedCrop, DeviceCenterCrop) draws the same boxes and flips, and leaves the decoding,
+cropping and resizing to the device (data.device_decode).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ import torch
 from PIL import Image
 from torch.nn import functional as F
 
-from dlscale.config.sections import DECODE_MODES
+from dlscale.config.sections import DECODE_PATHS
+from dlscale.data.encoded import Encoded, JpegFile
 from dlscale.data.source import BadSample
 from dlscale.errors import ConfigError
 
@@ -189,8 +192,12 @@ class RandomHorizontalFlip:
     def __init__(self, p: float = 0.5):
         self.p = p
 
+    def draw(self, generator: torch.Generator) -> bool:
+        """Whether to mirror: the one draw this transform takes from the generator."""
+        return float(torch.rand((), generator=generator)) < self.p
+
     def __call__(self, img: Image.Image | torch.Tensor, generator: torch.Generator) -> Image.Image | torch.Tensor:
-        if float(torch.rand((), generator=generator)) < self.p:
+        if self.draw(generator):
             if isinstance(img, torch.Tensor):
                 return img.flip(-1)
             return img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
@@ -282,18 +289,66 @@ class Resize:
         return f"Resize({self.size})"
 
 
-def imagenet_train_transform(size: int = 224, decode: str = "fast") -> Compose:
-    """RandomResizedCrop(size) + horizontal flip; decode "fast" or "plain" (DataConfig.decode)."""
-    if decode not in DECODE_MODES:
-        raise ConfigError(f"data.decode={decode!r}; use one of {', '.join(DECODE_MODES)}")
+class DeviceRandomResizedCrop:
+    """The ImageNet train recipe for the device decode path (data.decode=gpu).
+
+    A JpegFile (a JPEG the device decodes) comes out as an Encoded sample: its bytes with the crop
+    box and flip drawn from the generator exactly as the CPU path's RandomResizedCrop and
+    RandomHorizontalFlip draw them, so the augmentation does not depend on where the file is decoded.
+    Any other image goes through the CPU fast path with the same generator, to a uint8 crop.
+    """
+
+    def __init__(self, size: int):
+        self.crop = RandomResizedCrop(size)
+        self.flip = RandomHorizontalFlip()
+        self.cpu = Compose([FastRandomResizedCrop(size), self.flip])
+
+    def __call__(self, img: JpegFile | Image.Image, generator: torch.Generator) -> Encoded | torch.Tensor:
+        if not isinstance(img, JpegFile):
+            return self.cpu(img, generator)
+        box = self.crop.get_params(img.width, img.height, generator)
+        return Encoded(img.data, img.width, img.height, box, self.flip.draw(generator))
+
+    def __repr__(self) -> str:
+        return f"DeviceRandomResizedCrop({self.crop.size})"
+
+
+class DeviceCenterCrop:
+    """The ImageNet validation recipe for the device decode path: a JpegFile comes out as an Encoded
+    sample of the whole image (the device resizes and crops it); any other image is resized and
+    cropped here by the CPU path's transform."""
+
+    def __init__(self, size: int, resize: int):
+        self.cpu = imagenet_val_transform(size, resize)
+
+    def __call__(self, img: JpegFile | Image.Image, generator: torch.Generator) -> Encoded | torch.Tensor:
+        if not isinstance(img, JpegFile):
+            return self.cpu(img, generator)
+        return Encoded(img.data, img.width, img.height, (0, 0, img.width, img.height), False)
+
+    def __repr__(self) -> str:
+        return f"DeviceCenterCrop({self.cpu!r})"
+
+
+def imagenet_train_transform(size: int = 224, decode: str = "fast") -> Compose | DeviceRandomResizedCrop:
+    """RandomResizedCrop(size) + horizontal flip; decode "fast", "plain" or "gpu" (DataConfig.decode,
+    resolved: "auto" is not a path)."""
+    if decode not in DECODE_PATHS:
+        raise ConfigError(f"data.decode={decode!r}; use one of {', '.join(DECODE_PATHS)}")
+    if decode == "gpu":
+        return DeviceRandomResizedCrop(size)
     crop = FastRandomResizedCrop(size) if decode == "fast" else RandomResizedCrop(size)
     return Compose([crop, RandomHorizontalFlip()])
 
 
 def imagenet_val_transform(size: int = 224, resize: int | None = None) -> Compose:
     """Resize the shorter side to `resize` (default size * 256 / 224), then center crop."""
-    resize = resize if resize is not None else round(size * 256 / 224)
-    return Compose([ResizeShorter(resize), CenterCrop(size)])
+    return Compose([ResizeShorter(val_resize(size, resize)), CenterCrop(size)])
+
+
+def val_resize(size: int, resize: int | None) -> int:
+    """The shorter side validation images are resized to: `resize`, or size * 256 / 224."""
+    return resize if resize is not None else round(size * 256 / 224)
 
 
 def cifar_train_transform(size: int = 32, rotation_degrees: float = 15.0) -> Compose:

@@ -10,9 +10,10 @@ from dataclasses import replace
 from dlscale.errors import DlscaleError
 from dlscale.explain.context import Context, Result
 from dlscale.explain.findings import Effect, Finding, RuledOut
-from dlscale.metrics.input_bound import INPUT_BOUND_SHARE
+from dlscale.metrics.input_bound import DECODE_PATHS, INPUT_BOUND_SHARE, cores_for_rate, cores_said
 from dlscale.predict import inputs
 from dlscale.predict.model import Strategy, predict
+from dlscale.report.files import number
 
 OWN = "the run's own measurement"
 
@@ -43,15 +44,42 @@ def input_bound(ctx: Context) -> Result:
     if cores_per_rank:
         evidence.append(f"{cores_per_rank} CPU core(s) per rank ({cores} for {per_node} rank(s) per node)")
     evidence += _reads(run)
+    path = _decode_path(run)
+    evidence += _path_cores(run, path, need)
     fixes = []
     if workers is not None and cores_per_rank and workers < cores_per_rank:
         fixes.append(f"--set data.num_workers={min(cores_per_rank, max(2 * workers, 1))}")
-    if run.data.get("decode") == "plain":
+    if path == "plain":
         fixes.append("--set data.decode=fast")
+    if path in ("fast", "plain") and run.device == "cuda":
+        fixes.append("--set data.decode=gpu (nvJPEG decodes on the device; the loader workers only read files: "
+                     "`dlscale loader --decode gpu --device cuda` measures the CPU time per image it takes)")
     fixes.append("more CPU cores per rank, smaller images or faster storage; `dlscale loader --data PATH` measures "
                  "the pipeline alone (docs/profiling.md)")
     return [Finding("input", "input-bound: the device waits for data", "; ".join(evidence),
                     Effect(compute / total, f"{OWN}: compute img/s over total img/s"), "; ".join(fixes))]
+
+
+def _decode_path(run) -> str | None:
+    """The decode path the run took: summary.json's (data.decode resolved), else the configured one."""
+    if run.summary.get("decode"):
+        return run.summary["decode"]
+    decode = run.data.get("decode")
+    return decode if run.data.get("name") == "imagefolder" and decode != "auto" else None
+
+
+def _path_cores(run, path: str | None, per_device: float) -> list[str]:
+    """The decode path, its CPU time per image and the cores per device it needs at the model's rate."""
+    if path is None:
+        return []
+    said = f"decode path {path} ({DECODE_PATHS.get(path, path)})"
+    windows = [w for w in run.steady_windows() if number(w.get("host_cpu_ms_per_image")) is not None]
+    if not windows:
+        return [said]
+    ms = statistics.fmean(w["host_cpu_ms_per_image"] for w in windows)
+    return [f"{said}: {ms:.2f} CPU-ms per image in the training processes and their loader workers (mean of "
+            f"{len(windows)} log windows), so the model's {per_device:.1f} img/s per device needs about "
+            f"{cores_said(cores_for_rate(ms / 1000, per_device))} per device on this path"]
 
 
 def _reads(run) -> list[str]:

@@ -13,10 +13,22 @@ the host-to-device copy) plus timing noise; above it the device idles a tenth of
 because the loader delivers batches more slowly than the model consumes them."""
 
 
+DECODE_PATHS = {
+    "fast": "JPEGs decoded by the loader workers (reduced-scale where the crop allows)",
+    "plain": "JPEGs decoded at full size by the loader workers",
+    "gpu": "JPEGs decoded on the device, the loader workers only reading files",
+    "not JPEG": "images held as arrays, nothing to decode",
+}
+"""What each decode path (data.decode, resolved) does, as the warning and `dlscale explain` say it."""
+
+
 def input_bound_warning(data_wait_s: float, step_s: float, *, workers: int, decode: str,
-                        cores: int | None = None, batch_size: int | None = None) -> str | None:
-    """One line when data wait is INPUT_BOUND_SHARE of step time or more, naming what would help;
-    None otherwise. cores: CPU cores this rank's loader may use (default: all this process may)."""
+                        cores: int | None = None, batch_size: int | None = None,
+                        cpu_s_per_image: float | None = None, device_type: str | None = None) -> str | None:
+    """One line when data wait is INPUT_BOUND_SHARE of step time or more, naming the decode path, the
+    cores it needs and what would help; None otherwise. cores: CPU cores this rank's loader may use
+    (default: all this process may). cpu_s_per_image: CPU seconds per image of the training process
+    and its loader workers (the cores a path needs per image/s). device_type: where the model runs."""
     if step_s <= 0 or data_wait_s < INPUT_BOUND_SHARE * step_s:
         return None
     cores = cores or available_cores()
@@ -29,6 +41,9 @@ def input_bound_warning(data_wait_s: float, step_s: float, *, workers: int, deco
                      f"{cores} cores for this rank)")
     if decode == "plain":
         fixes.append("the fast JPEG path (data.decode=fast)")
+    if decode in ("fast", "plain") and device_type == "cuda":
+        fixes.append("the device decode path (data.decode=gpu or auto: the workers only read files; `dlscale loader "
+                     "--decode gpu --device cuda` measures its CPU time per image)")
     if not fixes or need > cores:
         fixes.append("more CPU cores per rank, a smaller data.image_size or faster storage "
                      "(`dlscale loader` measures the pipeline alone)")
@@ -36,7 +51,25 @@ def input_bound_warning(data_wait_s: float, step_s: float, *, workers: int, deco
              if workers > 0 else "")
     return (f"training is input-bound: {100 * data_wait_s / step_s:.0f}% of each step ({1000 * data_wait_s:.1f} of "
             f"{1000 * step_s:.1f} ms) waits for data, so it runs {step_s / compute_s:.2f}x below the model's compute "
-            f"rate{rates}{needs}; try {' and '.join(fixes)}")
+            f"rate{rates}{needs}{_path(decode, cpu_s_per_image, batch_size, compute_s)}; try {' and '.join(fixes)}")
+
+
+def _path(decode: str, cpu_s_per_image: float | None, batch_size: int | None, compute_s: float) -> str:
+    """The decode path, and the cores it needs per rank at the model's rate (from its CPU time per image)."""
+    said = f"; decode path {decode} ({DECODE_PATHS.get(decode, decode)})"
+    if not cpu_s_per_image or not batch_size:
+        return said
+    return (f"{said} takes {1000 * cpu_s_per_image:.2f} CPU-ms per image in the training process and its workers: "
+            f"about {cores_said(cores_for_rate(cpu_s_per_image, batch_size / compute_s))} per rank at the model's rate")
+
+
+def cores_said(count: int) -> str:
+    return f"{count} core{'' if count == 1 else 's'}"
+
+
+def cores_for_rate(cpu_s_per_image: float, images_per_s: float) -> int:
+    """CPU cores busy feeding images_per_s at cpu_s_per_image (at least one)."""
+    return max(1, math.ceil(cpu_s_per_image * images_per_s - 1e-9))
 
 
 def cores_needed(workers: int, step_s: float, compute_s: float) -> int:

@@ -187,7 +187,7 @@ def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: Run
     per_rank = per_rank_batch(cfg, env.world_size)
     train_loader, val_loader, info = build_loaders(
         cfg.data, rank=env.rank, world_size=env.world_size, batch_size=per_rank,
-        val_batch_size=cfg.val_batch_size, seed=cfg.seed,
+        val_batch_size=cfg.val_batch_size, seed=cfg.seed, device=device,  # data.decode "auto" resolved for it
     )
     plan = make_plan(cfg, env.world_size, info.train_size)
     if cfg.model.norm == "batch" and plan.per_rank_batch < 2 and not (cfg.sync_batchnorm and env.is_distributed):
@@ -343,8 +343,9 @@ def _new_window(run: Run, first: bool = False) -> _Window:
     return _Window(clock(), DeviceTimer(run.device), run.forward, run.forward_in_regions, first=first)
 
 
-READ_KEYS = ("files", "file_bytes", "read_bytes", "read_calls", "storage_read_bytes")
-"""What the input pipeline read in a window (data.counting.ReadMeter), summed over ranks."""
+READ_KEYS = ("files", "file_bytes", "read_bytes", "read_calls", "storage_read_bytes", "cpu_s")
+"""What the input pipeline read in a window (data.counting.ReadMeter), summed over ranks, and the CPU
+time of the training processes and their loader workers."""
 
 
 def _log(run: Run, progress: Progress, window: _Window) -> bool:
@@ -371,7 +372,8 @@ def _log(run: Run, progress: Progress, window: _Window) -> bool:
         "throughput_img_per_s": rate, "compute_img_per_s": compute_rate,
         "data_time_ms": 1000 * data_s / window.steps, "step_time_ms": 1000 * elapsed / window.steps,
         "grad_scale": run.parts.precision.scaler.get_scale(),  # 1.0 without fp16 loss scaling
-        **_strategy_metrics(run), **_reads_record(read, elapsed), "window_s": elapsed, "elapsed_s": run.elapsed_s(),
+        **_strategy_metrics(run), **_reads_record(read, elapsed, rate * elapsed), "window_s": elapsed,
+        "elapsed_s": run.elapsed_s(),
         **_ranks_record(run, window, step_ms, data_ms, forward_ms),
     }
     run.records.train(record)
@@ -380,8 +382,9 @@ def _log(run: Run, progress: Progress, window: _Window) -> bool:
     if not window.first and run.warned_epoch != progress.epoch:
         warning = input_bound_warning(
             record["data_time_ms"] / 1000, record["step_time_ms"] / 1000, workers=run.cfg.data.num_workers,
-            decode=run.cfg.data.decode if run.cfg.data.name == "imagefolder" else "not JPEG",
-            cores=max(available_cores() // run.env.local_world_size, 1), batch_size=run.plan.per_rank_batch)
+            decode=run.info.decode or "not JPEG", cores=max(available_cores() // run.env.local_world_size, 1),
+            batch_size=run.plan.per_rank_batch, cpu_s_per_image=record["host_cpu_ms_per_image"] / 1000,
+            device_type=run.device.type)
         if warning:
             run.warned_epoch = progress.epoch  # once per epoch
             run.records.message(warning)
@@ -397,9 +400,11 @@ def _gather(local: torch.Tensor) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def _reads_record(read: dict, elapsed: float) -> dict:
-    """The window's reads over all ranks, as counts and rates (docs/explain.md#io-throughout-training)."""
+def _reads_record(read: dict, elapsed: float, images: float) -> dict:
+    """The window's reads over all ranks, as counts and rates (docs/explain.md#io-throughout-training), and
+    the CPU of the training processes and their loader workers: cores busy, ms per image trained."""
     return {
+        "host_cpu_cores": read["cpu_s"] / elapsed, "host_cpu_ms_per_image": 1000 * read["cpu_s"] / max(images, 1e-9),
         "io_files": int(read["files"]), "io_file_bytes": int(read["file_bytes"]),
         "io_read_bytes": int(read["read_bytes"]), "io_read_calls": int(read["read_calls"]),
         "io_storage_read_bytes": int(read["storage_read_bytes"]),
@@ -539,6 +544,7 @@ def _summary(run: Run, progress: Progress, *, preempted: bool, signal: str | Non
     return {
         "kind": "train", "model": cfg.model.name, "data": cfg.data.name, "precision": cfg.precision,
         "world_size": run.env.world_size, "num_nodes": run.env.num_nodes, "device": run.device.type,
+        "decode": run.info.decode,  # the decode path that ran (data.decode resolved); None: not JPEG
         "batch_size": plan.per_rank_batch, "global_batch_size": plan.global_batch,
         "dist_optimizer": cfg.strategy.dist_optimizer, "peak_lr": plan.peak_lr,
         "epochs_planned": plan.epochs, "epochs_completed": progress.epoch, "steps": progress.step,

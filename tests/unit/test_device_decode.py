@@ -1,0 +1,301 @@
+"""The device decode path (data.decode=gpu) on the CPU: the loader workers only read files, parse their
+headers and draw the crops; the Pillow decoder and the device-side crop, resize and flip code then run
+on the CPU exactly as nvJPEG and the same code run on a GPU (tests/gpu/test_gpu_decode.py).
+
+What must hold: the crop boxes and flips are the CPU fast path's draws for the same seed; the images
+differ from the fast path's by at most the tolerance measured below; files the device cannot take
+(CMYK, grayscale, not JPEG) are decoded on the CPU and unreadable ones skipped and counted as the CPU
+path skips and counts them, also where the device decoder refuses a file; decoding in chunks gives the
+same batches; `decode: gpu` without torchvision is one line naming what to install."""
+
+import io
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from dlscale.config import DataConfig
+from dlscale.data import DevicePrefetcher, build_loaders, seeded_generator
+from dlscale.data import transforms as T
+from dlscale.data.dataset import EXCLUDED_LABEL, BadSampleError
+from dlscale.data.decoders import PillowDecoder, nvjpeg, resolve_decode
+from dlscale.data.device_decode import crop_resize
+from dlscale.data.encoded import Encoded
+from dlscale.data.imagefolder import device_decodable, jpeg_header
+from dlscale.errors import ConfigError
+
+SIZE = 64
+
+
+def _smooth(width, height, seed=0):
+    """A smooth image (bilinear-upsampled noise): rescaling it any way gives close pixels."""
+    rng = np.random.default_rng(seed)
+    small = Image.fromarray(rng.integers(0, 256, (max(2, height // 32), max(2, width // 32), 3), dtype=np.uint8))
+    return small.resize((width, height), Image.Resampling.BILINEAR)
+
+
+def _jpeg(image, **options) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=options.pop("quality", 95), **options)
+    return buffer.getvalue()
+
+
+def _png(image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+SIZES = [(1024, 768), (768, 1024), (640, 480), (500, 375), (500, 333), (320, 240), (200, 300), (96, 72)]
+
+
+def _tree(root, extra=None):
+    """root/{train,val}/{a,b}/*.JPEG: smooth JPEGs of SIZES (the large ones take the fast path's reduced-scale
+    decode), and the `extra` files in train/a and val/a."""
+    for split in ("train", "val"):
+        for label, offset in (("a", 0), ("b", 100)):
+            folder = root / split / label
+            folder.mkdir(parents=True)
+            for i, (width, height) in enumerate(SIZES):
+                (folder / f"{i}.JPEG").write_bytes(_jpeg(_smooth(width, height, seed=offset + i)))
+            for name, data in (extra or {}).items() if label == "a" else ():
+                (folder / name).write_bytes(data)
+    return root
+
+
+def _epoch(root, decode, *, decoder=None, epoch=1, split="train", **options):
+    """Every batch of one epoch of `split` through DevicePrefetcher on the CPU."""
+    cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode=decode, num_workers=0, **options)
+    train, val, _ = build_loaders(cfg, rank=0, world_size=1, batch_size=4, seed=7)
+    loader = train if split == "train" else val
+    loader.sampler.set_epoch(epoch) if split == "train" else None
+    prefetcher = DevicePrefetcher(loader, "cpu", decoder=decoder)
+    return list(prefetcher), prefetcher
+
+
+def _differences(a_batches, b_batches):
+    a = torch.cat([b.images for b in a_batches]).float()
+    b = torch.cat([b.images for b in b_batches]).float()
+    return (a - b).abs()
+
+
+# ------------------------------------------------------------------------------------------ headers
+
+
+def test_the_header_parser_reads_what_pillow_reads_and_routes_what_the_device_cannot_take():
+    image = _smooth(300, 200)
+    files = {"ycbcr": _jpeg(image), "progressive": _jpeg(image, progressive=True), "gray": _jpeg(image.convert("L")),
+             "cmyk": _jpeg(image.convert("CMYK")), "444": _jpeg(image, subsampling=0)}
+    for name, data in files.items():
+        header, opened = jpeg_header(data), Image.open(io.BytesIO(data))
+        assert (header.width, header.height) == opened.size == (300, 200), name
+        assert header.components == len(opened.getbands()) and header.precision == 8, name
+        assert device_decodable(header) == (name in ("ycbcr", "progressive", "444")), name
+    assert jpeg_header(files["progressive"]).frame == 0xC2 and jpeg_header(files["ycbcr"]).frame == 0xC0
+    assert jpeg_header(files["cmyk"]).adobe_transform == 0  # Pillow writes CMYK with Adobe's segment, no transform
+    assert jpeg_header(_png(image)) is None and jpeg_header(b"not an image") is None
+    assert jpeg_header(files["ycbcr"][:20]) is None  # cut before the frame header
+
+
+# ------------------------------------------------------------------------------- the same draws
+
+
+def test_crop_boxes_and_flips_are_the_fast_paths_draws_for_the_same_seed(tmp_path, monkeypatch):
+    root = _tree(tmp_path)
+    cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode="gpu", num_workers=0)
+    device_set = build_loaders(cfg, rank=0, world_size=1, batch_size=4, seed=7)[0].dataset
+    fast_set = build_loaders(replace(cfg, decode="fast"), rank=0, world_size=1, batch_size=4, seed=7)[0].dataset
+    drawn = []  # what the fast path draws: its crop box, then its flip
+    get_params, draw = T.RandomResizedCrop.get_params, T.RandomHorizontalFlip.draw
+    monkeypatch.setattr(T.RandomResizedCrop, "get_params", lambda *a: drawn.append(get_params(*a)) or drawn[-1])
+    monkeypatch.setattr(T.RandomHorizontalFlip, "draw", lambda *a: drawn.append(draw(*a)) or drawn[-1])
+    flips = []
+    for epoch in (0, 3):
+        for index in range(len(device_set)):
+            drawn.clear()
+            fast_set[(epoch, index)]
+            sample = device_set[(epoch, index)].image
+            assert isinstance(sample, Encoded) and drawn[2:] == [sample.box, sample.flip]
+            assert drawn[:2] == [sample.box, sample.flip]  # the fast path drew these
+            # and both are torchvision's RandomResizedCrop draw from the sample's own seed
+            generator = seeded_generator(7, epoch, index)
+            assert sample.box == get_params(T.RandomResizedCrop(SIZE), sample.width, sample.height, generator)
+            assert sample.flip == (float(torch.rand((), generator=generator)) < 0.5)
+            flips.append(sample.flip)
+    assert 0 < sum(flips) < len(flips)
+
+
+def test_the_device_crop_cuts_the_drawn_box_and_mirrors_it():
+    # A coordinate image: red = x, green = 2 y. JPEG at quality 100 without chroma subsampling keeps it
+    # to a level or two, and a bilinear resize keeps every value inside the box's range.
+    y, x = np.mgrid[0:100, 0:200]
+    data = _jpeg(Image.fromarray(np.stack([x, 2 * y, np.full_like(x, 90)], -1).astype(np.uint8)),
+                 quality=100, subsampling=0)
+    (decoded,) = PillowDecoder().decode([torch.frombuffer(bytearray(data), dtype=torch.uint8)])
+    crop = T.RandomResizedCrop(24)
+    for seed in range(20):
+        left, top, width, height = box = crop.get_params(200, 100, torch.Generator().manual_seed(seed))
+        for flip in (False, True):
+            out = crop_resize(decoded, list(box), 24, flip).int()
+            assert out.shape == (3, 24, 24) and out.dtype == torch.int32
+            assert left - 3 <= out[0].min() and out[0].max() <= left + width - 1 + 3, (seed, box)
+            assert 2 * top - 3 <= out[1].min() and out[1].max() <= 2 * (top + height - 1) + 3, (seed, box)
+            step = out[0, :, -1].float().mean() - out[0, :, 0].float().mean()  # red grows left to right
+            assert (step < 0) if flip else (step > 0), (seed, box, flip)
+
+
+# ---------------------------------------------------------------------------- the same images
+
+
+def test_device_path_images_differ_from_the_fast_path_by_the_measured_tolerance(tmp_path):
+    """Measured here, three epochs of 16 training images (8 sizes, 96 x 72 to 1024 x 768) at 64 px and
+    the 16 validation images (Pillow 13, torch 2.13 CPU): training crops the fast path decodes at full
+    scale (19 of 96 over 6 epochs) differ by at most 1 level of 255 (the same antialiased bilinear filter,
+    computed in float here and in fixed point by torch's uint8 kernel), mean 0.10; crops it decodes at
+    1/2, 1/4 or 1/8 scale (libjpeg's scaled DCT) by at most 13, mean 0.52, at most 1.28 averaged over
+    one image; all training crops of an epoch 0.39-0.51 on average. Validation (Pillow's resize of the
+    whole image against torch's, then the same centre crop): at most 1, mean 0.087."""
+    root = _tree(tmp_path)
+    for epoch in (0, 1, 2):
+        fast, _ = _epoch(root, "fast", epoch=epoch)
+        device, prefetcher = _epoch(root, "gpu", epoch=epoch)
+        assert [torch.equal(a.labels, b.labels) for a, b in zip(fast, device, strict=True)] == [True] * len(fast)
+        difference = _differences(fast, device)
+        assert difference.max() <= 16 and difference.mean() <= 0.75, (epoch, difference.max(), difference.mean())
+        assert difference.mean(dim=(1, 2, 3)).max() <= 2.0
+        assert prefetcher.stage.counts.device == 16 and prefetcher.stage.counts.workers == 0
+    fast, _ = _epoch(root, "fast", split="val")
+    device, _ = _epoch(root, "gpu", split="val")
+    difference = _differences(fast, device)
+    assert difference.max() <= 1 and difference.mean() <= 0.15
+
+
+def test_full_scale_crops_differ_by_at_most_one_level(tmp_path):
+    # Images under 2 x 64 px per side: the fast path decodes them at full scale, as the device does.
+    root = tmp_path / "small"
+    for split in ("train", "val"):
+        for label in ("a", "b"):
+            (root / split / label).mkdir(parents=True)
+            for i in range(4):
+                (root / split / label / f"{i}.JPEG").write_bytes(_jpeg(_smooth(120, 90 + 8 * i, seed=i)))
+    for epoch in (0, 1):
+        difference = _differences(_epoch(root, "fast", epoch=epoch)[0], _epoch(root, "gpu", epoch=epoch)[0])
+        assert difference.max() <= 1
+
+
+def test_chunks_bound_each_decoder_call_and_give_the_same_batches(tmp_path):
+    root = _tree(tmp_path)
+    calls = []
+
+    class Recording(PillowDecoder):
+        def decode(self, files):
+            calls.append(len(files))
+            return super().decode(files)
+
+    whole, _ = _epoch(root, "gpu", decoder=Recording(), decode_chunk=64)
+    assert calls == [4, 4, 4, 4]  # batches of 4: one call each
+    calls.clear()
+    chunked, _ = _epoch(root, "gpu", decoder=Recording(), decode_chunk=3)
+    assert calls == [3, 1] * 4
+    for a, b in zip(whole, chunked, strict=True):
+        assert torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels)
+
+
+# ------------------------------------------------------------------------------------- bad files
+
+
+def _scan_corrupt() -> bytes:
+    """A complete JPEG (its end-of-image marker in place) with a frame marker inside its scan data: only a
+    decode finds it (libjpeg stops there: a fatal error)."""
+    data = bytearray(_jpeg(_smooth(1024, 768, seed=50)))
+    middle = len(data) // 2
+    data[middle:middle + 2] = b"\xff\xc0"
+    return bytes(data)
+
+
+def _bad_files() -> dict[str, bytes]:
+    image = _smooth(400, 300, seed=60)
+    truncated = _jpeg(_smooth(1024, 768, seed=61))
+    return {"cmyk.JPEG": _jpeg(image.convert("CMYK")), "gray.JPEG": _jpeg(image.convert("L")), "png.png": _png(image),
+            "junk.JPEG": b"not an image", "scan.JPEG": _scan_corrupt(),
+            "trunc.JPEG": truncated[:len(truncated) * 2 // 3]}
+
+
+def test_bad_and_unusual_files_are_handled_and_counted_as_on_the_cpu_path(tmp_path):
+    root = _tree(tmp_path, _bad_files())
+    for epoch in (0, 1):  # every file once (drop_last=False), in two orders
+        fast, _ = _epoch(root, "fast", epoch=epoch, drop_last=False)
+        device, prefetcher = _epoch(root, "gpu", epoch=epoch, drop_last=False)
+        skipped = [path.rsplit("/", 1)[-1] for batch in device for path in batch.skipped]
+        # junk.JPEG and trunc.JPEG are caught by the workers; scan.JPEG by the decoder, then the CPU path
+        assert sorted(skipped) == ["junk.JPEG", "scan.JPEG", "trunc.JPEG"]
+        assert [b.skipped for b in device] == [b.skipped for b in fast]
+        assert torch.equal(torch.cat([b.labels for b in device]), torch.cat([b.labels for b in fast]))
+        difference = _differences(fast, device)
+        assert difference.max() <= 16 and difference.mean() <= 0.75
+        counts = prefetcher.stage.counts
+        # CMYK, grayscale and PNG decoded by the workers (the PNG twice: it also stands in for junk.JPEG);
+        # scan.JPEG refused by the decoder and replaced on the CPU (by trunc.JPEG's successor, b/0.JPEG)
+        assert (counts.workers, counts.refused, counts.device) == (4, 1, 22 - 4 - 1)
+    fast, _ = _epoch(root, "fast", split="val")
+    device, prefetcher = _epoch(root, "gpu", split="val")
+    labels = torch.cat([b.labels for b in device])
+    assert torch.equal(labels, torch.cat([b.labels for b in fast])) and (labels == EXCLUDED_LABEL).sum() == 3
+    assert [b.skipped for b in device] == [b.skipped for b in fast]
+    assert _differences(fast, device).max() <= 1
+
+
+class RefuseAll(PillowDecoder):
+    def decode(self, files):
+        return [None] * len(files)
+
+
+def test_files_the_decoder_refuses_are_the_cpu_paths_samples_exactly(tmp_path):
+    root = _tree(tmp_path, _bad_files())
+    fast, _ = _epoch(root, "fast", epoch=2, drop_last=False)
+    device, prefetcher = _epoch(root, "gpu", epoch=2, decoder=RefuseAll(), drop_last=False)
+    for a, b in zip(fast, device, strict=True):
+        assert torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels) and a.skipped == b.skipped
+    assert prefetcher.stage.counts.device == 0 and prefetcher.stage.counts.refused == 22 - 4
+
+
+def test_a_refused_unreadable_file_stops_the_run_in_one_line_with_on_bad_sample_error(tmp_path):
+    root = _tree(tmp_path, {"scan.JPEG": _scan_corrupt()})
+    cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode="gpu", num_workers=0,
+                     on_bad_sample="error")
+    train, _, _ = build_loaders(cfg, rank=0, world_size=1, batch_size=4, seed=7)
+    with pytest.raises(BadSampleError) as raised:
+        list(DevicePrefetcher(train, "cpu"))
+    assert "\n" not in str(raised.value) and "scan.JPEG: cannot decode" in str(raised.value)
+
+
+# ------------------------------------------------------------------------------- choosing the path
+
+
+def test_decode_gpu_without_torchvision_is_refused_in_one_line(monkeypatch):
+    def missing():
+        raise ModuleNotFoundError("No module named 'torchvision'")
+
+    monkeypatch.setattr(nvjpeg, "_torchvision_io", missing)
+    for device in ("cuda", "cpu", None):
+        with pytest.raises(ConfigError) as raised:
+            resolve_decode("gpu", device)
+        message = str(raised.value)
+        assert "\n" not in message and "torchvision is not installed" in message
+        assert "pip install 'dlscale[gpu]'" in message
+        assert resolve_decode("auto", device) == "fast"
+    assert resolve_decode("plain", "cuda") == "plain"
+
+
+def test_auto_is_fast_without_a_device_and_cpu_names_the_fast_path(tmp_path):
+    root = _tree(tmp_path)
+    assert DataConfig(decode="cpu").decode == "fast"
+    with pytest.raises(ConfigError, match="use one of fast, plain, gpu, auto"):
+        DataConfig(decode="nvjpeg")
+    with pytest.raises(ConfigError, match="data.decode_chunk=0"):
+        DataConfig(decode_chunk=0)
+    cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode="auto", num_workers=0)
+    assert build_loaders(cfg, rank=0, world_size=1, batch_size=4)[2].decode == "fast"
+    assert build_loaders(cfg, rank=0, world_size=1, batch_size=4, device="cpu")[2].decode == "fast"
