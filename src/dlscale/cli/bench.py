@@ -178,7 +178,10 @@ def iteration_metrics(summary: dict) -> list[tuple[int, dict]]:
 
 
 def _print_extras(summary: dict) -> None:
-    print(f"Compute img/sec (data wait excluded): {summary['compute_ips']:.1f}", flush=True)
+    # A compiled run whose CUDA graphs never replayed printed one line instead of its rate: no rates here either.
+    rated = (summary.get("compile_facts") or {}).get("cudagraphs_replayed") is not False
+    if rated:
+        print(f"Compute img/sec (data wait excluded): {summary['compute_ips']:.1f}", flush=True)
     if summary["world_size"] > 1:
         time_ms = summary["comm_time_ms_per_step"]
         timing = f"{time_ms:.2f} ms per step (slowest rank)" if time_ms is not None else "time overlapped with backward"
@@ -193,6 +196,6 @@ def _print_extras(summary: dict) -> None:
     if summary["cost_per_imagenet_epoch"] is not None:
         print(f"Cost: {summary['cost_per_imagenet_epoch']:.2f} per ImageNet epoch (1,281,167 images) at "
               f"{summary['price_per_device_hour']:g} per device-hour", flush=True)
-    if summary["mfu"] is not None:
+    if summary["mfu"] is not None and rated:
         print(f"MFU: {100 * summary['mfu']:.1f}% of {summary['peak_tflops']:.1f} TFLOP/s "
               f"({summary['train_gflops_per_image']:.2f} GFLOP per image trained)", flush=True)
