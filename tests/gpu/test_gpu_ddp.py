@@ -38,7 +38,7 @@ def _cases_on_one_gpu(rank, size, names):
 def test_two_ranks_on_one_gpu_equal_one_process(case):
     # A compiled case compiles the DDP model, the reference and the control on each rank (the FX graph cache
     # serves the second and third); a rank waits in collectives for the other's compile.
-    results = run_ranks(_cases_on_one_gpu, 2, [case], timeout_s=420, pg_timeout_s=300)
+    results = run_ranks(_cases_on_one_gpu, 2, [case], timeout_s=270, pg_timeout_s=200)
     assert results[0] == results[1]  # every rank returns all ranks' results
     got = results[0][case]
     print(f"{case}: distance {got['distance']:.3e}, control {got['control_distance']:.3e}, "
@@ -59,7 +59,7 @@ def _bench(tmp_path, name, *flags, torchrun=False):
     launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1"] if torchrun else []
     command = [sys.executable, *launcher, "-m", "dlscale", "bench", *TINY, *flags, "--json", str(out),
                "--output-dir", str(tmp_path / "runs")]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=subprocess_env())
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240, env=subprocess_env())
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return json.loads(out.read_text()), done.stdout
 

@@ -212,11 +212,11 @@ def run_bench(
         bar.start("benchmark", timed_steps)
 
     def iteration_done(i: int, rate: IterRate) -> None:
-        if compiling and compiling.not_replayed():
-            say(f"Iter #{i}: no rate: no CUDA graph has replayed yet")
-        else:
-            say(f"Iter #{i}: {rate.total_ips:.1f} img/sec per {word}")
-        bar.update(advance=cfg.num_batches_per_iter, status=f"{rate.total_ips:.1f} img/s per {word}", redraw=True)
+        unreplayed = compiling is not None and compiling.not_replayed()
+        say(f"Iter #{i}: " + ("no rate: no CUDA graph has replayed yet" if unreplayed else
+                              f"{rate.total_ips:.1f} img/sec per {word}"))
+        status = "no CUDA graph replayed yet" if unreplayed else f"{rate.total_ips:.1f} img/s per {word}"
+        bar.update(advance=cfg.num_batches_per_iter, status=status, redraw=True)
 
     # The bar (rank 0, on a terminal) is redrawn between steps only, never inside a timed iteration.
     with ProgressDisplay(enabled=env.is_main) as bar, _out_of_memory_hint(cfg, device), counting_replays(compiling):
