@@ -49,7 +49,7 @@ class SpeedOptions:
     cuda_graphs: bool = False
     """`dlscale bench` only: capture the whole eager train step (forward, loss, backward, optimizer step) in
     one torch.cuda.CUDAGraph after warm-up and replay it every step (dlscale.bench.graphs). One CUDA rank,
-    not with compile (whose reduce-overhead mode is its own CUDA-graph path)."""
+    not with compile (whose reduce-overhead mode records CUDA graphs of its own)."""
 
     def __post_init__(self) -> None:
         if self.compile_mode not in COMPILE_MODES:

@@ -23,7 +23,11 @@ speed.cuda_graphs).
 
 Not in the graph: the forward timer (its hooks are Python, which a replay does not run: bench records no
 forward time under graphs), and anything across ranks (DDP's or gloo's collectives are not captured here:
-one rank only; torch.compile's reduce-overhead mode is the CUDA-graph path with DDP).
+one rank only). Across ranks, torch.compile's reduce-overhead mode records CUDA graphs of each compiled graph
+and runs under DDP, but whether it replays them there, and at what speed, no GPU run of this project has
+measured yet: PyTorch's tracker reports BatchNorm + DDP + reduce-overhead running many times slower than
+eager (pytorch/pytorch#139207). `dlscale bench --wrap-single-rank` measures it on one GPU and says whether
+the graphs replayed (docs/benchmarks.md, "DDP and torch.compile on one GPU").
 """
 
 from __future__ import annotations
@@ -44,8 +48,9 @@ train the model, as any warm-up step does."""
 def check_ranks(world_size: int) -> None:
     """Refuse a job of several ranks: their collectives are not part of this capture."""
     if world_size > 1:
-        raise ConfigError(f"--cuda-graphs captures one rank's step, this job has {world_size} ranks; for CUDA "
-                          "graphs across ranks use --compile-mode reduce-overhead")
+        raise ConfigError(f"--cuda-graphs captures one rank's step, this job has {world_size} ranks; across ranks "
+                          "torch.compile records CUDA graphs with --compile-mode reduce-overhead (not yet measured "
+                          "under DDP: docs/benchmarks.md)")
 
 
 class GraphedStep:

@@ -22,6 +22,8 @@ from dlscale.bench.graphs import WARMUP_STEPS, capture_train_step, check_ranks
 from dlscale.config.sections import BenchConfig, OptimConfig
 from dlscale.distributed import DistEnv, init_process_group, select_device
 from dlscale.errors import DeviceError
+from dlscale.metrics.compile import CompileWatch, counting_replays, not_replayed_line, timed_first_step
+from dlscale.metrics.compile import describe as describe_compile
 from dlscale.metrics.cost import imagenet_epoch_cost
 from dlscale.metrics.energy import device_energy_meter, energy_summary
 from dlscale.metrics.hardware import mfu, peak_flops
@@ -162,7 +164,7 @@ def run_bench(
     if graphed:
         check_ranks(env.world_size)
     device = select_device(env, cfg.device)
-    init_process_group(env, device, cfg.pg_timeout_s)
+    init_process_group(env, device, cfg.pg_timeout_s, one_rank_group=cfg.strategy.wrap_single_rank)
     say = out if env.is_main else (lambda line: None)
     setup = build_bench(cfg, env, device)
     parts, pool = setup.parts, setup.pool
@@ -177,14 +179,21 @@ def run_bench(
     if forward is not None and not cfg.speed.compile:
         time_forward(setup.model, forward)  # inside DDP's wrapper, after its buffer broadcast
 
+    compiling = CompileWatch.for_run(cfg.speed.compile, cfg.speed.compile_mode, device)  # None: eager
+    sync = device_synchronizer(device)
+
     def step(images, labels):
-        return train_step(parts, [(images, labels)], regions=lambda name: forward if cfg.speed.compile and
-                          name == "forward" else no_regions(name))
+        with timed_first_step(compiling, sync, clock):  # the first step only: it compiles
+            return train_step(parts, [(images, labels)], regions=lambda name: forward if cfg.speed.compile and
+                              name == "forward" else no_regions(name))
 
     word = "GPU" if device.type == "cuda" else "CPU"
     notes = [precision_note(cfg.precision, device.type),
              f"CUDA graphs: {WARMUP_STEPS} eager steps, then the whole step captured once; warm-up and timed "
-             "steps replay it" if graphed else None]
+             "steps replay it" if graphed else None,
+             "DDP wraps the model on this one rank (--wrap-single-rank; a one-rank "
+             f"{'NCCL' if device.type == 'cuda' else 'gloo'} group)" if cfg.strategy.wrap_single_rank and
+             env.world_size == 1 else None]
     for line in (f"Model: {cfg.model}", f"Batch size: {cfg.batch_size}", f"Number of {word}s: {env.world_size}",
                  *filter(None, notes), "Running warmup..."):
         say(line)
@@ -197,22 +206,28 @@ def run_bench(
         strategy.reset_stats()
         if meter:
             meter.start()
+        if compiling:
+            compiling.warmup_done(clock() - started)  # replays are counted from here
         say("Running benchmark...")
         bar.start("benchmark", timed_steps)
 
     def iteration_done(i: int, rate: IterRate) -> None:
-        say(f"Iter #{i}: {rate.total_ips:.1f} img/sec per {word}")
-        bar.update(advance=cfg.num_batches_per_iter, status=f"{rate.total_ips:.1f} img/s per {word}", redraw=True)
+        unreplayed = compiling is not None and compiling.not_replayed()
+        say(f"Iter #{i}: " + ("no rate: no CUDA graph has replayed yet" if unreplayed else
+                              f"{rate.total_ips:.1f} img/sec per {word}"))
+        status = "no CUDA graph replayed yet" if unreplayed else f"{rate.total_ips:.1f} img/s per {word}"
+        bar.update(advance=cfg.num_batches_per_iter, status=status, redraw=True)
 
     # The bar (rank 0, on a terminal) is redrawn between steps only, never inside a timed iteration.
-    with ProgressDisplay(enabled=env.is_main) as bar, _out_of_memory_hint(cfg, device):
+    with ProgressDisplay(enabled=env.is_main) as bar, _out_of_memory_hint(cfg, device), counting_replays(compiling):
         if graphed:
             step = capture_train_step(parts, *next_batch())
         bar.start("warm-up", cfg.num_warmup_batches)
+        started = clock()
         rates = measure(
             step, next_batch, batch_size=cfg.batch_size, num_warmup_batches=cfg.num_warmup_batches,
             num_batches_per_iter=cfg.num_batches_per_iter, num_iters=cfg.num_iters, clock=clock,
-            sync=device_synchronizer(device), on_warmup_step=lambda: bar.update(advance=1),
+            sync=sync, on_warmup_step=lambda: bar.update(advance=1),
             on_warmup_done=warmup_done, on_iter=iteration_done, forward_timer=forward,
         )
     measured = meter.stop() if meter else None
@@ -226,13 +241,30 @@ def run_bench(
     summary.update(_describe(cfg, env, device, setup, summary))
     summary.update(_peak_memory(device))
     summary.update(_comm_stats(strategy, device))
-    say(f"Img/sec per {word}: {summary['img_per_sec_per_rank_mean']:.1f} +-{summary['img_per_sec_per_rank_ci95']:.1f}")
-    say(f"Total img/sec on {env.world_size} {word}(s): "
-        f"{summary['img_per_sec_total_mean']:.1f} +-{summary['img_per_sec_total_ci95']:.1f}")
+    own_step_ms = summary["rank_step_ms"][env.rank]
+    summary["compile_facts"] = compiling.facts(
+        device, steady_step_s=sum(own_step_ms) / len(own_step_ms) / 1000, steps=timed_steps,
+        warmup_steps=cfg.num_warmup_batches) if compiling else None
+    for line in _rate_lines(summary, env.world_size, word):
+        say(line)
     ranks = describe(summary["stragglers"], "iterations")
     if ranks:
         say(ranks[0].upper() + ranks[1:])
     return summary
+
+
+def _rate_lines(summary: dict, world_size: int, word: str) -> list[str]:
+    """The rates, after what compiling did; one line instead of them when CUDA graphs never replayed."""
+    facts = summary["compile_facts"]
+    lines = describe_compile(facts) if facts else []
+    instead = not_replayed_line(facts) if facts else None
+    if instead:
+        return [*lines, instead]
+    return [*lines,
+            f"Img/sec per {word}: {summary['img_per_sec_per_rank_mean']:.1f} "
+            f"+-{summary['img_per_sec_per_rank_ci95']:.1f}",
+            f"Total img/sec on {world_size} {word}(s): "
+            f"{summary['img_per_sec_total_mean']:.1f} +-{summary['img_per_sec_total_ci95']:.1f}"]
 
 
 @dataclass
@@ -297,6 +329,7 @@ def _describe(cfg: BenchConfig, env: DistEnv, device: torch.device, setup: Bench
         "device": device.type,
         "device_name": name,
         "dist_optimizer": cfg.strategy.dist_optimizer,
+        "wrap_single_rank": cfg.strategy.wrap_single_rank,
         "topology": strategy.topology,
         **asdict(cfg.speed.resolved(device)),
         "forward_timed": not cfg.speed.cuda_graphs,

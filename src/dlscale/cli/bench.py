@@ -29,6 +29,13 @@ GPU_FASTEST = SpeedOptions(channels_last=True, cudnn_benchmark=True, fused_optim
 """The speed options of the GPU default: the fastest configuration measured on an H100 (docs/benchmarks.md,
 "The GPU campaign": torch.compile's reduce-overhead mode, which fuses batch norm with its neighbours and
 replays CUDA graphs, ran ResNet-50 at 1.43x the eager step with the same other options)."""
+GPU_MULTI_RANK_FASTEST = GPU_FASTEST
+"""The speed options of the GPU default when the job has several ranks, so DDP wraps the model. For now the
+one-GPU default (reduce-overhead): no GPU run has measured DDP with reduce-overhead yet, and PyTorch's
+tracker reports BatchNorm + DDP + reduce-overhead running many times slower than eager (pytorch/pytorch#139207).
+The GPU campaign's DDP stage decides (docs/benchmarks.md, "DDP and torch.compile on one GPU"): one GPU with
+`--wrap-single-rank` against the unwrapped step, under reduce-overhead, compile's default mode and eager
+fp16; if reduce-overhead under DDP is slower or skips its CUDA graphs, this becomes what that run supports."""
 
 
 def add_parser(subparsers) -> None:
@@ -67,6 +74,9 @@ def add_parser(subparsers) -> None:
                    help="capture the whole eager train step in one CUDA graph after warm-up and replay it (one GPU; "
                         "not with --compile)")
     add_strategy_arguments(p)
+    p.add_argument("--wrap-single-rank", action="store_true",
+                   help="wrap the model in DDP even on one rank (a one-rank process group; NCCL on a GPU): "
+                        "what the wrapper costs (strategy.wrap_single_rank)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--pool-batches", type=int, default=8, help="distinct random batches on the device")
     p.add_argument("--seed", type=int, default=0)
@@ -80,22 +90,26 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def config_from_args(args: argparse.Namespace, *, has_gpu: bool, eager: bool = False) -> tuple[BenchConfig, str | None]:
+def config_from_args(args: argparse.Namespace, *, has_gpu: bool, eager: bool = False,
+                     world_size: int = 1) -> tuple[BenchConfig, str | None]:
     """The BenchConfig the flags describe, and a note when the machine chose the defaults. eager: the GPU
-    default without torch.compile (what `dlscale profile` times part by part)."""
+    default without torch.compile (what `dlscale profile` times part by part); world_size: the job's ranks
+    (several take GPU_MULTI_RANK_FASTEST)."""
     chosen: dict = {}
     note = None
     if args.model is None:
         if has_gpu:
             chosen = dict(GPU_FULL)
             compiled = not (eager or args.cuda_graphs)  # --cuda-graphs is the eager graph path
-            speed = GPU_FASTEST if compiled else replace(GPU_FASTEST, compile=False, compile_mode="default")
+            fastest = GPU_MULTI_RANK_FASTEST if world_size > 1 else GPU_FASTEST
+            speed = fastest if compiled else replace(fastest, compile=False, compile_mode="default")
             amp = args.precision or default_precision(torch.device("cuda"))
             note = (f"No --model given: on this GPU the default is the fastest configuration measured: resnet50, "
                     f"batch 256, 224 px, {amp}, channels_last, fused SGD, cuDNN autotuning"
-                    + (", torch.compile reduce-overhead (compiling takes about a minute; the eager step: "
+                    + (f", torch.compile {speed.compile_mode} (compiling takes about a minute; the eager step: "
                        f"--model resnet50 --batch-size 256 --image-size 224 --precision {amp} --channels-last "
-                       "--cudnn-benchmark)." if compiled else "."))
+                       "--cudnn-benchmark)." if compiled else ".")
+                    + ("\n" + multi_rank_default_line(world_size) if compiled and world_size > 1 else ""))
         else:
             chosen = dict(CPU_QUICK)
             speed = SpeedOptions()
@@ -127,16 +141,26 @@ def config_from_args(args: argparse.Namespace, *, has_gpu: bool, eager: bool = F
         precision = default_precision(torch.device("cuda")) if (args.model is None and has_gpu) else "fp32"
     cfg = BenchConfig(
         **fields, num_classes=args.num_classes, width=args.width, precision=precision, speed=speed,
-        strategy=strategy_from_args(args, StrategyConfig()), device=args.device, pool_batches=args.pool_batches,
+        strategy=strategy_from_args(args, StrategyConfig(wrap_single_rank=getattr(args, "wrap_single_rank", False))),
+        device=args.device, pool_batches=args.pool_batches,
         seed=args.seed, pg_timeout_s=args.pg_timeout, price_per_device_hour=args.price_per_device_hour,
     )
     return cfg, note
 
 
+def multi_rank_default_line(world_size: int) -> str:
+    """Which speed options the GPU default takes for several ranks, and why."""
+    mode = GPU_MULTI_RANK_FASTEST.compile_mode if GPU_MULTI_RANK_FASTEST.compile else "none (eager)"
+    why = ("as on one GPU: DDP with reduce-overhead is not measured yet" if GPU_MULTI_RANK_FASTEST == GPU_FASTEST
+           else "the fastest under DDP as measured")
+    return (f"With {world_size} ranks (DDP) the default compiles in mode {mode}, {why} (docs/benchmarks.md, "
+            "\"DDP and torch.compile on one GPU\"); compile's default mode: --compile-mode default.")
+
+
 def run(args: argparse.Namespace) -> int:
     env = DistEnv.from_env()
     has_gpu = args.device != "cpu" and torch.cuda.is_available()
-    cfg, note = config_from_args(args, has_gpu=has_gpu)
+    cfg, note = config_from_args(args, has_gpu=has_gpu, world_size=env.world_size)
     tracking = tracking_from_args(args, args.output_dir)
     if note and env.is_main:
         print(note, flush=True)
@@ -165,7 +189,10 @@ def iteration_metrics(summary: dict) -> list[tuple[int, dict]]:
 
 
 def _print_extras(summary: dict) -> None:
-    print(f"Compute img/sec (data wait excluded): {summary['compute_ips']:.1f}", flush=True)
+    # A compiled run whose CUDA graphs never replayed printed one line instead of its rate: no rates here either.
+    rated = (summary.get("compile_facts") or {}).get("cudagraphs_replayed") is not False
+    if rated:
+        print(f"Compute img/sec (data wait excluded): {summary['compute_ips']:.1f}", flush=True)
     if summary["world_size"] > 1:
         time_ms = summary["comm_time_ms_per_step"]
         timing = f"{time_ms:.2f} ms per step (slowest rank)" if time_ms is not None else "time overlapped with backward"
@@ -180,6 +207,6 @@ def _print_extras(summary: dict) -> None:
     if summary["cost_per_imagenet_epoch"] is not None:
         print(f"Cost: {summary['cost_per_imagenet_epoch']:.2f} per ImageNet epoch (1,281,167 images) at "
               f"{summary['price_per_device_hour']:g} per device-hour", flush=True)
-    if summary["mfu"] is not None:
+    if summary["mfu"] is not None and rated:
         print(f"MFU: {100 * summary['mfu']:.1f}% of {summary['peak_tflops']:.1f} TFLOP/s "
               f"({summary['train_gflops_per_image']:.2f} GFLOP per image trained)", flush=True)

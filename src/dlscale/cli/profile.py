@@ -129,13 +129,13 @@ def run_bench(args: argparse.Namespace) -> int:
     _check_window(args)
     env = DistEnv.from_env()
     cfg, note = bench_cli.config_from_args(args, has_gpu=args.device != "cpu" and torch.cuda.is_available(),
-                                           eager=not (args.compile or args.compile_mode))
+                                           eager=not (args.compile or args.compile_mode), world_size=env.world_size)
     if note and env.is_main:
         print(f"No --model given: profiling {cfg.model}, batch {cfg.batch_size}, {cfg.image_size} px, "
               f"{cfg.precision}, chosen for this machine as `dlscale bench` chooses.", flush=True)
     device = select_device(env, cfg.device)
     try:
-        init_process_group(env, device, cfg.pg_timeout_s)
+        init_process_group(env, device, cfg.pg_timeout_s, one_rank_group=cfg.strategy.wrap_single_rank)
         _profile_bench(args, cfg, env, device)  # its objects are freed on return, before shutdown()
     finally:
         shutdown()
@@ -156,7 +156,7 @@ def run_train(args: argparse.Namespace) -> int:
     cfg, preset = resolve_config(args)
     device = select_device(env, cfg.device)
     try:
-        init_process_group(env, device, cfg.pg_timeout_s)
+        init_process_group(env, device, cfg.pg_timeout_s, one_rank_group=cfg.strategy.wrap_single_rank)
         _profile_train(args, cfg, preset, env, device)  # its objects are freed on return, before shutdown()
     finally:
         shutdown()

@@ -331,9 +331,16 @@ class StrategyConfig:
     choice, inner_outer_exp2 on several nodes with the exp2 topology, one_peer otherwise."""
     global_average_every: int = 0
     """Average parameters over all ranks every N steps (0: never); a BlueFog accuracy trick."""
+    wrap_single_rank: bool = False
+    """allreduce only: wrap the model in DDP even when the job has one process (in a one-rank process group
+    made for it: NCCL on a GPU, gloo on the CPU), to measure what the wrapper costs against the unwrapped
+    step (`dlscale bench --wrap-single-rank`). Off: one process runs the bare model."""
 
     def __post_init__(self) -> None:
         # The names are checked against the registries (dlscale.strategies) when the strategy is built.
+        _check(not self.wrap_single_rank or self.dist_optimizer == "allreduce",
+               f"strategy.wrap_single_rank wraps in DDP, which is the allreduce strategy; "
+               f"drop it or use --dist-optimizer allreduce (got {self.dist_optimizer!r})")
         _check(self.num_steps_per_communication >= 1,
                f"strategy.num_steps_per_communication={self.num_steps_per_communication} must be >= 1")
         _check(self.global_average_every >= 0,

@@ -44,21 +44,28 @@ def select_device(env: DistEnv, kind: str = "auto") -> torch.device:
     return torch.device("cuda", env.local_rank)
 
 
-def init_process_group(env: DistEnv, device: torch.device, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-    """Join the job's process group (NCCL on GPUs, gloo on CPUs); nothing for one process.
+def init_process_group(env: DistEnv, device: torch.device, timeout_s: float = DEFAULT_TIMEOUT_S, *,
+                       one_rank_group: bool = False) -> None:
+    """Join the job's process group (NCCL on GPUs, gloo on CPUs); nothing for one process, unless
+    `one_rank_group` asks for a group of that one process (what DDP needs to wrap a single rank).
 
     Under torchrun the workers reuse the agent's TCPStore. On the pinned torch a restarted
     attempt then reads keys left by the failed one and fails to connect or hangs
     (docs/references.md#torchrun-store-restart-bug, pytorch#135712), so each attempt gets its own key prefix.
+    A one-rank group needs no rendezvous: its store is an in-process HashStore (no port, no file), with a
+    launcher or without.
     """
     if env.launcher == "torchrun":
         exit_with_parent()
-    if not env.is_distributed or dist.is_initialized():
+    if dist.is_initialized() or not (env.is_distributed or one_rank_group):
         return
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
     timeout = timedelta(seconds=timeout_s)
+    if not env.is_distributed:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+        return
     if env.agent_store:
         store = attempt_store(env, timeout)
         dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size, timeout=timeout)

@@ -19,7 +19,9 @@ class AllreduceStrategy(Strategy):
 
     Parameters start identical because DDP broadcasts rank 0's state at construction.
     With one process there is nothing to synchronise and the model is not wrapped, so a
-    single-process run measures the model and not the wrapper. Every synchronised step reduces
+    single-process run measures the model and not the wrapper; `wrap_single_rank` wraps it anyway
+    (in the one-rank group that init_process_group makes for it), to measure the wrapper: its hooks,
+    its buckets, and under torch.compile the DDP optimizer's graph splits. Every synchronised step reduces
     every gradient once, so the bytes handed to allreduce are the gradients' bytes (counted once
     from the parameters: no Python runs per bucket); the time is not separable, since it
     overlaps backward.
@@ -29,13 +31,14 @@ class AllreduceStrategy(Strategy):
 
     def __init__(self, cfg: StrategyConfig, env: DistEnv) -> None:
         self.world_size = env.world_size
+        self.wrap_single_rank = cfg.wrap_single_rank
         self.grad_bytes = 0
         """Bytes of the gradients one synchronised step reduces."""
         self.steps = 0
         self.ddp: DistributedDataParallel | None = None
 
     def wrap(self, model: nn.Module, device: torch.device) -> nn.Module:
-        if self.world_size == 1:
+        if self.world_size == 1 and not self.wrap_single_rank:
             return model
         device_ids = [device.index] if device.type == "cuda" else None
         self.ddp = DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)

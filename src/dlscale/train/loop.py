@@ -31,6 +31,8 @@ from dlscale.data.counting import ReadMeter, count_reads
 from dlscale.data.dataset import EXCLUDED_LABEL
 from dlscale.distributed import DistEnv, init_process_group, select_device
 from dlscale.errors import ConfigError, DlscaleError, StorageError
+from dlscale.metrics.compile import CompileWatch, counting_replays, timed_first_step
+from dlscale.metrics.compile import describe as describe_compile
 from dlscale.metrics.cost import train_costs
 from dlscale.metrics.energy import device_energy_meter, energy_summary
 from dlscale.metrics.hardware import available_cores
@@ -94,6 +96,8 @@ class Run:
     rank_windows: list[dict] = field(default_factory=list)
     """Each log window's per-rank step, data wait, forward and lead (data + forward) times in ms per
     step, epochs' first windows left out (their data wait includes the loader workers' start)."""
+    compiling: CompileWatch | None = None
+    """What torch.compile did (None for an eager model): the first step's time, the CUDA-graph replays."""
     comm_windows: list[tuple[float, float]] = field(default_factory=list)
     """Each log window's communication per step as the strategy's own timer measured it on this rank
     (ms, bytes), for strategies that time it (not DDP: its allreduce runs inside backward); epochs' first
@@ -115,7 +119,7 @@ def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path
     """
     with PreemptionHandler() as preemption:
         device = select_device(env, cfg.device)
-        init_process_group(env, device, cfg.pg_timeout_s)
+        init_process_group(env, device, cfg.pg_timeout_s, one_rank_group=cfg.strategy.wrap_single_rank)
         run_dir = RunDir(Path(output_dir) / (cfg.name or run_name))
         lock = _claim(run_dir, env)  # before anything is built or written: one run per directory
         try:
@@ -166,8 +170,10 @@ def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, 
         run.preemption = preemption
         if meter:
             meter.start()
-        preempted = _epochs(run, progress)
+        with counting_replays(run.compiling):
+            preempted = _epochs(run, progress)
         summary = _summary(run, progress, preempted=preempted, signal=run.stop_signal or preemption.signal_name)
+        summary["compile_facts"] = _compile_facts(run, summary, steps=progress.step - first_step)
         # Energy of this attempt's training (validation and checkpoints included) per image it trained.
         summary.update(energy_summary(meter.stop() if meter else None,
                                       (progress.step - first_step) * run.plan.global_batch, device),
@@ -214,6 +220,7 @@ def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: Run
                        settings={**to_jsonable(cfg), "world_size": env.world_size}),
         sync=device_synchronizer(device), reads=ReadMeter(count_reads(train_loader)),
         **_forward_timer(replica.model, device, compiled=cfg.speed.compile),
+        compiling=CompileWatch.for_run(cfg.speed.compile, cfg.speed.compile_mode, device),
     )
 
 
@@ -287,7 +294,8 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
             window.data.stop()
             skipped.extend(batch.skipped)
             micro.append((batch.images, batch.labels))
-        loss = train_step(run.parts, micro, regions=window.regions)
+        with timed_first_step(run.compiling, run.sync, clock):  # this attempt's first step: it compiles
+            loss = train_step(run.parts, micro, regions=window.regions)
         window.add(loss, plan.global_batch // run.env.world_size)
         progress.step += 1
         progress.epoch_step += 1
@@ -559,6 +567,19 @@ def _summary(run: Run, progress: Progress, *, preempted: bool, signal: str | Non
         "skipped_samples": progress.skipped_samples, **_ranks_summary(run), **_comm_summary(run),
         "preempted": preempted, "signal": signal, "history": progress.history,
     }
+
+
+def _compile_facts(run: Run, summary: dict, *, steps: int) -> dict | None:
+    """What compiling cost and did (dlscale.metrics.compile), against this rank's mean step of the log windows
+    (epochs' first left out); also a message each line. None for an eager model."""
+    if run.compiling is None:
+        return None
+    step_ms = summary["rank_step_ms"]
+    steady_s = step_ms[run.env.rank] / 1000 if step_ms else None
+    facts = run.compiling.facts(run.device, steady_step_s=steady_s, steps=steps)
+    for line in describe_compile(facts):
+        run.records.message(line)
+    return facts
 
 
 def _ranks_summary(run: Run) -> dict:
