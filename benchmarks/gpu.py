@@ -60,7 +60,7 @@ from gpu_campaign.runner import Context, run_stage  # noqa: E402
 CPU_BUDGET_S = 300.0
 """The CPU rehearsal's deadline (a GPU part's is parts.BUDGET_S)."""
 
-GPU_TEST_FILES = ("tests/gpu/test_gpu_decode.py", "tests/gpu/test_gpu_ddp.py", "tests/gpu/test_gpu_levers.py")
+GPU_TEST_FILES = ("tests/gpu/test_gpu_decode.py", "tests/gpu/test_gpu_ddp.py")
 """The gputests stage: the GPU tests of the newest work, those this checkout has."""
 
 INDUCTOR_CACHE = Path("/tmp/dlscale-campaign-inductor")

@@ -45,13 +45,15 @@ PREFIX = "@@ "
 
 def worker(flags: list[str], lock: Path | None = None) -> int:
     """Build the configuration `dlscale bench FLAGS` would run, warm it up (compiling; under `lock`, the
-    GPU to itself), say ready, then time one window per "go" line on stdin until "stop"."""
+    GPU to itself), say ready, then time one window per "go" line on stdin until "stop"; then its compile
+    facts (dlscale.metrics.compile, as `dlscale bench` records them)."""
     import torch
 
     from dlscale.bench.synthetic import build_bench, measure
     from dlscale.cli import build_parser
     from dlscale.cli.bench import config_from_args
     from dlscale.distributed import DistEnv, init_process_group, select_device
+    from dlscale.metrics.compile import CompileWatch, counting_replays, timed_first_step
     from dlscale.metrics.timing import device_synchronizer
     from dlscale.train.step import train_step
 
@@ -59,39 +61,48 @@ def worker(flags: list[str], lock: Path | None = None) -> int:
     cfg, _ = config_from_args(args, has_gpu=args.device != "cpu" and torch.cuda.is_available())
     env = DistEnv.from_env()
     device = select_device(env, cfg.device)
-    init_process_group(env, device, cfg.pg_timeout_s)
+    init_process_group(env, device, cfg.pg_timeout_s, one_rank_group=cfg.strategy.wrap_single_rank)
     setup = build_bench(cfg, env, device)
     pool, cursor = setup.pool, iter(range(1 << 62))
+    sync = device_synchronizer(device)
+    compiling = CompileWatch.for_run(cfg.speed.compile, cfg.speed.compile_mode, device)
 
     def next_batch():
         return setup.pool[next(cursor) % len(pool)]
 
     def step(images, labels):
-        return train_step(setup.parts, [(images, labels)])
+        with timed_first_step(compiling, sync, time.perf_counter):
+            return train_step(setup.parts, [(images, labels)])
 
-    sync = device_synchronizer(device)
-    waited = time.perf_counter()
-    with _exclusive(lock):
-        started = time.perf_counter()
-        first_s = None
-        for i in range(cfg.num_warmup_batches):
-            step(*next_batch())
-            if i == 0:
-                sync()
-                first_s = time.perf_counter() - started
-        sync()
-    _say("ready", warmup_s=time.perf_counter() - started, first_step_s=first_s, lock_wait_s=started - waited,
-         batch_size=cfg.batch_size,
-         speed={k: getattr(cfg.speed, k) for k in cfg.speed.__dataclass_fields__}, precision=cfg.precision,
-         model=cfg.model)
-    for line in sys.stdin:
-        if line.strip() != "go":
-            break
-        rate = measure(step, next_batch, batch_size=cfg.batch_size, num_warmup_batches=0,
-                       num_batches_per_iter=cfg.num_batches_per_iter, num_iters=1, sync=sync)[0]
-        _say("rate", img_per_s=rate.total_ips, step_ms=rate.step_ms)
+    windows_ms: list[float] = []
+    with counting_replays(compiling):
+        waited = time.perf_counter()
+        with _exclusive(lock):
+            started = time.perf_counter()
+            for _ in range(cfg.num_warmup_batches):
+                step(*next_batch())
+            sync()
+        warmup_s = time.perf_counter() - started
+        if compiling:
+            compiling.warmup_done(warmup_s)
+        _say("ready", warmup_s=warmup_s, first_step_s=compiling.first_step_s if compiling else None,
+             lock_wait_s=started - waited, batch_size=cfg.batch_size,
+             speed={k: getattr(cfg.speed, k) for k in cfg.speed.__dataclass_fields__}, precision=cfg.precision,
+             model=cfg.model, wrap_single_rank=cfg.strategy.wrap_single_rank)
+        for line in sys.stdin:
+            if line.strip() != "go":
+                break
+            rate = measure(step, next_batch, batch_size=cfg.batch_size, num_warmup_batches=0,
+                           num_batches_per_iter=cfg.num_batches_per_iter, num_iters=1, sync=sync)[0]
+            windows_ms.append(rate.step_ms)
+            _say("rate", img_per_s=rate.total_ips, step_ms=rate.step_ms)
+    facts = None
+    if compiling and windows_ms:
+        facts = compiling.facts(device, steady_step_s=statistics.median(windows_ms) / 1000,
+                                steps=len(windows_ms) * cfg.num_batches_per_iter,
+                                warmup_steps=cfg.num_warmup_batches)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    _say("done", peak_memory_bytes=peak)
+    _say("done", peak_memory_bytes=peak, compile_facts=facts)
     return 0
 
 
@@ -201,7 +212,8 @@ class Variant:
                 "batch_size": (self.ready or {}).get("batch_size"), "speed": (self.ready or {}).get("speed"),
                 "windows_img_per_s": self.windows,
                 "median_img_per_s": statistics.median(self.windows) if self.windows else None,
-                "peak_memory_bytes": (self.done or {}).get("peak_memory_bytes")}
+                "peak_memory_bytes": (self.done or {}).get("peak_memory_bytes"),
+                "compile_facts": (self.done or {}).get("compile_facts")}
 
 
 PRIME_STEPS = ["--num-warmup-batches", "3", "--num-iters", "1", "--num-batches-per-iter", "1"]

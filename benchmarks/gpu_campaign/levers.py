@@ -120,30 +120,32 @@ def _lever_variants(f: Features, wave: str) -> list[Variant]:
             Variant("batch 384", ["--batch-size", "384"], batch=384)]
 
 
-def new_tests_run(f: Features) -> Run | None:
-    """The GPU tests of the newest work (device decoding, DDP on one GPU, the levers): each proves a point of
-    its issue. None where this checkout has none."""
-    if not f.gpu_test_files:
+BESIDE = {
+    "levers_a": (("tests/gpu/test_gpu_decode.py", "tests/gpu/test_gpu_ddp.py"), "not compiled and not compile_facts",
+                 100.0),
+    "ddp": (("tests/gpu/test_gpu_ddp.py",), "compiled and not compile_facts", 100.0),
+}
+"""The GPU tests run beside a stage's compilations: (files, -k selection, estimated seconds). The device decode
+tests and the eager DDP equality cases beside levers_a; the compiled DDP equality cases beside the DDP wave.
+The bench test of compile facts is left to the tier: the campaign's own runs record the same facts."""
+
+
+def new_tests_run(f: Features, stage: str = "levers_a") -> Run | None:
+    """The GPU tests of the newest work that run beside `stage`'s compilations: each proves a point of its
+    issue. None where this checkout has none of them."""
+    files, selection, estimate = BESIDE[stage]
+    present = [name for name in files if name in f.gpu_test_files]
+    if not present:
         return None
-    argv = ["-m", "pytest", *f.gpu_test_files, "-q", "-p", "no:cacheprovider", "--junitxml",
-            "{work}/junit-new.xml", "-o", "junit_family=xunit2"]
-    return Run("new GPU tests", argv, "pytest", 100.0 if f.device == "cuda" else 30.0, output="{work}/junit-new.xml",
-               settings=" ".join(f.gpu_test_files))
+    junit = f"{{work}}/junit-{stage}.xml"
+    argv = ["-m", "pytest", *present, "-k", selection, "-q", "-p", "no:cacheprovider", "--junitxml", junit,
+            "-o", "junit_family=xunit2"]
+    return Run(f"GPU tests beside {stage}", argv, "pytest", estimate if f.device == "cuda" else 30.0, output=junit,
+               settings=f"{' '.join(present)} -k '{selection}'")
 
 
 SLOW_GPU_TESTS = "not max_autotune"
-"""Left out of the tier that runs beside compilations: max-autotune of a tiny model takes 120 s
-(2026-11-23), longer than the rest of the tier."""
-
-
-def tier_run(f: Features) -> Run:
-    """The whole GPU tier but its slowest cases, without the newest files (run in part 1)."""
-    skip = [arg for name in f.gpu_test_files for arg in ("--ignore", name)]
-    workers = ["-n", "4"] if f.xdist and f.device == "cuda" else []
-    argv = ["-m", "pytest", "tests/gpu", "-m", "gpu", "-k", SLOW_GPU_TESTS, *skip, *workers, "-q", "-p",
-            "no:cacheprovider", "--junitxml", "{work}/junit.xml", "-o", "junit_family=xunit2"]
-    return Run("pytest -m gpu", argv, "pytest", 90.0 if f.device == "cuda" else 20.0, output="{work}/junit.xml",
-               settings=f"the GPU tier, -k '{SLOW_GPU_TESTS}'")
+"""Left out of the tier: max-autotune of a tiny model takes 120 s (2026-11-23), longer than the rest of it."""
 
 
 def levers_stage(f: Features, wave: str = "a") -> Stage:
@@ -161,8 +163,7 @@ def levers_stage(f: Features, wave: str = "a") -> Stage:
                  note="alternate.py: the new configurations compiled at once, then each worker warmed up alone, then "
                       "10-step windows in turns, rotated each round"
                       + (f"; about {wave_memory_gib(variants):.0f} GB of device memory at once" if f.device == "cuda"
-                         else "") + ("; the newest GPU tests ran beside the compilations"
-                                                    if run.also else ""))
+                         else "") + ("; GPU tests ran beside the compilations" if run.also else ""))
 
 
 def levers_b_stage(f: Features) -> Stage:
@@ -180,15 +181,15 @@ def ddp_stage(f: Features) -> Stage:
                     Variant("DDP eager fp16", ["--wrap-single-rank", *eager], compile_s=0.0)]
     else:
         variants = [Variant("default", []), Variant("DDP", ["--wrap-single-rank"])]
-    run = alternated("ddp", variants, f, also=tier_run(f), rounds=6 if f.device == "cuda" else None)
+    run = alternated("ddp", variants, f, also=new_tests_run(f, "ddp"), rounds=6 if f.device == "cuda" else None)
     if "--wrap-single-rank" not in f.bench_flags:
         run.unavailable = "this dlscale bench has no --wrap-single-rank"
     return Stage("ddp", "DistributedDataParallel on one GPU against the compiled default",
                  run.estimate_s * 1.3 + 20.0, [run], variants=[v.name for v in variants],
                  ratios=[(v.name, variants[0].name) for v in variants[1:]],
                  note="each DDP worker a one-rank process group (NCCL on the GPU) with the wrapper forced; several "
-                      "GPUs, NVLink and several nodes are not covered by one GPU; the GPU test tier ran beside the "
-                      "compilations")
+                      "GPUs, NVLink and several nodes are not covered by one GPU; the compiled DDP equality tests ran "
+                      "beside the compilations")
 
 
 CURVE = [16, 32, 64, 128, 256]
@@ -233,6 +234,7 @@ def profile_stage(f: Features) -> Stage:
 
 
 def gputests_stage(f: Features) -> Stage:
-    """The newest GPU tests alone (in the plans they run beside levers_a's compilations)."""
-    run = new_tests_run(f) or Run("new GPU tests", [], "pytest", 0.0, unavailable="no new GPU test files here")
-    return Stage("gputests", "The newest GPU tests: device decoding, DDP on one GPU, the levers", 150.0, [run])
+    """The newest GPU tests alone (in the plans they run beside the compilations of levers_a and ddp)."""
+    runs = [run for run in (new_tests_run(f, "levers_a"), new_tests_run(f, "ddp")) if run is not None]
+    return Stage("gputests", "The newest GPU tests: device decoding, DDP on one GPU", 300.0,
+                 runs or [Run("new GPU tests", [], "pytest", 0.0, unavailable="no new GPU test files here")])

@@ -216,7 +216,8 @@ def env_stage(f: Features) -> Stage:
 def pytest_stage(f: Features) -> Stage:
     paths = [] if f.device == "cuda" else ["tests/gpu"]  # the whole suite's gpu marks; on the CPU all skip
     workers = ["-n", "4"] if f.xdist and f.device == "cuda" else []
-    argv = ["-m", "pytest", "-m", "gpu", *paths, "-q", "-p", "no:cacheprovider", *workers,
+    # max-autotune of a tiny model takes 120 s, the tier's critical path (2026-11-23): left out
+    argv = ["-m", "pytest", "-m", "gpu", *paths, "-k", "not max_autotune", "-q", "-p", "no:cacheprovider", *workers,
             "--junitxml", "{work}/junit.xml", "-o", "junit_family=xunit2"]
     estimate = (100.0 if workers else 180.0) if f.device == "cuda" else 10.0
     note = "pytest-xdist: 4 workers share the GPU" if workers else ""

@@ -80,12 +80,14 @@ def test_a_machine_with_everything_runs_every_entry():
     peers = stages["peers"].runs[0].argv
     assert peers[peers.index("bench") + 1:peers.index("--json")] == progression["fused_sgd"].argv[3:-4]
     assert "-n" in stages["pytest"].runs[0].argv  # pytest-xdist spreads the tier over 4 workers
-    # the newest GPU tests run beside levers_a's compilations, the rest of the tier beside the DDP wave's
+    # the newest GPU tests run beside the compilations: decoding and eager DDP beside levers_a's, compiled DDP
+    # beside the DDP wave's
     lever_run, ddp_run = stages["levers_a"].runs[0], stages["ddp"].runs[0]
     assert lever_run.also.argv[:4] == ["-m", "pytest", *NEW_TESTS] and lever_run.also.reader == "pytest"
-    tier = ddp_run.also.argv
-    assert [tier[i + 1] for i, a in enumerate(tier) if a == "--ignore"] == list(NEW_TESTS)
-    assert tier[tier.index("-k") + 1] == "not max_autotune" and tier[tier.index("-m", 2) + 1] == "gpu"
+    assert lever_run.also.argv[5] == "not compiled and not compile_facts"
+    assert ddp_run.also.argv[2:5] == [NEW_TESTS[1], "-k", "compiled and not compile_facts"]
+    tier = stages["pytest"].runs[0].argv
+    assert tier[tier.index("-k") + 1] == "not max_autotune"
     # every compared configuration is a variant with a ratio against the first, the default
     assert stages["levers_a"].variants == ["default", "stem 4", "batch 512"]
     assert stages["ddp"].ratios[0] == ("DDP", "default")
