@@ -232,6 +232,24 @@ def test_sweep_prediction_uses_the_measured_same_host_slowdown(tmp_path):
     assert row.predicted < predict_point(2, work, Strategy(), net).img_per_s_total
 
 
+def test_a_slowdown_measured_otherwise_replaces_the_forward_times(tmp_path):
+    sweep = tmp_path / "sweep"
+    for world, forward in ((1, 50.0), (2, 75.0)):
+        run = sweep / f"world{world}"
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps(_bench_summary(world, 100.0 * world, forward)))
+    (sweep / "sweep.json").write_text(json.dumps({"kind": "sweep", "points": [
+        {"run_dir": f"world{w}", "world_size": w, "nnodes": 1, "status": "ok", "series": "s"} for w in (1, 2)]}))
+    comm = tmp_path / "comm"
+    comm.mkdir()
+    fit = {"latency_us": 2000.0, "busbw_gbs": 1.0, "points": 10, "rms_relative_error": 0.1}
+    (comm / "summary.json").write_text(json.dumps({"kind": "comm", "world_size": 2, "local_world_size": 2,
+                                                   "backend": "gloo", "results": {"world": {"all_reduce": {
+                                                       "ranks": 2, "fit": {"in-place": fit}}}}}))
+    (row,) = sweeps.validate_sweep(sweep, comm, {2: 2.0})
+    assert row.slowdown == 2.0 and "given: single-rank runs at once" in row.inputs
+
+
 def test_slowdown_needs_both_forward_times():
     assert sweeps.host_slowdown({"rank_forward_ms": None}, {"rank_forward_ms": [[1.0]]}) is None
     assert sweeps.host_slowdown({"rank_forward_ms": [[2.0]]}, {"rank_forward_ms": [[3.0, 5.0]]}) == pytest.approx(2.0)

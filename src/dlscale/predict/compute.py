@@ -30,8 +30,7 @@ class Fixed:
     known: bool = True
 
 
-UNKNOWN_FIXED = Fixed(0.0, "unknown, taken as zero (no step of this device measured at a second batch size)",
-                      known=False)
+UNKNOWN_FIXED = Fixed(0.0, "no step of this device measured at a second batch size", known=False)
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ class StepTime:
 
     def describe(self) -> list[str]:
         """t(b) with its two parameters, each with its source; the measured points where there are several."""
-        fixed = self.fixed_source if self.fixed_known else self.fixed_source.upper()
+        fixed = self.fixed_source if self.fixed_known else f"UNKNOWN, TAKEN AS ZERO: {self.fixed_source}"
         lines = [f"t(b) = t0 + b x t1, t0 = {1e3 * self.fixed_s:.2f} ms, t1 = {1e3 * self.per_image_s:.4f} ms "
                  "per image",
                  f"t0 (fixed part): {fixed}"]
@@ -177,4 +176,4 @@ def fixed_for_device(device: str | None) -> Fixed:
     if curve is not None:
         return curve.fixed()
     what = f"no step curve of {device} ships" if device else "the device is not named"
-    return Fixed(0.0, f"unknown, taken as zero ({what}: references/device_steps.json)", known=False)
+    return Fixed(0.0, f"{what} (references/device_steps.json)", known=False)

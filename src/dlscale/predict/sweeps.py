@@ -36,6 +36,8 @@ class SweepRow:
     inputs: str
     slowdown: float | None = None
     """Each rank's forward time in the N-rank run over the 1-rank run's; None: not measured."""
+    cores_arithmetic: float | None = None
+    """The prediction with the cores arithmetic instead of the measured slowdown (for comparison)."""
 
     @property
     def error(self) -> float:
@@ -72,10 +74,12 @@ def _series_runs(path: Path) -> dict[str, dict[int, Path]]:
     return by_series
 
 
-def validate_sweep(sweep_dir: str | Path, comm_dir: str | Path) -> list[SweepRow]:
+def validate_sweep(sweep_dir: str | Path, comm_dir: str | Path,
+                   slowdowns: dict[int, float] | None = None) -> list[SweepRow]:
     """Each series of a `dlscale scale --nproc 1,2,...` sweep: its larger world sizes predicted from its
     1-rank run, a comm run's fit and the measured same-host slowdown (and again with the 1-rank run's step
-    spread as stragglers)."""
+    spread as stragglers). `slowdowns`: N -> the slowdown measured otherwise (N single-rank runs at once,
+    over one alone), instead of the forward times."""
     path = Path(sweep_dir)
     net = network_from_comm_run(comm_dir)
     rows = []
@@ -89,17 +93,21 @@ def validate_sweep(sweep_dir: str | Path, comm_dir: str | Path) -> list[SweepRow
             if n == 1:
                 continue
             summary = json.loads((run_dir / "summary.json").read_text())
-            slowdown = host_slowdown(one, summary)
+            given = (slowdowns or {}).get(n)
+            slowdown = given or host_slowdown(one, summary)
             shared = replace(workload, host_slowdown=slowdown)
             point = predict_point(n, shared, strategy, net)
             noisy = predict_point(n, shared, strategy, net, Ceilings(step_cv=spread))
-            measured_by = (f"forward {forward_ms(summary):.1f} ms per step on {n} ranks against "
+            measured_by = ("given: single-rank runs at once" if given else
+                           f"forward {forward_ms(summary):.1f} ms per step on {n} ranks against "
                            f"{forward_ms(one):.1f} ms on one" if slowdown else "not measured: the cores arithmetic")
             inputs = (f"compute: {workload.source}; same-host slowdown "
                       f"{f'{slowdown:.2f}x' if slowdown else '-'} ({measured_by}); step spread "
                       f"{100 * (spread or 0):.1f}%; network: {net.source}")
+            arithmetic = predict_point(n, workload, strategy, net).img_per_s_total
             rows.append(SweepRow(path.name, series or "sweep", n, summary["img_per_sec_total_mean"],
-                                 point.img_per_s_total, noisy.img_per_s_total, point.limit, inputs, slowdown))
+                                 point.img_per_s_total, noisy.img_per_s_total, point.limit, inputs, slowdown,
+                                 arithmetic))
     if not rows:
         raise ConfigError(f"{path}: no series with a 1-rank run and a larger one on one node")
     return rows

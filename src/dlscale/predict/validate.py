@@ -291,10 +291,11 @@ def case_workload(case: Case, terms: Terms, predicted: str | None = None) -> tup
 
 def _inputs_text(case: Case, workload: Workload, fed: list[str], terms: Terms) -> str:
     step = workload.step_time
+    fixed = step.fixed_source if step.fixed_known else f"unknown, taken as zero: {step.fixed_source}"
     rate = workload.batch_per_device / workload.step_s
     return (f"compute: {case.reference}:{case.input_series or case.series} at {case.input_devices} device(s), "
             f"{rate:.1f} img/s per device at batch {workload.batch_per_device} ({', '.join(fed)}); "
-            f"t0 {1e3 * step.fixed_s:.2f} ms ({step.fixed_source}); network: {case.platform}; software: "
+            f"t0 {1e3 * step.fixed_s:.2f} ms ({fixed}); network: {case.platform}; software: "
             f"{case.software}" + "".join(f"; {t}" for t in terms.texts))
 
 
