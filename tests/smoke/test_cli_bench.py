@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,8 +18,11 @@ SUMMARY_KEYS = {
 }
 
 
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
 def _run(args, tmp_path, timeout=180):
-    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": SRC}  # this checkout's package
     return subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -97,3 +101,52 @@ def test_neighbor_allreduce_reports_communication(tmp_path):
     summary = json.loads((tmp_path / "result.json").read_text())
     assert summary["dist_optimizer"] == "neighbor_allreduce" and summary["topology"] == "exp2"
     assert summary["comm_bytes_per_step"] > 0 and summary["comm_time_ms_per_step"] > 0
+
+
+def test_batch_list_writes_a_curve(tmp_path):
+    args = [a for a in TINY if a not in ("--batch-size", "4")]
+    out = _run([sys.executable, "-m", "dlscale", "bench", *args, "--batch-size", "4,2", "--json", "result.json",
+                "--output-dir", "runs", "--name", "curve"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("Running warmup...") == 2  # each batch size has its own warm-up
+    assert out.stdout.index("Batch size: 4") < out.stdout.index("Batch size: 2")  # in the order given
+    summary = json.loads((tmp_path / "runs" / "curve" / "summary.json").read_text())
+    curve = summary["batch_curve"]
+    assert [c["batch_size"] for c in curve] == [2, 4]
+    for c in curve:
+        assert c["step_time_ms"] == pytest.approx(1000.0 * c["batch_size"] / c["img_per_sec"])
+        assert c["ci95"] >= 0
+    # The top level is the largest batch's own benchmark.
+    assert summary["batch_size"] == 4 and summary["img_per_sec_total_mean"] == curve[1]["img_per_sec"]
+    assert json.loads((tmp_path / "runs" / "curve" / "config.json").read_text())["batch_size"] == 4
+    assert "Batch curve" in out.stdout
+
+
+def test_one_batch_size_writes_no_curve(tmp_path):
+    out = _run([sys.executable, "-m", "dlscale", "bench", *TINY, "--json", "result.json", "--output-dir", "runs"],
+               tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "batch_curve" not in json.loads((tmp_path / "result.json").read_text())
+    assert "Batch curve" not in out.stdout
+
+
+@pytest.mark.parametrize("sizes,message", [
+    ("16,32,16", "names 16 more than once"),
+    ("16,0,32", "--batch-size must be positive, got 0"),
+    ("16,-8", "--batch-size must be positive, got -8"),
+    ("16,x", "give whole numbers separated by commas"),
+])
+def test_bad_batch_list_is_one_line(tmp_path, sizes, message):
+    out = _run([sys.executable, "-m", "dlscale", "bench", "--model", "resnet18", "--batch-size", sizes,
+                "--output-dir", "runs"], tmp_path)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert message in out.stderr
+
+
+def test_a_sweep_takes_one_batch_size(tmp_path):
+    out = _run([sys.executable, "-m", "dlscale", "scale", "--nproc", "1,2", "--output-dir", "runs", "--",
+                "bench", "--model", "resnet18", "--batch-size", "16,32"], tmp_path)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "give one batch size here" in out.stderr

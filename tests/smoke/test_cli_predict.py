@@ -6,12 +6,14 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from dlscale.report.references import load_reference
 
-ENV = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+ENV = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": SRC}  # this checkout's package
 SMALL = ["-b", "8", "-e", "4M", "-f", "8", "-w", "1", "-n", "3", "--pg-timeout", "60"]
 
 
@@ -58,6 +60,76 @@ def test_bad_input_is_one_line(tmp_path, args, message):
     assert len(lines) == 1 and lines[0].startswith("dlscale predict: error:") and message in lines[0], out.stderr
 
 
+TINY_BENCH = ["--model", "resnet18", "--width", "8", "--image-size", "32", "--num-classes", "10",
+              "--num-warmup-batches", "2", "--num-batches-per-iter", "2", "--num-iters", "3", "--device", "cpu"]
+
+
+def test_a_bench_curve_is_read_back_by_predict(tmp_path):
+    # Batch sizes far apart, so that the per-image part outweighs a loaded machine's noise.
+    bench = _dlscale("bench", *TINY_BENCH, "--batch-size", "4,16,64", "--output-dir", "runs", "--name", "curve",
+                     cwd=tmp_path, timeout=240)
+    assert bench.returncode == 0, bench.stderr
+    curve = json.loads((tmp_path / "runs" / "curve" / "summary.json").read_text())["batch_curve"]
+    out = _dlscale("predict", "--from-run", "runs/curve", "--gpus", "1,4,16", "--global-batch", "256",
+                   "--intra-gbps", "100", "--inter-gbps", "100", "--json", "p.json", "--no-run-dir", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tmp_path / "p.json").read_text())
+    # Strong scaling: 256, 64, 16 images per device; 64 and 16 were measured, so their compute is the curve's
+    # own step; 256 lies beyond it, on the fit printed with its two parameters.
+    steps = {c["batch_size"]: c["step_time_ms"] for c in curve}
+    by_batch = {p["batch_per_device"]: p for p in result["points"]}
+    assert by_batch[64]["compute_ms"] == pytest.approx(steps[64])
+    assert by_batch[16]["compute_ms"] == pytest.approx(steps[16])
+    t0, t1 = result["inputs"]["fixed_part_ms"], result["inputs"]["per_image_ms"]
+    assert by_batch[256]["compute_ms"] == pytest.approx(t0 + 256 * t1)
+    assert result["inputs"]["fixed_part_known"] and "t0 (fixed part): fitted to the 3 measured" in out.stdout
+    assert "batch/device" in out.stdout and "fixed %" in out.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--from-reference", "ngc:v100_16gb_amp", "--platform", "dgx1-v100", "--step-curve", "RUN"],
+     "measured one batch size, so it has no step curve"),
+    (["--from-reference", "ngc:v100_16gb_amp", "--platform", "dgx1-v100", "--step-overhead-ms", "500"],
+     "--step-overhead-ms 500 must be >= 0 and below the step"),
+    (["--from-run", "CURVE1", "--platform", "dgx1-v100"], "needs steps measured at two batch sizes"),
+])
+def test_bad_curve_input_is_one_line(tmp_path, args, message):
+    run, curve1 = tmp_path / "run", tmp_path / "curve1"
+    for path, extra in ((run, {}), (curve1, {"batch_curve": [{"batch_size": 8, "step_time_ms": 10.0,
+                                                              "img_per_sec": 800.0, "ci95": 1.0}]})):
+        path.mkdir()
+        (path / "summary.json").write_text(json.dumps({
+            "kind": "bench", "model": "resnet18", "batch_size": 8, "world_size": 1, "device": "cpu",
+            "img_per_sec_total_mean": 800.0, **extra}))
+    args = [{"RUN": str(run), "CURVE1": str(curve1)}.get(a, a) for a in args]
+    out = _dlscale("predict", *args, "--no-run-dir", cwd=tmp_path)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], out.stderr
+
+
+def test_step_overhead_is_an_override_printed_as_such(tmp_path):
+    out = _dlscale("predict", "--from-reference", "ngc:v100_16gb_amp", "--platform", "dgx1-v100", "--gpus", "1,8",
+                   "--global-batch", "256", "--step-overhead-ms", "20", "--json", "p.json", "--no-run-dir",
+                   cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "t0 (fixed part): 20 ms, given: --step-overhead-ms (an override)" in out.stdout
+    points = json.loads((tmp_path / "p.json").read_text())["points"]
+    # 1,200 img/s at 256: 213.33 ms per step; with t0 = 20 ms, t(32) = 20 + 32 x (213.33 - 20) / 256 ms.
+    assert points[1]["compute_ms"] == pytest.approx(20 + 32 * (256 / 1.2 - 20) / 256)
+
+
+def test_strong_scaling_to_4096_h100(tmp_path):
+    # The MLPerf series publishes 400 and 50 per GPU: its fit carries the batch per device down to 16.
+    out = _dlscale("predict", "--from-reference", "mlperf:h100_strong", "--platform", "dgx-h100",
+                   "--gpus", "8,64,512,4096", "--global-batch", "65536", "--dist-optimizer", "gradient_allreduce",
+                   "--grad-bytes", "2", "--json", "p.json", "--no-run-dir", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    points = json.loads((tmp_path / "p.json").read_text())["points"]
+    assert [p["batch_per_device"] for p in points] == [8192, 1024, 128, 16]
+    assert points[-1]["limit"] == "small batch per device" and points[-1]["fixed_share"] > 0.5
+
+
 def test_validate_predicts_every_shipped_scaling_point(tmp_path):
     out = _dlscale("predict", "--validate", "--json", "v.json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -74,8 +146,12 @@ def test_validate_predicts_every_shipped_scaling_point(tmp_path):
     # the compute input is never among the predicted points
     assert not any(r["reference"] == "ngc" and r["devices"] == 1 for r in rows)
     assert not any(r["reference"] == "hal" and r["series"] == "feb" and r["devices"] == 2 for r in rows)
-    assert report["goal"]["points"] == sum(r["in_goal"] for r in rows)
-    for word in ("Goal set", "median |error|", "Inputs:", "hal:feb", "mlperf:h100_strong"):
+    # every shipped point counts, each with the published points that fed its parameters, never itself
+    assert report["all"]["points"] == len(rows) >= 43
+    for row in rows:
+        own = f"{row['reference']}:{row['series']}@{row['devices']}"
+        assert row["fed_by"] and own not in {f["point"] for f in row["fed_by"]}
+    for word in ("All 43 points", "median |error|", "parameters from", "Inputs:", "hal:feb", "mlperf:h100_strong"):
         assert word in out.stdout
     print("\n".join(out.stdout.splitlines()[:60]))
 

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
+from dlscale.bench.curve import curve_lines, parse_batch_sizes, run_curve
 from dlscale.bench.synthetic import run_bench, write_run
 from dlscale.cli.common import add_strategy_arguments, strategy_from_args
 from dlscale.cli.output import write_json_file
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.config import PRECISIONS, BenchConfig, StrategyConfig
 from dlscale.distributed import DistEnv, shutdown
+from dlscale.errors import ConfigError
 from dlscale.metrics.run import to_jsonable
 from dlscale.metrics.tracking import track_finished
 from dlscale.precision import default_precision
@@ -47,7 +50,9 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--model", default=None, help="model name (see `dlscale models`); "
                    "none: a configuration that suits this machine, saying what it chose")
-    p.add_argument("--batch-size", type=int, default=None, help="images per rank per step (32 if --model is given)")
+    p.add_argument("--batch-size", default=None, metavar="B[,B...]",
+                   help="images per rank per step (32 if --model is given); a list (16,32,64) measures each in turn "
+                        "and writes the step time per batch to summary.json's batch_curve")
     p.add_argument("--num-warmup-batches", type=int, default=None, help="untimed steps (10)")
     p.add_argument("--num-batches-per-iter", type=int, default=None, help="steps per timed iteration (10)")
     p.add_argument("--num-iters", type=int, default=None, help="timed iterations (10)")
@@ -131,7 +136,7 @@ def config_from_args(args: argparse.Namespace, *, has_gpu: bool, eager: bool = F
         stem_channels=args.stem_channels or speed.stem_channels,
     )
     given = {
-        "model": args.model, "batch_size": args.batch_size, "image_size": args.image_size,
+        "model": args.model, "batch_size": single_batch_size(args.batch_size), "image_size": args.image_size,
         "num_warmup_batches": args.num_warmup_batches, "num_batches_per_iter": args.num_batches_per_iter,
         "num_iters": args.num_iters,
     }
@@ -157,18 +162,40 @@ def multi_rank_default_line(world_size: int) -> str:
             "\"DDP and torch.compile on one GPU\"); compile's default mode: --compile-mode default.")
 
 
+def single_batch_size(text: str | int | None) -> int | None:
+    """The one batch size of --batch-size; a list is for `dlscale bench` alone (one line otherwise)."""
+    sizes = parse_batch_sizes(text)
+    if sizes is not None and len(sizes) > 1:
+        raise ConfigError(f"--batch-size {text}: a list of batch sizes is measured by `dlscale bench` alone; "
+                          "give one batch size here")
+    return sizes[0] if sizes else None
+
+
+def _configs(args: argparse.Namespace, has_gpu: bool, world_size: int = 1) -> tuple[list[BenchConfig], str | None]:
+    """One BenchConfig per batch size of --batch-size (one when it names one or none)."""
+    sizes = parse_batch_sizes(args.batch_size) or (None,)
+    made = [config_from_args(argparse.Namespace(**{**vars(args), "batch_size": b}), has_gpu=has_gpu,
+                             world_size=world_size) for b in sizes]
+    return [cfg for cfg, _ in made], made[0][1]
+
+
 def run(args: argparse.Namespace) -> int:
     env = DistEnv.from_env()
     has_gpu = args.device != "cpu" and torch.cuda.is_available()
-    cfg, note = config_from_args(args, has_gpu=has_gpu, world_size=env.world_size)
+    cfgs, note = _configs(args, has_gpu, env.world_size)
     tracking = tracking_from_args(args, args.output_dir)
     if note and env.is_main:
         print(note, flush=True)
+    say = functools.partial(print, flush=True)
     try:
-        summary = run_bench(cfg, env, out=lambda line: print(line, flush=True))
+        summary = run_bench(cfgs[0], env, out=say) if len(cfgs) == 1 else run_curve(cfgs, env, out=say)
         if env.is_main:
+            cfg = next(c for c in cfgs if c.batch_size == summary["batch_size"])
             run_dir = write_run(cfg, env, summary, root=args.output_dir, name=args.name)
             _print_extras(summary)
+            if "batch_curve" in summary:
+                say("\n".join([*curve_lines(summary["batch_curve"]), f"The figures above and summary.json's top "
+                                f"level are batch {summary['batch_size']}'s, the largest"]))
             print(f"Run directory: {run_dir.path}", flush=True)
             if args.json:
                 write_json_file(args.json, to_jsonable(summary))

@@ -20,8 +20,9 @@ from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.errors import ConfigError
 from dlscale.metrics.cost import check_price
 from dlscale.metrics.tracking import numbers, track_finished
-from dlscale.predict import inputs, output, validate
-from dlscale.predict.graphs import TOPOLOGIES
+from dlscale.predict import inputs, output, sweeps, validate
+from dlscale.predict.compute import Fixed, with_fixed
+from dlscale.predict.graphs import SCHEDULES, TOPOLOGIES
 from dlscale.predict.model import OVERLAPS, STRATEGIES, Ceilings, Strategy, Workload, predict
 from dlscale.predict.network import ALGORITHMS, Network
 from dlscale.predict.platforms import platform, platforms
@@ -52,8 +53,12 @@ def add_parser(subparsers) -> None:
     compute.add_argument("--global-batch", type=int, default=None, help="images per step over all devices "
                          "(strong scaling: the batch per device is this / N)")
     compute.add_argument("--image-size", type=int, default=224)
-    compute.add_argument("--step-overhead-ms", type=float, default=0.0,
-                         help="part of the single-device step that does not shrink with the batch (strong scaling)")
+    compute.add_argument("--step-overhead-ms", type=float, default=None,
+                         help="override: the part of the single-device step that does not shrink with the batch "
+                              "(default: fitted to a curve, else the shipped curve of the device, else unknown)")
+    compute.add_argument("--step-curve", type=Path, default=None, metavar="DIR",
+                         help="a 1-rank dlscale bench run with a batch list (--batch-size 16,32,...): its fitted fixed "
+                              "part for a compute figure of one batch size")
     compute.add_argument("--grad-bytes", type=int, choices=(2, 4), default=None,
                          help="bytes per gradient element (4: fp32, torch AMP included; 2: fp16 gradients)")
     network = p.add_argument_group("network (one of, numbers override)")
@@ -73,6 +78,13 @@ def add_parser(subparsers) -> None:
     strategy.add_argument("--topology", choices=TOPOLOGIES, default="exp2", help="neighbour graph")
     strategy.add_argument("--disable-dynamic-topology", action="store_true",
                           help="every neighbour each step instead of one rotating peer")
+    strategy.add_argument("--schedule", choices=SCHEDULES, default=None,
+                          help="neighbour schedule: one_peer (dlscale's dynamic), static (every neighbour), "
+                               "inner_outer (BlueFog's benchmark on several machines: one rank per machine sends "
+                               "outside)")
+    strategy.add_argument("--fusion-cycle-ms", type=float, default=None,
+                          help="allreduce: Horovod's tensor fusion, one fused allreduce per cycle of this many ms, up "
+                               "to --bucket-cap-mb, instead of DDP's buckets")
     ceilings = p.add_argument_group("ceilings and noise (optional)")
     ceilings.add_argument("--loader-run", type=Path, default=None, metavar="DIR",
                           help="a dlscale loader run: its img/s per core is a ceiling")
@@ -104,23 +116,28 @@ def parse_devices(text: str) -> list[int]:
     return counts
 
 
-def _workload(args: argparse.Namespace) -> tuple[Workload, float | None]:
+def _workload(args: argparse.Namespace) -> tuple[Workload, float | None, str]:
+    """The compute figure, the per-step spread it comes with (or None), and where that spread is from."""
     given = [name for name, value in (("--from-run", args.from_run), ("--from-reference", args.from_reference),
                                       ("--peak-tflops", args.peak_tflops)) if value is not None]
     if len(given) != 1:
         raise ConfigError("give one compute source: --from-run DIR, --from-reference NAME[:SERIES], "
                           "or --peak-tflops with --mfu" + (f" (got {', '.join(given)})" if given else ""))
+    fixed = inputs.fixed_from_run(args.step_curve) if args.step_curve else None
     if args.from_run is not None:
-        return inputs.workload_from_run(args.from_run)
+        workload, spread = inputs.workload_from_run(args.from_run, fixed)
+        return workload, spread, f"the step spread of {args.from_run}"
     if args.from_reference is not None:
-        return inputs.workload_from_reference(args.from_reference, model=args.model or "resnet50"), None
+        workload, spread = inputs.workload_from_reference(args.from_reference, model=args.model or "resnet50",
+                                                          fixed=fixed)
+        return workload, spread, f"the 95% interval {args.from_reference} publishes"
     if args.mfu is None or args.batch_size is None:
         raise ConfigError("--peak-tflops needs --mfu and --batch-size")
     peak = args.peak_tflops
     with contextlib.suppress(ValueError):  # a number, else a device name (H100, A100)
         peak = float(peak)
     return inputs.workload_from_flops(args.model or "resnet50", batch=args.batch_size, peak_tflops=peak,
-                                      mfu=args.mfu, image_size=args.image_size), None
+                                      mfu=args.mfu, image_size=args.image_size, fixed=fixed), None, ""
 
 
 def _network(args: argparse.Namespace) -> tuple[Network, int | None]:
@@ -144,12 +161,16 @@ def _strategy(args: argparse.Namespace) -> Strategy:
     overlap = args.overlap or ("backward" if args.dist_optimizer == "allreduce" else "none")
     if args.bucket_cap_mb <= 0:
         raise ConfigError("--bucket-cap-mb must be > 0")
+    if args.fusion_cycle_ms is not None and args.fusion_cycle_ms <= 0:
+        raise ConfigError("--fusion-cycle-ms must be > 0")
+    schedule = args.schedule or ("static" if args.disable_dynamic_topology else "one_peer")
     return Strategy(args.dist_optimizer, algorithm=args.algorithm, overlap=overlap,
-                    bucket_cap_bytes=int(args.bucket_cap_mb * MIB), topology=args.topology,
-                    schedule="static" if args.disable_dynamic_topology else "one_peer")
+                    bucket_cap_bytes=int(args.bucket_cap_mb * MIB), topology=args.topology, schedule=schedule,
+                    fusion_cycle_s=args.fusion_cycle_ms / 1e3 if args.fusion_cycle_ms else None)
 
 
-def _ceilings(args: argparse.Namespace, net: Network, cores: int | None) -> Ceilings:
+def _ceilings(args: argparse.Namespace, net: Network, cores: int | None, spread: tuple[float | None, str]) -> Ceilings:
+    """The input ceiling and the stragglers' spread: given, measured by a run, or published with the figure."""
     source = {}
     ceiling = None
     if args.loader_run:
@@ -163,6 +184,10 @@ def _ceilings(args: argparse.Namespace, net: Network, cores: int | None) -> Ceil
         source["stragglers"] = f"per-rank step spread of {args.stragglers_from}: {100 * (cv or 0):.1f}%"
     elif cv is not None:
         source["stragglers"] = f"step spread given: {100 * cv:.1f}%"
+    elif args.from_reference and spread[0]:  # a run's own spread is used only when asked for (--stragglers-from)
+        cv = spread[0]
+        source["stragglers"] = (f"per-step spread {100 * cv:.1f}% from {spread[1]} (its own stragglers taken out of "
+                                "the compute figure); each step waits for the slowest device it synchronises with")
     if cv is not None and cv < 0:
         raise ConfigError("--step-cv must be >= 0")
     return Ceilings(input_img_per_s=ceiling, step_cv=cv, source=source)
@@ -180,8 +205,8 @@ def run(args: argparse.Namespace) -> int:
         return _validate(args)
     devices = parse_devices(args.gpus)
     price = check_price(args.price_per_device_hour)
-    workload, net, cores = _inputs(args)
-    strategy, ceilings = _strategy(args), _ceilings(args, net, cores)
+    workload, net, cores, spread = _inputs(args)
+    strategy, ceilings = _strategy(args), _ceilings(args, net, cores, spread)
     batch = args.batch_size if args.global_batch is None and args.peak_tflops is None else None
     points = predict(devices, workload, strategy, net, ceilings, batch=batch, global_batch=args.global_batch)
     mode = (f"strong scaling, global batch {args.global_batch}" if args.global_batch
@@ -190,8 +215,11 @@ def run(args: argparse.Namespace) -> int:
     print("\n".join([*_header(title, workload, net, strategy, ceilings), "", *output.table(points, price)]), flush=True)
     settings = {"model": workload.model, "title": title, "devices": devices, "global_batch": args.global_batch,
                 "strategy": asdict(strategy), "network_name": net.name, "network": asdict(net)}
-    result = output.summary(points, settings, {"compute": workload.source, "network": net.source, **ceilings.source},
-                            price)
+    step = workload.step_time
+    compute_inputs = {"compute": workload.source, "step_time": "; ".join(step.describe()),
+                      "fixed_part_ms": 1e3 * step.fixed_s, "per_image_ms": 1e3 * step.per_image_s,
+                      "fixed_part_known": step.fixed_known, "fixed_part_source": step.fixed_source}
+    result = output.summary(points, settings, {**compute_inputs, "network": net.source, **ceilings.source}, price)
     if args.json:
         write_json_file(args.json, result)
     if not args.no_run_dir:
@@ -208,28 +236,38 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _inputs(args: argparse.Namespace) -> tuple[Workload, Network, int | None]:
-    """The workload with the command line's adjustments, the network, the platform's cores per node."""
-    workload, _ = _workload(args)  # a run's spread is used only when asked for (--stragglers-from)
+def _inputs(args: argparse.Namespace) -> tuple[Workload, Network, int | None, tuple[float | None, str]]:
+    """The workload with the command line's adjustments, the network, the platform's cores per node, and
+    the spread that comes with the compute figure."""
+    workload, spread, spread_source = _workload(args)
     if args.grad_bytes:
         workload = replace(workload, grad_bytes_per_element=args.grad_bytes)
-    if not 0 <= args.step_overhead_ms < 1e3 * workload.step_s:
-        raise ConfigError(f"--step-overhead-ms {args.step_overhead_ms:g} must be >= 0 and below the step "
-                          f"({1e3 * workload.step_s:.2f} ms)")
-    workload = replace(workload, overhead_s=args.step_overhead_ms / 1e3)
+    if args.step_overhead_ms is not None:
+        if not 0 <= args.step_overhead_ms < 1e3 * workload.step_time.points[-1][1]:
+            raise ConfigError(f"--step-overhead-ms {args.step_overhead_ms:g} must be >= 0 and below the step "
+                              f"({1e3 * workload.step_time.points[-1][1]:.2f} ms)")
+        given = Fixed(args.step_overhead_ms / 1e3, f"{args.step_overhead_ms:g} ms, given: --step-overhead-ms "
+                                                   "(an override)")
+        workload = replace(workload, step_time=with_fixed(workload.step_time, given))
     net, cores = _network(args)
     if args.comm_run is None:  # other machines than the one the run measured: its cores are not theirs
         workload = replace(workload, cpu_threads=None, cpu_cores=None)
-    return workload, net, cores
+    return workload, net, cores, (spread, spread_source)
 
 
 def _header(title: str, workload: Workload, net: Network, strategy: Strategy, ceilings: Ceilings) -> list[str]:
     """What was predicted and where every input came from."""
+    step = workload.step_time
     lines = [f"Prediction: {title}",
              f"  compute: {workload.source}",
-             f"  network: {net.source} ({net.intra.bandwidth_gbs:.3f} GB/s per device inside a node, "
-             f"{net.inter.bandwidth_gbs:.3f} GB/s per node between nodes, {net.devices_per_node} per node)",
-             f"  strategy: {_describe(strategy)}"]
+             *(f"  {line}" for line in step.describe())]
+    if not step.fixed_known:
+        lines.append("  so a smaller batch per device is predicted as efficient as the figure's own (a curve: "
+                     "--step-curve DIR; an override: --step-overhead-ms)")
+    lines += [
+              f"  network: {net.source} ({net.intra.bandwidth_gbs:.3f} GB/s per device inside a node, "
+              f"{net.inter.bandwidth_gbs:.3f} GB/s per node between nodes, {net.devices_per_node} per node)",
+              f"  strategy: {_describe(strategy)}"]
     if workload.cpu_threads:
         lines.append(f"  cores: CPU ranks of {workload.cpu_threads} thread(s) share {workload.cpu_cores} cores; when "
                      "they fill them, communication runs after backward, not under it")
@@ -239,23 +277,22 @@ def _header(title: str, workload: Workload, net: Network, strategy: Strategy, ce
 def _describe(strategy: Strategy) -> str:
     if strategy.name in ("allreduce", "gradient_allreduce"):
         where = {"backward": "buckets overlapped with backward", "none": "after backward", "step": "overlapped"}
-        return (f"{strategy.name}, {strategy.algorithm} algorithm, {strategy.bucket_cap_bytes / MIB:g} MiB buckets, "
-                f"{where[strategy.overlap]}")
+        buckets = (f"fused every {1e3 * strategy.fusion_cycle_s:g} ms up to {strategy.bucket_cap_bytes / MIB:g} MiB"
+                   if strategy.fusion_cycle_s else f"{strategy.bucket_cap_bytes / MIB:g} MiB buckets")
+        return f"{strategy.name}, {strategy.algorithm} algorithm, {buckets}, {where[strategy.overlap]}"
     return f"{strategy.name} on {strategy.topology}, {strategy.schedule} exchange, overlap {strategy.overlap}"
 
 
 def _validate(args: argparse.Namespace) -> int:
     rows, texts = validate.validate_references()
-    print("Published scaling points, predicted from each system's single-device figure and documented hardware")
-    print("(docs/prediction.md; error = predicted / published - 1)\n")
+    print("Published scaling points, predicted from each system's smallest published figure and documented hardware")
+    print("(docs/prediction.md; error = predicted / published - 1; parameters from: the published points that fed a")
+    print("parameter of the prediction, never the point itself)\n")
     print("\n".join(validate.format_rows(rows)))
-    goal = validate.statistics_of([r for r in rows if r.case.in_goal])
     every = validate.statistics_of(rows)
-    print(f"\nGoal set ({goal['points']} points: HAL, NVIDIA DLE, DLPerf, BlueFog/Horovod, MLPerf): median |error| "
-          f"{100 * goal['median_abs_error']:.1f}% (goal <= 10%), max {100 * goal['max_abs_error']:.1f}% "
-          f"({goal['worst']}; goal <= 25%), {goal['within_25pct']} of {goal['points']} within 25%")
-    print(f"All {every['points']} points: median |error| {100 * every['median_abs_error']:.1f}%, "
-          f"max {100 * every['max_abs_error']:.1f}% ({every['worst']})")
+    print(f"\nAll {every['points']} points: median |error| {100 * every['median_abs_error']:.1f}% (goal <= 10%), "
+          f"max {100 * every['max_abs_error']:.1f}% ({every['worst']}; goal <= 25%), {every['within_25pct']} of "
+          f"{every['points']} within 25%")
     for name, reason in validate.NOT_PREDICTED.items():
         print(f"Not predicted: {name}: {reason}")
     print("\nInputs:")
@@ -266,7 +303,7 @@ def _validate(args: argparse.Namespace) -> int:
         if args.comm_run is None:
             raise ConfigError("--sweep needs --comm-run (the network of this machine, from dlscale comm)")
         for sweep in args.sweep:
-            sweep_rows += validate.validate_sweep(sweep, args.comm_run)
+            sweep_rows += sweeps.validate_sweep(sweep, args.comm_run)
         print("\nMeasured gloo sweeps on this machine (goal: within 15%)")
         for r in sweep_rows:
             print(f"  {r.sweep} {r.series} {r.devices} ranks: measured {r.measured:.1f} img/s, predicted "
@@ -274,10 +311,11 @@ def _validate(args: argparse.Namespace) -> int:
                   f"({100 * r.error_with_stragglers:+.1f}%); {r.inputs}")
     if args.json:
         write_json_file(args.json, {
-            "kind": "predict_validation", "goal": goal, "all": every,
+            "kind": "predict_validation", "all": every,
             "rows": [{"group": r.case.group, "reference": r.case.reference, "series": r.case.series,
                       "devices": r.devices, "metric": r.metric, "published": r.published, "predicted": r.predicted,
-                      "error": r.error, "limit": r.limit, "bound": r.bound, "in_goal": r.case.in_goal} for r in rows],
+                      "error": r.error, "limit": r.limit, "bound": r.bound,
+                      "fed_by": [{"parameter": k, "point": v} for k, v in r.fed_by]} for r in rows],
             "inputs": texts,
             "sweeps": [{**asdict(r), "error": r.error, "error_with_stragglers": r.error_with_stragglers}
                        for r in sweep_rows]})

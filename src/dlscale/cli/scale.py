@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from dlscale.cli.bench import config_from_args as bench_config_from_args
+from dlscale.cli.bench import single_batch_size
 from dlscale.cli.common import parse_command_flags, resolve_config
 from dlscale.cli.slurm import add_job_arguments, job_options
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
@@ -114,7 +115,7 @@ def command_facts(command: str, args: tuple[str, ...]) -> CommandFacts:
     fixed = frozenset(s for s, flag in flags.items() if given(args, flag) or set_keys[s] in keys)
     if command == "bench":
         bench_config_from_args(ns, has_gpu=False)  # its values are checked here, not at every point
-        return CommandFacts(batch_size=ns.batch_size, fixed=fixed)
+        return CommandFacts(batch_size=single_batch_size(ns.batch_size), fixed=fixed)
     cfg, _ = resolve_config(ns)
     return CommandFacts(batch_size=cfg.batch_size, global_batch_size=cfg.global_batch_size,
                         accumulation_steps=cfg.optim.accumulation_steps, fixed=fixed)

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from dlscale.errors import ConfigError
 from dlscale.metrics.hardware import PEAK_TFLOPS
+from dlscale.predict.compute import Fixed, fixed_for_device, from_one_point, from_points
 from dlscale.predict.layers import forward_macs, model_parameters
-from dlscale.predict.model import GradSpec, Workload, workload_for_model
+from dlscale.predict.model import GradSpec, Workload, expected_max_standard_normal, workload_for_model
 from dlscale.predict.network import Level, Network
 from dlscale.report.files import read_json
 from dlscale.report.references import named_series
@@ -43,33 +44,59 @@ def _grad_bytes(precision: str | None) -> int:
     return 2 if precision and "apex O2" in precision else 4
 
 
-def workload_from_run(path: str | Path) -> tuple[Workload, float | None]:
-    """A bench run on one rank, or a profile run: (workload, measured per-step spread or None)."""
+def workload_from_run(path: str | Path, fixed: Fixed | None = None) -> tuple[Workload, float | None]:
+    """A bench run on one rank (its batch curve when it measured several batch sizes), or a profile run:
+    (workload, measured per-step spread or None). `fixed`: the fixed part for a run of one batch size
+    (default: the shipped curve of its device, else unknown)."""
     summary = read_summary(path, "bench", "profile")
     model = summary.get("model")
     batch = int(summary["batch_size"])
     shape = {"image_size": int(summary.get("image_size") or 224),
              "num_classes": int(summary.get("num_classes") or 1000), "width": int(summary.get("width") or 64)}
+    fixed = fixed or fixed_for_device(summary.get("device_name"))
     if summary["kind"] == "bench":
         if int(summary["world_size"]) != 1:
             raise ConfigError(f"{path} ran on {summary['world_size']} ranks: its step includes communication; "
                               "give a 1-rank bench run (dlscale scale --nproc 1,...  makes one)")
-        step = batch / float(summary["img_per_sec_total_mean"])
-        workload = workload_for_model(model, batch_per_device=batch, step_s=step, **shape, **_cpu(path, summary),
-                                      source=f"dlscale bench run {path}: {batch / step:.1f} img/s at batch {batch}")
+        curve = summary.get("batch_curve")
+        if curve:
+            step_time = from_points([(c["batch_size"], c["step_time_ms"] / 1e3) for c in curve],
+                                    f"dlscale bench run {path}: steps at batch "
+                                    f"{', '.join(str(c['batch_size']) for c in curve)}")
+        else:
+            step = batch / float(summary["img_per_sec_total_mean"])
+            step_time = from_one_point(batch, step, fixed,
+                                       f"dlscale bench run {path}: {batch / step:.1f} img/s at batch {batch}")
+        workload = workload_for_model(model, batch_per_device=batch, step_time=step_time, **shape,
+                                      **_cpu(path, summary), source=step_time.source)
         return workload, step_spread(summary)
     slowest = max(summary["breakdown"], key=lambda row: row["step_ms"])
     compute_ms = slowest["step_ms"] - slowest["data_ms"] - (slowest.get("exposed_comm_ms") or 0.0)
     fwd = slowest["forward_ms"] / compute_ms
     bwd = (slowest["backward_ms"] - (slowest.get("exposed_comm_ms") or 0.0)) / compute_ms
-    workload = workload_for_model(model, batch_per_device=batch, step_s=compute_ms / 1e3, **shape,
-                                  forward_fraction=fwd, backward_fraction=bwd, **_cpu(path, summary),
-                                  source=f"dlscale profile run {path}: {compute_ms:.1f} ms of compute per step "
-                                         f"(forward {100 * fwd:.0f}%, backward {100 * bwd:.0f}%) at batch {batch}")
+    source = (f"dlscale profile run {path}: {compute_ms:.1f} ms of compute per step (forward {100 * fwd:.0f}%, "
+              f"backward {100 * bwd:.0f}%) at batch {batch}")
+    workload = workload_for_model(model, batch_per_device=batch, step_time=from_one_point(
+        batch, compute_ms / 1e3, fixed, source), **shape, forward_fraction=fwd, backward_fraction=bwd,
+        **_cpu(path, summary), source=source)
     ready = summary.get("grad_ready")
     if ready:
         workload = replace(workload, grads=tuple(_grads_from_profile(ready)))
     return workload, None
+
+
+def fixed_from_run(path: str | Path) -> Fixed:
+    """--step-curve DIR: the fixed part fitted to a bench run's batch curve."""
+    summary = read_summary(path, "bench")
+    curve = summary.get("batch_curve")
+    if not curve:
+        raise ConfigError(f"{path} measured one batch size, so it has no step curve; run dlscale bench with a list, "
+                          "e.g. --batch-size 16,32,64,128,256, on one device")
+    if int(summary.get("world_size") or 1) != 1:
+        raise ConfigError(f"{path} ran on {summary['world_size']} ranks; a step curve is one device's: run it on one")
+    step_time = from_points([(c["batch_size"], c["step_time_ms"] / 1e3) for c in curve], str(path))
+    return Fixed(step_time.fixed_s, f"{1e3 * step_time.fixed_s:.2f} ms, fitted to the batch curve of dlscale bench "
+                                    f"run {path} ({summary.get('device_name') or summary.get('device')})")
 
 
 def _cpu(path: str | Path, summary: dict) -> dict:
@@ -99,8 +126,11 @@ def step_spread(summary: dict) -> float | None:
     return statistics.pstdev(times) / mean * math.sqrt(int(summary.get("num_batches_per_iter") or 1))
 
 
-def workload_from_reference(spec: str, *, model: str = "resnet50") -> Workload:
-    """NAME[:SERIES] of a shipped reference: its smallest published point, per device."""
+def workload_from_reference(spec: str, *, model: str = "resnet50",
+                            fixed: Fixed | None = None) -> tuple[Workload, float | None]:
+    """NAME[:SERIES] of a shipped reference: its smallest published point, per device; where the series
+    publishes two batch sizes per device or more, the fit over them (each at its fewest devices). Also the
+    per-step spread its published interval implies, or None (reference_spread)."""
     ref, series, _ = named_series(spec)
     name = spec.partition(":")[0]
     points = sorted((p for p in series.points if series.value(p, "img_per_s") and p.get("devices")),
@@ -111,18 +141,52 @@ def workload_from_reference(spec: str, *, model: str = "resnet50") -> Workload:
     batch = first.get("batch_per_device") or series.meta.get("batch_per_device")
     if not batch:
         raise ConfigError(f"{name}:{series.id} publishes no batch per device; give --batch-size")
+    spread, waited = reference_spread(series, first)
+    # The published rate includes its own stragglers: the compute alone is the step without them.
+    deflate = 1 + (spread or 0.0) * expected_max_standard_normal(waited)
+    per_batch: dict[int, dict] = {}
+    for p in points:
+        per_batch.setdefault(int(p.get("batch_per_device") or batch), p)
+    steps = [(b, b * p["devices"] / series.value(p, "img_per_s") / deflate) for b, p in per_batch.items()]
     rate = series.value(first, "img_per_s") / first["devices"]
     note = "" if first["devices"] == 1 else " (its own communication included)"
-    return workload_for_model(model, batch_per_device=int(batch), step_s=batch / rate,
-                              grad_bytes_per_element=_grad_bytes(series.meta.get("precision")),
-                              source=f"published: {series.label}, {rate:.1f} img/s per device at "
-                                     f"{first['devices']} device(s){note}, batch {batch} "
-                                     f"({ref.source_text(series)})")
+    text = (f"published: {series.label}, {rate:.1f} img/s per device at {first['devices']} device(s){note}, "
+            f"batch {batch} ({ref.source_text(series)})")
+    if len(steps) >= 2:
+        at = ", ".join(f"{b} at {p['devices']} devices" for b, p in per_batch.items())
+        step_time = from_points(steps, f"published: {series.label}, batches {at} (their own communication "
+                                       f"included; {ref.source_text(series)})")
+        step_time = replace(step_time, fixed_source=f"fitted to the series' {len(steps)} batch sizes per device")
+    else:
+        device = series.meta.get("device") or ref.hardware.get("device")
+        step_time = from_one_point(int(batch), steps[0][1], fixed or fixed_for_device(device), text)
+    workload = workload_for_model(model, batch_per_device=int(batch), step_time=step_time,
+                                  grad_bytes_per_element=_grad_bytes(series.meta.get("precision")),
+                                  source=step_time.source)
+    return workload, spread
+
+
+def reference_spread(series, point: dict) -> tuple[float | None, int]:
+    """The per-step spread of one device that a published point's 95% interval implies, and how many devices
+    its step waited for. The interval is 1.96 x the std over iterations of the rate summed over N devices
+    (BlueFog's and Horovod's benchmarks: docs/references.md#bluefog-benchmark): one device's is sqrt(N) x
+    smaller relative to its 1/N share, so cv = ci x sqrt(N) / (1.96 x total); an iteration of k steps
+    gives a step sqrt(k) x that (independent steps, dlscale's assumption; k = 10, the benchmark's default).
+    The published run's step waited for one peer under BlueFog's dynamic one-peer exchange, for all N under
+    an allreduce."""
+    ci, total, n = point.get("img_per_s_ci95"), series.value(point, "img_per_s"), int(point.get("devices") or 1)
+    waited = 2 if series.meta.get("dist_optimizer") == "neighbor_allreduce" and n > 1 else n
+    if not ci or not total:
+        return None, waited
+    steps_per_iteration = 10
+    return ci * math.sqrt(n) / (1.96 * total) * math.sqrt(steps_per_iteration), waited
 
 
 def workload_from_flops(model: str, *, batch: int, peak_tflops: float | str, mfu: float, image_size: int = 224,
-                        num_classes: int = 1000, flops_dtype: str = "bf16") -> Workload:
-    """Step = batch x training FLOPs per image / (peak x MFU); FLOPs from the layer table (3 x 2 x MACs)."""
+                        num_classes: int = 1000, flops_dtype: str = "bf16", fixed: Fixed | None = None) -> Workload:
+    """Step = batch x training FLOPs per image / (peak x MFU); FLOPs from the layer table (3 x 2 x MACs).
+    The fixed part: `fixed`, else the shipped curve of the named device, else unknown."""
+    device = peak_tflops if isinstance(peak_tflops, str) else None
     if isinstance(peak_tflops, str):
         known = PEAK_TFLOPS.get(peak_tflops)
         if known is None:
@@ -133,10 +197,10 @@ def workload_from_flops(model: str, *, batch: int, peak_tflops: float | str, mfu
     macs = forward_macs(model_parameters(model, num_classes=num_classes, image_size=image_size))
     flops = (1 + BACKWARD_FORWARD_RATIO) * 2 * macs
     step = batch * flops / (float(peak_tflops) * 1e12 * mfu)
-    return workload_for_model(model, batch_per_device=batch, step_s=step, image_size=image_size,
-                              num_classes=num_classes,
-                              source=f"FLOPs: {flops / 1e9:.2f} GFLOP per image at {100 * mfu:.0f}% of "
-                                     f"{float(peak_tflops):g} TFLOP/s")
+    source = f"FLOPs: {flops / 1e9:.2f} GFLOP per image at {100 * mfu:.0f}% of {float(peak_tflops):g} TFLOP/s"
+    step_time = from_one_point(batch, step, fixed or fixed_for_device(device), source)
+    return workload_for_model(model, batch_per_device=batch, step_time=step_time, image_size=image_size,
+                              num_classes=num_classes, source=source)
 
 
 def network_from_comm_run(path: str | Path) -> Network:

@@ -3,9 +3,9 @@
     step(N) = compute + exposed communication + stragglers
     img/s per device = min(batch / step(N), input ceiling)
 
-compute: the measured or published single-device step at this batch, split into forward and
-backward by FLOPs (backward = 2 x forward: docs/references.md#training-flops-3x) unless a
-profile measured the split. The per-image part scales with the batch, `overhead_s` does not.
+compute: the single-device step at this batch, t(b) (compute.py: measured points interpolated, a
+fixed part t0 plus a per-image part t1 beyond them), split into forward and backward by FLOPs
+(backward = 2 x forward: docs/references.md#training-flops-3x) unless a profile measured the split.
 
 communication, by strategy:
 - allreduce (DDP): gradient buckets in backward order, each allreduce started when its bucket is
@@ -17,10 +17,13 @@ communication, by strategy:
 - hierarchical_neighbor_allreduce: allreduce inside the node, exchange between nodes through one
   device's NIC, broadcast inside the node.
 
-stragglers: with per-step times of spread sigma on every device, a synchronous step waits for the
-slowest: E[max of N] = mean + sigma x E[max of N standard normals] (docs/references.md#order-statistics).
+stragglers: with per-step times of spread sigma on every device, a step waits for the slowest of the
+devices it synchronises with: E[max of K] = mean + sigma x E[max of K standard normals]
+(docs/references.md#order-statistics); K = N for an allreduce, the device and its in-neighbours for a
+neighbour exchange (one peer: K = 2).
 
-input: the loader's images/s per device (per-core rate x cores per device), a ceiling.
+input: the loader's images/s per device (per-core rate x cores per device, or a node's measured rate
+shared by its devices), a ceiling; and a loader start-up per epoch that a timed window includes.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field, replace
 
 from dlscale.errors import ConfigError
 from dlscale.predict import graphs, timeline
+from dlscale.predict.compute import StepTime, from_one_point
 from dlscale.predict.layers import model_parameters
 from dlscale.predict.network import Network, allreduce_time, check_size, collective_time, exchange_time
 
@@ -54,34 +58,41 @@ class Workload:
 
     model: str
     batch_per_device: int
-    """The batch the step time was measured at."""
-    step_s: float
-    """One device's step at that batch, no communication."""
+    """The reference batch: the figure's own (weak scaling's default; the rate `small batch` is judged by)."""
+    step_time: StepTime
+    """One device's step as a function of its batch, no communication (compute.py)."""
     grads: tuple[GradSpec, ...]
     """Gradients in the order backward produces them."""
     grad_bytes_per_element: int = 4
     """4: fp32 gradients (torch autocast keeps them fp32); 2: fp16 gradients (apex O2, MXNet fp16)."""
     forward_fraction: float = 1 / 3
     backward_fraction: float = 2 / 3
-    overhead_s: float = 0.0
-    """Part of the step that does not scale with the batch."""
     cpu_threads: int | None = None
     """CPU ranks: compute threads per rank (None for GPUs)."""
     cpu_cores: int | None = None
     """CPU ranks: cores of the machine they share."""
+    host_slowdown: float | None = None
+    """Measured: each rank's compute when the ranks of a device count share one host, over one rank's
+    alone (replaces the cores arithmetic of core_share)."""
     source: str = ""
     """Where the step time came from, in words."""
+
+    @property
+    def step_s(self) -> float:
+        """The step at the reference batch."""
+        return self.step_time.at(self.batch_per_device)
 
     def core_share(self, ranks_per_node: int) -> tuple[float, bool]:
         """CPU ranks share the machine's cores: (compute slowdown when they oversubscribe them, whether
         any core is left for communication to run under backward). GPUs: (1, True)."""
         if not self.cpu_threads or not self.cpu_cores:
-            return 1.0, True
+            return (self.host_slowdown or 1.0), True
         busy = ranks_per_node * self.cpu_threads
-        return max(1.0, busy / self.cpu_cores), busy < self.cpu_cores
+        slowdown = self.host_slowdown if self.host_slowdown is not None else max(1.0, busy / self.cpu_cores)
+        return slowdown, busy < self.cpu_cores
 
     def compute_s(self, batch: int) -> float:
-        return self.overhead_s + (self.step_s - self.overhead_s) * batch / self.batch_per_device
+        return self.step_time.at(batch)
 
     @property
     def grad_bytes(self) -> int:
@@ -93,19 +104,23 @@ class Workload:
         return 4 * sum(g.numel for g in self.grads)
 
 
-def workload_for_model(model: str, *, batch_per_device: int, step_s: float, grad_bytes_per_element: int = 4,
-                       image_size: int = 224, num_classes: int = 1000, width: int = 64, **extra) -> Workload:
+def workload_for_model(model: str, *, batch_per_device: int, step_s: float | None = None,
+                       step_time: StepTime | None = None, grad_bytes_per_element: int = 4, image_size: int = 224,
+                       num_classes: int = 1000, width: int = 64, **extra) -> Workload:
     """A Workload whose gradients come from the layer table: ready when backward has done the work
-    of every later layer (work = MACs; docs/prediction.md)."""
-    if step_s <= 0 or batch_per_device < 1:
-        raise ConfigError(f"a step time must be > 0 and a batch >= 1 (got {step_s} s at batch {batch_per_device})")
+    of every later layer (work = MACs; docs/prediction.md). `step_s`: one figure at the batch, its
+    fixed part unknown (taken as zero); `step_time`: a curve or a figure with its fixed part."""
+    if step_time is None:
+        if step_s is None or step_s <= 0 or batch_per_device < 1:
+            raise ConfigError(f"a step time must be > 0 and a batch >= 1 (got {step_s} s at batch {batch_per_device})")
+        step_time = from_one_point(batch_per_device, step_s, source=extra.get("source", ""))
     params = model_parameters(model, num_classes=num_classes, width=width, image_size=image_size)
     total = sum(p.macs for p in params) or 1
     done, grads = 0, []
     for p in reversed(params):
         done += p.macs
         grads.append(GradSpec(p.numel, done / total))
-    return Workload(model, batch_per_device, step_s, tuple(grads), grad_bytes_per_element, **extra)
+    return Workload(model, batch_per_device, step_time, tuple(grads), grad_bytes_per_element, **extra)
 
 
 @dataclass(frozen=True)
@@ -131,12 +146,57 @@ class Strategy:
 
 
 @dataclass(frozen=True)
+class NodeLoader:
+    """A node's input pipeline measured at two settings: each loader worker's rate alone, and the node's
+    rate with its cores full. Its devices share what it delivers."""
+
+    worker_img_per_s: float
+    """One worker's images/s when the workers do not crowd the cores."""
+    node_img_per_s: float
+    """The node's images/s with a worker on every core."""
+    workers_per_device: int
+
+    def per_device(self, devices_in_node: int) -> float:
+        workers = self.workers_per_device * devices_in_node
+        return min(workers * self.worker_img_per_s, self.node_img_per_s) / devices_in_node
+
+
+@dataclass(frozen=True)
+class EpochStart:
+    """A loader started afresh every epoch while the program's timer already runs: its first batch is made
+    by one worker alone (a DataLoader worker builds whole batches), batch / worker_img_per_s seconds that
+    the epoch's first timed window includes."""
+
+    worker_img_per_s: float
+    """One loader worker's images/s."""
+    epoch_images: int
+    """Images in an epoch over all devices (a DistributedSampler pads it to a multiple of N)."""
+    window_steps: int = 1
+    """Steps per timed window: the rate is averaged over whole windows (the last partial one dropped)."""
+
+    def per_step_s(self, devices: int, batch: int) -> float:
+        steps = math.ceil(math.ceil(self.epoch_images / devices) / batch)
+        windows = max(steps // self.window_steps, 1)
+        return batch / self.worker_img_per_s / (windows * self.window_steps)
+
+
+@dataclass(frozen=True)
 class Ceilings:
     input_img_per_s: float | None = None
     """The input pipeline's images/s per device; None: not limited."""
     step_cv: float | None = None
     """Spread of one device's step time (std / mean); None: no stragglers."""
+    node_loader: NodeLoader | None = None
+    """A node's measured input pipeline, shared by its devices (a ceiling per device)."""
+    epoch_start: EpochStart | None = None
+    """The loader's start-up per epoch inside the timed windows."""
     source: dict = field(default_factory=dict)
+
+    def input_ceiling(self, devices_in_node: int) -> float | None:
+        ceilings = [c for c in (self.input_img_per_s,
+                                self.node_loader.per_device(devices_in_node) if self.node_loader else None)
+                    if c is not None]
+        return min(ceilings) if ceilings else None
 
 
 @dataclass(frozen=True)
@@ -154,6 +214,10 @@ class Point:
     input_ceiling: float | None
     limit: str
     efficiency: float | None = None
+    fixed_share: float = 0.0
+    """The fixed part of the device's step (t0) as a share of its compute at this batch."""
+    input_wait_ms: float = 0.0
+    """The loader's start-up per epoch, per step (EpochStart)."""
 
     @property
     def img_per_s_total(self) -> float:
@@ -231,6 +295,21 @@ def _exchange_comm(n: int, size: int, strategy: Strategy, net: Network) -> float
     return total
 
 
+def waited_on(n: int, strategy: Strategy, net: Network) -> int:
+    """How many devices' steps one step waits for: all of them for an allreduce; itself and its
+    in-neighbours for a neighbour exchange (as many as it sends to, in these graphs); for the hierarchical
+    form, its node and its peer machines' nodes."""
+    if n == 1 or strategy.name in ("allreduce", "gradient_allreduce"):
+        return n
+    k = net.per_node(n)
+    if strategy.name == "neighbor_allreduce":
+        return min(n, 1 + math.ceil(graphs.traffic(strategy.topology, strategy.schedule, n, k).messages))
+    machines = net.nodes(n)
+    schedule = "one_peer" if strategy.schedule == "inner_outer" else strategy.schedule
+    peers = math.ceil(graphs.traffic(strategy.topology, schedule, machines, 1).messages) if machines > 1 else 0
+    return min(n, k * (1 + peers))
+
+
 def predict_point(n: int, workload: Workload, strategy: Strategy, net: Network, ceilings: Ceilings = Ceilings(),
                   batch: int | None = None) -> Point:
     """The step of one device among n."""
@@ -242,25 +321,33 @@ def predict_point(n: int, workload: Workload, strategy: Strategy, net: Network, 
     if not free_core:  # every core computes: communication cannot hide under backward
         strategy = replace(strategy, overlap="none")
     comm, exposed = _comm(n, workload, strategy, net, fwd, bwd)
-    stragglers = (ceilings.step_cv or 0.0) * compute * expected_max_standard_normal(n)
-    step = compute + exposed + stragglers
+    stragglers = (ceilings.step_cv or 0.0) * compute * expected_max_standard_normal(waited_on(n, strategy, net))
+    waiting = ceilings.epoch_start.per_step_s(n, batch) if ceilings.epoch_start else 0.0
+    step = compute + exposed + stragglers + waiting
     rate = batch / step
-    ceiling = ceilings.input_img_per_s
+    ceiling = ceilings.input_ceiling(net.per_node(n))
     if ceiling is not None:
         rate = min(rate, ceiling)
-    limit = _limit(batch / compute, rate, ceiling, exposed, stragglers)
+    # The reference batch's time per image: what a smaller batch per device loses against.
+    reference = workload.compute_s(workload.batch_per_device) * slowdown / workload.batch_per_device
+    losses = {"small batch per device": max(0.0, compute - batch * reference), "exposed communication": exposed,
+              "stragglers": stragglers, "input": waiting}
+    limit = _limit(batch / min(batch * reference, compute), rate, ceiling, losses)
     if limit == "compute" and slowdown > 1 + LIMIT_THRESHOLD:
         limit = "shared CPU cores"
     return Point(n, net.nodes(n), batch, 1e3 * compute, 1e3 * comm, 1e3 * exposed, 1e3 * stragglers,
-                 1e3 * batch / rate, rate, ceiling, limit)
+                 1e3 * batch / rate, rate, ceiling, limit, fixed_share=workload.step_time.fixed_share(batch),
+                 input_wait_ms=1e3 * waiting)
 
 
-def _limit(compute_rate: float, rate: float, ceiling: float | None, exposed: float, stragglers: float) -> str:
-    if rate >= compute_rate * (1 - LIMIT_THRESHOLD):
+def _limit(ideal_rate: float, rate: float, ceiling: float | None, losses: dict[str, float]) -> str:
+    """compute while the other terms cost less than LIMIT_THRESHOLD of the ideal rate (the reference
+    batch's compute); else the input ceiling if it binds, else the term that costs the most time."""
+    if rate >= ideal_rate * (1 - LIMIT_THRESHOLD):
         return "compute"
     if ceiling is not None and rate >= ceiling:
         return "input"
-    return "exposed communication" if exposed >= stragglers else "stragglers"
+    return max(losses, key=losses.get)
 
 
 def predict(devices: Sequence[int], workload: Workload, strategy: Strategy, net: Network,

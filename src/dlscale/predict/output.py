@@ -13,14 +13,16 @@ from dlscale.metrics.cost import imagenet_epoch_cost
 from dlscale.metrics.provenance import host_info
 from dlscale.predict.model import Point
 
-HEADERS = ("devices", "nodes", "batch", "compute ms", "comm ms", "exposed ms", "stragglers ms", "step ms",
-           "img/s/device", "img/s total", "efficiency", "limited by")
+HEADERS = ("devices", "nodes", "batch/device", "compute ms", "fixed %", "comm ms", "exposed ms", "stragglers ms",
+           "step ms", "img/s/device", "img/s total", "efficiency", "limited by")
 
 
 def table(points: list[Point], price_per_device_hour: float | None = None) -> list[str]:
-    """Aligned rows, one per device count; with a price, the cost of an ImageNet epoch at each count."""
+    """Aligned rows, one per device count; with a price, the cost of an ImageNet epoch at each count.
+    `fixed %`: the share of the device's compute that does not shrink with its batch (t0)."""
     headers = HEADERS if price_per_device_hour is None else (*HEADERS[:-1], "cost/ImageNet epoch", HEADERS[-1])
-    rows = [[f"{p.devices}", f"{p.nodes}", f"{p.batch_per_device}", f"{p.compute_ms:.2f}", f"{p.comm_ms:.2f}",
+    rows = [[f"{p.devices}", f"{p.nodes}", f"{p.batch_per_device}", f"{p.compute_ms:.2f}",
+             f"{100 * p.fixed_share:.0f}%", f"{p.comm_ms:.2f}",
              f"{p.exposed_ms:.2f}", f"{p.stragglers_ms:.2f}", f"{p.step_ms:.2f}", f"{p.img_per_s_per_device:,.1f}",
              f"{p.img_per_s_total:,.0f}", f"{100 * p.efficiency:.1f}%" if p.efficiency is not None else "-",
              *([] if price_per_device_hour is None else

@@ -1,24 +1,37 @@
 """`dlscale predict --validate`: every published scaling point dlscale ships, predicted from that
-system's own single-device figure and its documented hardware and software, never fitted to the
-scaling points themselves; and measured gloo sweeps of this machine.
+system's own smallest published point and its documented hardware and software, never fitted to the
+point it predicts.
 
-Each case names where every input comes from: the compute figure (the system's smallest
-published point, per device), the platform (references/platforms.json, every figure sourced)
-and the software facts that choose the strategy (sources in `software`). Points are compared
-in the unit the source published: total img/s, an efficiency, or a speedup.
+Each case names where every input comes from: the compute figure (the system's smallest published
+point, per device; with two batch sizes per device published, the fit over them), the platform
+(references/platforms.json, every figure sourced), the software facts that choose the strategy
+(sources in `software`), and the terms a system needs beyond compute and network, each from a source
+of its own: the input pipeline of a node (Marconi100's thesis, its workers sweep), a loader start-up
+inside a timed window (HAL's program), the stragglers a published interval implies (BlueFog's
+sample). A parameter taken from a published point is never used to predict that point: every row
+records the points that fed it (`fed_by`), and a test checks that its own point is not among them.
+Points are compared in the unit the source published: total img/s, an efficiency, or a speedup.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 
 from dlscale.errors import ConfigError
-from dlscale.predict.inputs import network_from_comm_run, workload_from_run
-from dlscale.predict.model import Ceilings, Strategy, Workload, predict_point, workload_for_model
+from dlscale.predict.compute import fixed_for_device, from_one_point, from_points
+from dlscale.predict.inputs import reference_spread
+from dlscale.predict.model import (
+    Ceilings,
+    EpochStart,
+    NodeLoader,
+    Strategy,
+    Workload,
+    expected_max_standard_normal,
+    predict_point,
+    workload_for_model,
+)
 from dlscale.predict.platforms import platform
 from dlscale.report.references import RefSeries, load_reference
 
@@ -30,6 +43,12 @@ times, not rates."""
 
 TORCH_DDP = ("torch DDP, default 25 MiB buckets overlapped with backward, fp32 gradients under torch.cuda.amp "
              "(NVIDIA/DeepLearningExamples@0107cf27 PyTorch/Classification/ConvNets/image_classification/training.py)")
+THESIS_WORKERS_PER_GPU = 16
+"""Marconi100's runs load with 16 DataLoader workers per GPU unless the workers sweep varies them
+(enricogherardi/Profiling-of-Distributed-Training@1d06109e README.md)."""
+HAL_PRINT_FREQ = 10
+"""HAL's timed windows: batch_time is updated every print_freq = 10 steps, from a timer started before the
+epoch's DataLoader iterator (richardkxu/distributed-pytorch@06f1d519 imagenet_ddp_apex.py, train())."""
 
 
 @dataclass(frozen=True)
@@ -50,8 +69,9 @@ class Case:
     input_devices: int = 1
     devices_per_node: int | None = None
     """Overrides the platform's when the runs used fewer devices per node."""
-    in_goal: bool = True
-    """Part of the set the accuracy goals are stated for (docs/prediction.md)."""
+    terms: tuple[str, ...] = ()
+    """Terms beyond compute and network, by name: "stragglers" (the compute figure's published interval),
+    "node_loader" (the thesis's workers sweep), "epoch_start" (a loader start-up inside HAL's timed windows)."""
 
 
 def _ngc(series: str, device: str) -> Case:
@@ -63,10 +83,10 @@ CASES: tuple[Case, ...] = (
          "apex DDP(delay_allreduce=True): all gradients allreduced after backward, one call per dtype "
          "(richardkxu/distributed-pytorch@b2a3e175 imagenet_ddp_apex.py; NVIDIA/apex@47da14a0 "
          "apex/parallel/distributed.py allreduce_fallback); apex O2: fp16 gradients",
-         grad_bytes=2, input_devices=2),
+         grad_bytes=2, input_devices=2, terms=("epoch_start",)),
     Case("HAL", "hal", "may", "hal-ac922", Strategy("gradient_allreduce", bucket_cap_bytes=ONE_BUCKET),
          "as HAL feb; compute from the feb 2-GPU point (May published none below 4 GPUs)",
-         grad_bytes=2, input_series="feb", input_devices=2),
+         grad_bytes=2, input_series="feb", input_devices=2, terms=("epoch_start",)),
     *(_ngc(s, "A100" if s.startswith("a100") else "V100") for s in (
         "a100_80gb_amp", "a100_80gb_tf32", "v100_16gb_amp", "v100_16gb_fp32", "v100_32gb_amp", "v100_32gb_fp32",
         "a100_40gb_amp_2006", "a100_40gb_tf32_2006", "v100_16gb_amp_2006")),
@@ -81,29 +101,28 @@ CASES: tuple[Case, ...] = (
          "BlueFog's pytorch_benchmark.py: adapt-with-combine (exchange under forward and backward), on several "
          "machines one rank per machine sends outside each step (Bluefog-Lib/bluefog@9ee376a7 "
          "examples/pytorch_benchmark.py, GetInnerOuterExpo2DynamicSendRecvRanks); fp32; compute from BlueFog's "
-         "16-GPU sample (it publishes no 1-GPU rate)",
-         input_series="sample_16", input_devices=16),
+         "16-GPU sample on 4 machines of 4 GPUs (it publishes no 1-GPU rate); a step waits for its one peer",
+         input_series="sample_16", input_devices=16, terms=("stragglers",)),
     Case("BlueFog/Horovod", "bluefog", "horovod", "aws-p3.16xlarge",
-         Strategy("allreduce", fusion_cycle_s=1e-3, bucket_cap_bytes=128 * MIB),
-         "Horovod's DistributedOptimizer: tensor fusion every 1 ms cycle up to 128 MiB, overlapped with backward "
-         "(horovod/horovod@2626dc87 horovod/common/operations.cc defaults; the version BlueFog ran is not stated); "
-         "fp32; compute from BlueFog's 16-GPU sample",
-         input_series="sample_16", input_devices=16),
+         Strategy("allreduce", fusion_cycle_s=5e-3, bucket_cap_bytes=64 * MIB),
+         "Horovod's DistributedOptimizer: tensor fusion every 5 ms cycle up to 64 MiB, overlapped with backward "
+         "(horovod/horovod v0.19-v0.20 horovod/common/operations.cc defaults, the releases of BlueFog's time; the "
+         "version BlueFog ran is not stated); fp32; an allreduce waits for all 128 GPUs; compute from BlueFog's "
+         "16-GPU sample", input_series="sample_16", input_devices=16, terms=("stragglers",)),
     Case("MLPerf", "mlperf", "h100_strong", "dgx-h100", Strategy("gradient_allreduce", bucket_cap_bytes=64 * MIB),
          "Horovod with MXNet, 64 MiB fusion, 'no NCCL and BWD overlap' (config_DGXH100_multi_8x8x50.sh); "
          "fp16 gradients; compute from the 1-node result",
          grad_bytes=2, input_devices=8),
-    Case("other shipped", "marconi100", "gpus_one_node", "marconi100", Strategy(),
+    Case("Marconi100", "marconi100", "gpus_one_node", "marconi100", Strategy(),
          "torch DDP (pytorch/examples' main.py, enricogherardi/Profiling-of-Distributed-Training@1d06109e "
-         "code/train.py); ResNet-50 as the README says (the code's default is ResNet-18); speedups of epoch time",
-         in_goal=False),
-    Case("other shipped", "marconi100", "nodes", "marconi100", Strategy(),
+         "code/train.py); ResNet-50 as the README says (the code's default is ResNet-18); speedups of epoch time; "
+         "16 loader workers per GPU on the node's 32 cores", terms=("node_loader",)),
+    Case("Marconi100", "marconi100", "nodes", "marconi100", Strategy(),
          "as marconi100 gpus_one_node; compute from its 1-GPU epoch time", input_series="gpus_one_node",
-         in_goal=False),
-    Case("other shipped", "sc20", "weak_scaling", "cori-gpu", Strategy(),
+         terms=("node_loader",)),
+    Case("SC20", "sc20", "weak_scaling", "cori-gpu", Strategy(),
          "torch DDP, torch.cuda.amp (NERSC/sc20-dl-tutorial@5c9f83c9 train.py); ResNet-50 with the CIFAR stem on "
-         "32 px, 100 classes; rates read off a plot", model="resnet50_cifar", image_size=32, num_classes=100,
-         in_goal=False),
+         "32 px, 100 classes; rates read off a plot", model="resnet50_cifar", image_size=32, num_classes=100),
 )
 
 NOT_PREDICTED = {
@@ -121,10 +140,33 @@ class Row:
     predicted: float
     limit: str
     bound: str = ""
+    fed_by: tuple[tuple[str, str], ...] = ()
+    """(parameter, published point reference:series@devices) for every point that fed a parameter of this
+    prediction."""
+
+    @property
+    def fed_points(self) -> set[str]:
+        return {pid for _, pid in self.fed_by}
+
+    def fed_text(self) -> str:
+        """'compute: hal:feb@2; loader start: marconi100:workers@1 worker' (each parameter once)."""
+        by_parameter: dict[str, list[str]] = {}
+        for parameter, pid in self.fed_by:
+            if pid not in by_parameter.setdefault(parameter, []):
+                by_parameter[parameter].append(pid)
+        return "; ".join(f"{parameter}: {', '.join(pids)}" for parameter, pids in by_parameter.items())
+
+    @property
+    def point_id(self) -> str:
+        return point_id(self.case.reference, self.case.series, self.devices)
 
     @property
     def error(self) -> float:
         return self.predicted / self.published - 1
+
+
+def point_id(reference: str, series: str, devices: int | str) -> str:
+    return f"{reference}:{series}@{devices}"
 
 
 def _rate(series: RefSeries, point: dict) -> float:
@@ -141,46 +183,156 @@ def _batch(series: RefSeries, point: dict) -> int:
     return int(point.get("batch_per_device") or series.meta["batch_per_device"])
 
 
-def case_workload(case: Case) -> tuple[Workload, str]:
-    ref = load_reference(case.reference)
-    series = ref.get(case.input_series or case.series)
-    point = series.point(devices=case.input_devices)
-    batch = _batch(series, point)
-    rate = _rate(series, point) / case.input_devices
-    workload = workload_for_model(case.model, batch_per_device=batch, step_s=batch / rate,
+# ----------------------------------------------------------------------------- the terms
+
+
+@dataclass
+class Terms:
+    """A case's ceilings and where each came from: the points that fed them, and a sentence."""
+
+    ceilings: Ceilings = field(default_factory=Ceilings)
+    fed_by: list[tuple[str, str]] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+
+
+def thesis_loader() -> tuple[NodeLoader, list[str], str]:
+    """Marconi100's node loader from its thesis's workers sweep at 4 GPUs (neither point is predicted):
+    one worker per GPU gives one worker's rate (4 workers on 32 cores, loader-bound), eight per GPU the
+    node's rate with a worker on every core (32 workers)."""
+    series = load_reference("marconi100").get("workers")
+    one, full = series.point(workers=1), series.point(workers=8)
+    worker = _rate(series, one) / (one["workers"] * one["devices"])
+    node = _rate(series, full)
+    text = (f"a node's loader (marconi100:workers at 1 and 8 workers per GPU on 4 GPUs: {worker:.1f} img/s per worker, "
+            f"{node:.0f} img/s with the node's 32 cores full; {THESIS_WORKERS_PER_GPU} workers per GPU)")
+    return (NodeLoader(worker, node, THESIS_WORKERS_PER_GPU),
+            [point_id("marconi100", "workers", "1 worker"), point_id("marconi100", "workers", "8 workers")], text)
+
+
+PARAMETERS = {"node_loader": "node loader", "epoch_start": "loader start", "stragglers": "stragglers"}
+"""The parameter each term sets, as the table names it."""
+
+
+def case_terms(case: Case) -> Terms:
+    terms = Terms()
+    for name in case.terms:
+        if name == "node_loader":
+            loader, fed, text = thesis_loader()
+            terms.ceilings = replace(terms.ceilings, node_loader=loader)
+        elif name == "epoch_start":
+            loader, fed, _ = thesis_loader()
+            fed = fed[:1]
+            start = EpochStart(loader.worker_img_per_s, IMAGENET_TRAIN_IMAGES, HAL_PRINT_FREQ)
+            terms.ceilings = replace(terms.ceilings, epoch_start=start)
+            text = (f"the epoch's loader start-up in HAL's timed windows (its timer starts before the DataLoader's "
+                    f"iterator; windows of {HAL_PRINT_FREQ} steps): one worker makes the first batch at "
+                    f"{loader.worker_img_per_s:.1f} img/s, the rate of a loader worker on the same node type "
+                    "(marconi100:workers, 1 worker per GPU; IBM AC922, POWER9)")
+        elif name == "stragglers":
+            series = load_reference(case.reference).get(case.input_series or case.series)
+            cv, _ = reference_spread(series, series.point(devices=case.input_devices))
+            terms.ceilings = replace(terms.ceilings, step_cv=cv)
+            fed = [point_id(case.reference, series.id, case.input_devices)]
+            text = (f"stragglers: a per-step spread of {100 * (cv or 0):.1f}% from the interval of "
+                    f"{case.reference}:{series.id} (inputs.reference_spread)")
+        else:
+            raise ConfigError(f"unknown term {name!r}")
+        terms.fed_by += [(PARAMETERS[name], pid) for pid in fed]
+        terms.texts.append(text)
+    return terms
+
+
+# ----------------------------------------------------------------------------- the compute
+
+
+def _compute_points(case: Case) -> tuple[RefSeries, list[tuple[str, int, dict]]]:
+    """The compute figure's series and its candidate points: per batch per device, the point with the fewest
+    devices (the case's own input point first)."""
+    series = load_reference(case.reference).get(case.input_series or case.series)
+    first = series.point(devices=case.input_devices)
+    chosen = {_batch(series, first): first}
+    for p in sorted(series.points, key=lambda p: p.get("devices", 0)):
+        if p.get("devices") and (series.value(p, "img_per_s") or p.get("epoch_time_s")):
+            chosen.setdefault(_batch(series, p), p)
+    return series, [(point_id(case.reference, series.id, p["devices"]), b, p) for b, p in chosen.items()]
+
+
+def case_workload(case: Case, terms: Terms, predicted: str | None = None) -> tuple[Workload, list[str]]:
+    """The compute of a case, never from the point `predicted` (reference:series@devices): the fit over
+    the series' batch sizes without it, else the input point with the shipped fixed part of the device (or
+    an unknown one). Each figure's own stragglers and loader start-up are taken out."""
+    series, candidates = _compute_points(case)
+    usable = [(pid, b, p) for pid, b, p in candidates if pid != predicted]
+    steps, fed = [], []
+    for pid, batch, p in usable:
+        step = batch * p["devices"] / _rate(series, p)
+        start = terms.ceilings.epoch_start
+        if start is not None:
+            step -= start.per_step_s(p["devices"], batch)
+        if terms.ceilings.step_cv:
+            _, waited = reference_spread(series, p)
+            step /= 1 + terms.ceilings.step_cv * expected_max_standard_normal(waited)
+        steps.append((batch, step))
+        fed.append(pid)
+    device = series.meta.get("device") or load_reference(case.reference).hardware.get("device")
+    text = f"{case.reference}:{series.id} at {case.input_devices} device(s)"
+    if len(steps) >= 2:
+        step_time = from_points(steps, text)
+        step_time = replace(step_time, fixed_source=f"fitted to {', '.join(fed)}")
+    else:
+        batch, step = steps[0]
+        step_time = from_one_point(batch, step, fixed_for_device(device), text)
+        fed = fed[:1]
+    workload = workload_for_model(case.model, batch_per_device=steps[0][0], step_time=step_time,
                                   grad_bytes_per_element=case.grad_bytes, image_size=case.image_size,
                                   num_classes=case.num_classes)
-    return workload, (f"compute: {case.reference}:{series.id} at {case.input_devices} device(s), {rate:.1f} img/s per "
-                      f"device at batch {batch}; network: {case.platform}; software: {case.software}")
+    return workload, fed
+
+
+def _inputs_text(case: Case, workload: Workload, fed: list[str], terms: Terms) -> str:
+    step = workload.step_time
+    fixed = step.fixed_source if step.fixed_known else f"unknown, taken as zero: {step.fixed_source}"
+    rate = workload.batch_per_device / workload.step_s
+    return (f"compute: {case.reference}:{case.input_series or case.series} at {case.input_devices} device(s), "
+            f"{rate:.1f} img/s per device at batch {workload.batch_per_device} ({', '.join(fed)}); "
+            f"t0 {1e3 * step.fixed_s:.2f} ms ({fixed}); network: {case.platform}; software: "
+            f"{case.software}" + "".join(f"; {t}" for t in terms.texts))
+
+
+# ----------------------------------------------------------------------------- the cases
 
 
 def run_case(case: Case) -> tuple[list[Row], str]:
-    workload, inputs = case_workload(case)
     net = platform(case.platform).network()
     if case.devices_per_node:
         net = replace(net, devices_per_node=case.devices_per_node)
+    terms = case_terms(case)
     series = load_reference(case.reference).get(case.series)
     same = (case.input_series or case.series) == case.series
-    rows = []
+    rows, text = [], ""
     base_point = min(series.points, key=lambda p: p.get("devices", 0))
     for point in sorted(series.points, key=lambda p: p["devices"]):
         n = point["devices"]
         if same and n == case.input_devices:
             continue
-        batch = point.get("batch_per_device") or series.meta.get("batch_per_device") or workload.batch_per_device
-        predicted = predict_point(n, workload, case.strategy, net, batch=int(batch))
+        own = point_id(case.reference, case.series, n)
+        workload, fed = case_workload(case, terms, predicted=own)
+        text = text or _inputs_text(case, workload, fed, terms)
+        fed_by = tuple([("compute", pid) for pid in fed] + terms.fed_by)
+        batch = int(point.get("batch_per_device") or series.meta.get("batch_per_device") or workload.batch_per_device)
+        predicted = predict_point(n, workload, case.strategy, net, terms.ceilings, batch=batch)
         if series.kind == "efficiency":
             single = workload.batch_per_device / workload.compute_s(workload.batch_per_device)
             rows.append(Row(case, n, "efficiency", point["efficiency"], predicted.img_per_s_per_device / single,
-                            predicted.limit, point.get("bound", "")))
+                            predicted.limit, point.get("bound", ""), fed_by))
         elif series.value(point, "img_per_s") is not None:
             rows.append(Row(case, n, "img/s", series.value(point, "img_per_s"), predicted.img_per_s_total,
-                            predicted.limit))
+                            predicted.limit, fed_by=fed_by))
         elif "speedup" in point and n != base_point["devices"]:
-            base = predict_point(base_point["devices"], workload, case.strategy, net, batch=int(batch))
+            base = predict_point(base_point["devices"], workload, case.strategy, net, terms.ceilings, batch=batch)
             rows.append(Row(case, n, "speedup", point["speedup"], predicted.img_per_s_total / base.img_per_s_total,
-                            predicted.limit))
-    return rows, inputs
+                            predicted.limit, fed_by=fed_by))
+    return rows, text
 
 
 def validate_references(cases: Sequence[Case] = CASES) -> tuple[list[Row], dict[str, str]]:
@@ -204,73 +356,12 @@ def statistics_of(rows: Sequence[Row]) -> dict:
 
 def format_rows(rows: Sequence[Row]) -> list[str]:
     head = f"{'group':<16} {'series':<36} {'devices':>7}  {'metric':<10} {'published':>10} {'predicted':>10} " \
-           f"{'error':>7}  limited by"
+           f"{'error':>7}  {'limited by':<24} parameters from"
     lines = [head]
     for r in rows:
         fmt = "{:,.0f}" if r.metric == "img/s" else "{:.3f}"
         bound = {"lower": " (published: at least)", "approximate": " (published: about)"}.get(r.bound, "")
         lines.append(f"{r.case.group:<16} {r.case.reference + ':' + r.case.series:<36} {r.devices:>7}  {r.metric:<10} "
                      f"{fmt.format(r.published):>10} {fmt.format(r.predicted):>10} {100 * r.error:>+6.1f}%  "
-                     f"{r.limit}{bound}")
+                     f"{r.limit + bound:<24} {r.fed_text()}")
     return lines
-
-
-# ------------------------------------------------------------------------------ gloo sweeps
-
-
-@dataclass(frozen=True)
-class SweepRow:
-    sweep: str
-    series: str
-    devices: int
-    measured: float
-    predicted: float
-    """Compute and exposed communication: the prediction the goal is stated for."""
-    with_stragglers: float
-    """The same with the stragglers term from the 1-rank run's step spread (on a shared machine that
-    spread is mostly other processes' load, which varies in time rather than per step)."""
-    limit: str
-    inputs: str
-
-    @property
-    def error(self) -> float:
-        return self.predicted / self.measured - 1
-
-    @property
-    def error_with_stragglers(self) -> float:
-        return self.with_stragglers / self.measured - 1
-
-
-def validate_sweep(sweep_dir: str | Path, comm_dir: str | Path) -> list[SweepRow]:
-    """Each series of a `dlscale scale --nproc 1,2,...` sweep: its larger world sizes predicted from its
-    1-rank run and a comm run's fit (and again with the 1-rank run's step spread as stragglers)."""
-    path = Path(sweep_dir)
-    file = path / "sweep.json"
-    if not file.is_file():
-        raise ConfigError(f"{path}: no sweep.json; give a directory made by dlscale scale")
-    sweep = json.loads(file.read_text())
-    net = network_from_comm_run(comm_dir)
-    by_series: dict[str, dict[int, Path]] = {}
-    for point in sweep.get("points", []):
-        run_dir = path / point["run_dir"]
-        if point.get("status") == "ok" and (run_dir / "summary.json").is_file() and point.get("nnodes", 1) == 1:
-            by_series.setdefault(point.get("series", ""), {})[point["world_size"]] = run_dir
-    rows = []
-    for series, runs in by_series.items():
-        if 1 not in runs:
-            continue
-        workload, spread = workload_from_run(runs[1])
-        from_run = json.loads((runs[1] / "summary.json").read_text())
-        strategy = Strategy(from_run.get("dist_optimizer") or "allreduce", topology=from_run.get("topology") or "exp2")
-        for n, run_dir in sorted(runs.items()):
-            if n == 1:
-                continue
-            measured = json.loads((run_dir / "summary.json").read_text())["img_per_sec_total_mean"]
-            point = predict_point(n, workload, strategy, net)
-            noisy = predict_point(n, workload, strategy, net, Ceilings(step_cv=spread))
-            inputs = (f"compute: {workload.source}; step spread {100 * (spread or 0):.1f}%; network: {net.source}")
-            rows.append(SweepRow(path.name, series or "sweep", n, measured, point.img_per_s_total,
-                                 noisy.img_per_s_total, point.limit, inputs))
-    if not rows:
-        raise ConfigError(f"{path}: no series with a 1-rank run and a larger one on one node")
-    return rows

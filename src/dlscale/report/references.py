@@ -131,8 +131,9 @@ def reference_dir():
     return resources.files("dlscale") / "references"
 
 
-NOT_REFERENCES = frozenset({"platforms"})
-"""Shipped data files beside the references that are not one: platforms.json is `dlscale predict`'s machines."""
+NOT_REFERENCES = frozenset({"platforms", "device_steps"})
+"""Shipped data files beside the references that are not one: platforms.json is `dlscale predict`'s machines,
+device_steps.json its per-device step curves measured by `dlscale bench --batch-size`."""
 
 
 def reference_names() -> list[str]:

@@ -1,0 +1,179 @@
+"""One device's step as a function of its batch: t(b), measured or derived, never a constant per image.
+
+A GPU's step has a part that does not shrink with the batch (kernel launches, small kernels at low
+occupancy, the optimizer over every parameter, the step's synchronisation) and a part per image:
+
+    t(b) = t0 + b x t1
+
+Between measured batch sizes t(b) is interpolated linearly; beyond them it is the fit. Where only
+one batch was measured, t1 follows from that point and a fixed part t0 taken from elsewhere (a
+shipped per-device curve, a given --step-overhead-ms), or, where none exists, t0 is unknown and
+taken as zero, and the StepTime says so (`fixed_known`). Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+
+from dlscale.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """The part of a device's step that does not shrink with the batch, and where it came from."""
+
+    seconds: float
+    source: str
+    known: bool = True
+
+
+UNKNOWN_FIXED = Fixed(0.0, "no step of this device measured at a second batch size", known=False)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    points: tuple[tuple[int, float], ...]
+    """Measured (batch, seconds per step), by batch; one point for a single figure."""
+    fixed_s: float
+    """t0: seconds per step that do not depend on the batch."""
+    per_image_s: float
+    """t1: seconds per image."""
+    source: str
+    """Where the measured points came from, in words."""
+    fixed_source: str
+    """Where t0 (and so t1) came from, in words."""
+    fixed_known: bool = True
+    """False: t0 is unknown and taken as zero."""
+
+    def at(self, batch: int) -> float:
+        """Seconds per step at `batch` images: interpolated between measured points, the fit beyond them."""
+        if batch < 1:
+            raise ConfigError(f"a batch must be >= 1 image per device, got {batch}")
+        pts = self.points
+        if len(pts) >= 2 and pts[0][0] <= batch <= pts[-1][0]:
+            for (b0, t0), (b1, t1) in zip(pts, pts[1:], strict=False):  # each point with the next
+                if b0 <= batch <= b1:
+                    return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
+        return self.fixed_s + self.per_image_s * batch
+
+    def fixed_share(self, batch: int) -> float:
+        """t0 as a fraction of the step at `batch`."""
+        return self.fixed_s / self.at(batch)
+
+    def describe(self) -> list[str]:
+        """t(b) with its two parameters, each with its source; the measured points where there are several."""
+        fixed = self.fixed_source if self.fixed_known else f"UNKNOWN, TAKEN AS ZERO: {self.fixed_source}"
+        lines = [f"t(b) = t0 + b x t1, t0 = {1e3 * self.fixed_s:.2f} ms, t1 = {1e3 * self.per_image_s:.4f} ms "
+                 "per image",
+                 f"t0 (fixed part): {fixed}"]
+        if len(self.points) >= 2:
+            measured = ", ".join(f"{b}: {1e3 * t:.2f} ms" for b, t in self.points)
+            lines.append(f"t1 (per image): fitted with t0 to the steps at batch {measured} (interpolated between "
+                         "them, the fit beyond)")
+        else:
+            batch, seconds = self.points[0]
+            lines.append(f"t1 (per image): (t({batch}) - t0) / {batch}, t({batch}) = {1e3 * seconds:.2f} ms from the "
+                         "compute figure")
+        return lines
+
+
+def fit_fixed_per_image(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """Least squares of t = t0 + b t1 on relative errors (weights 1/t^2, so small and large batches count
+    alike), t0 >= 0 (refitted through the origin if it comes out negative). Needs two batch sizes."""
+    pairs = [(float(b), float(t)) for b, t in points]
+    if len({b for b, _ in pairs}) < 2:
+        raise ConfigError("a fit of t(b) = t0 + b x t1 needs steps measured at two batch sizes or more; this curve "
+                          "has one, so it cannot extrapolate (measure more: dlscale bench --batch-size 16,32,64,...)")
+    if any(t <= 0 or b < 1 for b, t in pairs):
+        raise ConfigError(f"a step curve needs batches >= 1 and step times > 0, got {points}")
+    w = [1.0 / t ** 2 for _, t in pairs]
+    sw, sx = sum(w), sum(wi * b for wi, (b, _) in zip(w, pairs, strict=True))
+    sy = sum(wi * t for wi, (_, t) in zip(w, pairs, strict=True))
+    sxx = sum(wi * b * b for wi, (b, _) in zip(w, pairs, strict=True))
+    sxy = sum(wi * b * t for wi, (b, t) in zip(w, pairs, strict=True))
+    t1 = (sw * sxy - sx * sy) / (sw * sxx - sx * sx)
+    t0 = (sy - t1 * sx) / sw
+    if t0 < 0:
+        t0, t1 = 0.0, sxy / sxx
+    if t1 <= 0:
+        raise ConfigError(f"the step times {points} do not grow with the batch: no time per image can be fitted")
+    return t0, t1
+
+
+def from_points(points: Sequence[tuple[int, float]], source: str) -> StepTime:
+    """A measured curve (two batch sizes or more): interpolation between its points, the fit beyond."""
+    ordered = tuple(sorted((int(b), float(t)) for b, t in points))
+    t0, t1 = fit_fixed_per_image(ordered)
+    return StepTime(ordered, t0, t1, source, f"fitted to the {len(ordered)} measured batch sizes")
+
+
+def from_one_point(batch: int, step_s: float, fixed: Fixed = UNKNOWN_FIXED, source: str = "") -> StepTime:
+    """One measured step at `batch`, and a fixed part from elsewhere: t1 = (t(batch) - t0) / batch."""
+    if step_s <= 0 or batch < 1:
+        raise ConfigError(f"a step time must be > 0 and a batch >= 1 (got {step_s} s at batch {batch})")
+    if not 0 <= fixed.seconds < step_s:
+        raise ConfigError(f"the fixed part of the step ({1e3 * fixed.seconds:.2f} ms, {fixed.source}) must be >= 0 "
+                          f"and below the step ({1e3 * step_s:.2f} ms at batch {batch})")
+    return StepTime(((batch, step_s),), fixed.seconds, (step_s - fixed.seconds) / batch, source, fixed.source,
+                    fixed.known)
+
+
+def with_fixed(step: StepTime, fixed: Fixed) -> StepTime:
+    """The same measurement with another fixed part (--step-overhead-ms), anchored at its largest batch."""
+    batch, seconds = step.points[-1]
+    return from_one_point(batch, seconds, fixed, step.source)
+
+
+def scaled(step: StepTime, factor: float) -> StepTime:
+    """Every time x factor (the compute of CPU ranks that share their cores, for instance)."""
+    return StepTime(tuple((b, t * factor) for b, t in step.points), step.fixed_s * factor, step.per_image_s * factor,
+                    step.source, step.fixed_source, step.fixed_known)
+
+
+# ----------------------------------------------------------------------- shipped per-device curves
+
+
+@dataclass(frozen=True)
+class DeviceCurve:
+    """A per-device step curve measured by `dlscale bench --batch-size ...` and shipped in
+    references/device_steps.json, with the command, date and machine that produced it."""
+
+    device: str
+    fixed_s: float
+    per_image_s: float
+    points: tuple[tuple[int, float], ...]
+    provenance: str
+
+    def fixed(self) -> Fixed:
+        return Fixed(self.fixed_s, f"{1e3 * self.fixed_s:.2f} ms, the {self.device} curve measured by dlscale bench "
+                                   f"({self.provenance}; references/device_steps.json)")
+
+
+def _device_steps() -> dict:
+    return json.loads((resources.files("dlscale") / "references" / "device_steps.json").read_text())
+
+
+def device_curve(device: str | None) -> DeviceCurve | None:
+    """The shipped curve of the device type named in `device` ("H100-SXM5-80GB", "NVIDIA H100 80GB HBM3"),
+    or None where none ships (or its entry awaits its measurement)."""
+    if not device:
+        return None
+    for key, entry in _device_steps()["devices"].items():
+        if key.lower() in device.lower() and entry.get("batch_curve"):
+            points = tuple((int(c["batch_size"]), c["step_time_ms"] / 1e3) for c in entry["batch_curve"])
+            t0, t1 = fit_fixed_per_image(points)
+            provenance = f"{entry['command']}, {entry['date']}, {entry['machine']}"
+            return DeviceCurve(key, t0, t1, tuple(sorted(points)), provenance)
+    return None
+
+
+def fixed_for_device(device: str | None) -> Fixed:
+    """The fixed part of a shipped curve for this device type, or UNKNOWN_FIXED (saying which device)."""
+    curve = device_curve(device)
+    if curve is not None:
+        return curve.fixed()
+    what = f"no step curve of {device} ships" if device else "the device is not named"
+    return Fixed(0.0, f"{what} (references/device_steps.json)", known=False)
