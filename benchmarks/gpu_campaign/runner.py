@@ -320,14 +320,19 @@ def summarize(stage: Stage, records: list[dict]) -> dict:
     return {"medians": by_name, "ratios": ratios}
 
 
+def _figure(record: dict) -> bool:
+    """A record that holds a figure (an alternated run's own record holds its variants', not one)."""
+    return record.get("status") == "ok" and isinstance(record.get("value"), int | float)
+
+
 def _ratio(a: str, b: str, by_name: dict, records: list[dict]) -> dict:
     top, bottom = by_name.get(a, {}).get("median"), by_name.get(b, {}).get("median")
     value = top / bottom if top is not None and bottom else None
     pairs = []
     rounds = {r["round"] for r in records}
     for k in sorted(rounds):
-        x = [r["value"] for r in records if r["name"] == a and r["round"] == k and r.get("status") == "ok"]
-        y = [r["value"] for r in records if r["name"] == b and r["round"] == k and r.get("status") == "ok"]
+        x = [r["value"] for r in records if r["name"] == a and r["round"] == k and _figure(r)]
+        y = [r["value"] for r in records if r["name"] == b and r["round"] == k and _figure(r)]
         if x and y and y[0]:
             pairs.append(x[0] / y[0])
     return {"numerator": a, "denominator": b, "ratio": value, "per_round": pairs}
