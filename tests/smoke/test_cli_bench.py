@@ -122,6 +122,20 @@ def test_batch_list_writes_a_curve(tmp_path):
     assert "Batch curve" in out.stdout
 
 
+@pytest.mark.distributed
+def test_batch_list_on_two_ranks(tmp_path):
+    args = [a for a in TINY if a not in ("--batch-size", "4")]
+    out = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                "-m", "dlscale", "bench", *args, "--batch-size", "2,4", "--json", "result.json",
+                "--output-dir", "runs", "--pg-timeout", "60"], tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((tmp_path / "result.json").read_text())
+    assert summary["world_size"] == 2 and [c["batch_size"] for c in summary["batch_curve"]] == [2, 4]
+    # Totals over both ranks: a step of the global batch, batch x 2 images.
+    for c in summary["batch_curve"]:
+        assert c["step_time_ms"] == pytest.approx(1000.0 * 2 * c["batch_size"] / c["img_per_sec"])
+
+
 def test_one_batch_size_writes_no_curve(tmp_path):
     out = _run([sys.executable, "-m", "dlscale", "bench", *TINY, "--json", "result.json", "--output-dir", "runs"],
                tmp_path)

@@ -1,6 +1,6 @@
 """One training step of one device among N, term by term: compute, communication, stragglers, input.
 
-    step(N) = compute + exposed communication + stragglers
+    step(N) = compute t(b) + exposed communication + stragglers + loader start-up per step
     img/s per device = min(batch / step(N), input ceiling)
 
 compute: the single-device step at this batch, t(b) (compute.py: measured points interpolated, a
