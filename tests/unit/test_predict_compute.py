@@ -3,7 +3,9 @@ scaling, the validation's rule that no point feeds its own prediction, and the s
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dlscale.errors import ConfigError
@@ -25,6 +27,8 @@ from dlscale.predict.platforms import platform
 from dlscale.report import references
 
 MS = 1e-3
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_fit_of_points_on_a_line_is_the_line():
@@ -134,8 +138,20 @@ def test_shipped_device_curve_gives_the_fixed_part(monkeypatch):
 
 
 def test_an_unmeasured_device_is_unknown_and_says_so():
-    fixed = compute.fixed_for_device("H100-SXM5-80GB")  # the shipped entry awaits its measurement
-    assert not fixed.known and "device_steps.json" in fixed.source
+    fixed = compute.fixed_for_device("V100 16GB")  # no curve of a V100 ships
+    assert not fixed.known and fixed.seconds == 0.0 and "device_steps.json" in fixed.source
+
+
+def test_the_shipped_h100_curve_gives_its_fitted_fixed_part():
+    """The H100 curve measured by the GPU campaign (2026-11-27): t0 is the intercept of the straight line
+    through its points, fitted on relative errors (numpy's weighted polyfit, weights 1/t)."""
+    entry = json.loads((ROOT / "src/dlscale/references/device_steps.json").read_text())["devices"]["H100"]
+    b = np.array([p["batch_size"] for p in entry["batch_curve"]], dtype=float)
+    t = np.array([p["step_time_ms"] for p in entry["batch_curve"]], dtype=float) / 1000
+    slope, intercept = np.polyfit(b, t, 1, w=1 / t)
+    fixed = compute.fixed_for_device("NVIDIA H100 80GB HBM3")
+    assert fixed.known and fixed.seconds == pytest.approx(intercept, rel=1e-6)
+    assert 1e-3 < fixed.seconds < 5e-3 and entry["date"] == "2026-11-27" and "pending" not in entry
 
 
 def test_a_reference_with_two_batches_per_device_gives_the_fit():
