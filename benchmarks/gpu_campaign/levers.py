@@ -53,6 +53,10 @@ GPU_COMMON = ["--pool-batches", "4"]
 WARM_COMPILE_S = 15.0
 """A configuration already in the campaign's inductor cache: dynamo traces it, the compiled code is loaded."""
 
+WORKER_WARMUP_S = 12.0
+"""A worker's warm-up under the lock: compiling from the cache and its warm-up steps (8-9 s measured, 19-20 s
+wrapped in DDP, 2026-11-27)."""
+
 
 def alternated(name: str, variants: list[Variant], f: Features, *, rounds: int | None = None,
                also: Run | None = None) -> Run:
@@ -74,10 +78,12 @@ def alternated(name: str, variants: list[Variant], f: Features, *, rounds: int |
     if device == "cuda":
         # cold compiles at once (the slowest, stretched by the others sharing the cores), the command beside;
         # then each worker compiles from the cache and warms up alone; then every variant's windows
+        # 2026-11-27, H100: two cold compiles at once took 64 and 69 s (alone: 56 s of compiling); a worker's
+        # warm-up under the lock 8-9 s (compiled from the cache), 19-20 s wrapped in DDP
         cold = [v.compile_s for v in variants if v.compile_s > WARM_COMPILE_S]
-        prime_s = min(ready, STARTUP_S["cuda"] + 1.5 * max(cold)) if cold else 0.0
+        prime_s = min(ready, STARTUP_S["cuda"] + 1.2 * max(cold)) if cold else 0.0
         prime_s = max(prime_s, also.estimate_s if also else 0.0)
-        warm_up = STARTUP_S["cuda"] + sum(min(v.compile_s, WARM_COMPILE_S) + 3.0 for v in variants)
+        warm_up = STARTUP_S["cuda"] + sum(WORKER_WARMUP_S for _ in variants)
         timing = rounds * sum(10 * v.batch / RATES["compiled"] for v in variants)
         estimate = prime_s + warm_up + timing + 5.0
     else:
@@ -97,11 +103,12 @@ def baseline_stage(f: Features) -> Stage:
         return Stage("baseline", "The compiled GPU default from a fresh inductor cache", 60.0, [run])
     run = Run("compiled default", ["-m", "dlscale", "bench", "--json", "{work}/baseline-{round}.json",
                                    "--output-dir", "{work}/runs"], "bench",
-              bench_estimate("cuda", 110, 256, RATES["compiled"], COMPILE_S["reduce-overhead"]),
+              bench_estimate("cuda", 110, 512, RATES["compiled"], COMPILE_S["reduce-overhead"]),
               output="{work}/baseline-{round}.json",
-              settings="no flags: resnet50, 256, 224 px, bf16 AMP, channels_last, fused SGD, cuDNN autotuning, "
-                       "torch.compile reduce-overhead; the campaign's inductor cache empty")
-    return Stage("baseline", "The compiled GPU default from a fresh inductor cache (ResNet-50, batch 256, synthetic)",
+              settings="no flags: resnet50, batch 512 on an 80 GB GPU (256 below 40 GiB), 224 px, bf16 AMP, "
+                       "channels_last, fused SGD, cuDNN autotuning, torch.compile reduce-overhead; the campaign's "
+                       "inductor cache empty")
+    return Stage("baseline", "The compiled GPU default from a fresh inductor cache (ResNet-50, synthetic)",
                  120.0, [run], note="every later compile of the campaign shares this inductor cache, so a "
                                     "configuration compiled before compiles again in seconds")
 
@@ -110,22 +117,24 @@ def _lever_variants(f: Features, wave: str) -> list[Variant]:
     if f.device != "cuda":
         return [Variant("default", []), Variant("stem 4", ["--stem-channels", "4"]),
                 Variant("batch 16", ["--batch-size", "16"], batch=16)]
-    default = Variant("default", [], compile_s=WARM_COMPILE_S)  # the baseline's cache: dynamo only
+    # the default: batch 512 on an 80 GB GPU (cli/bench.py gpu_default_batch); the baseline's cache: dynamo only
+    default = Variant("default", [], batch=512, compile_s=WARM_COMPILE_S)
     if wave == "a":
-        return [default, Variant("stem 4", ["--stem-channels", "4"]),
-                Variant("batch 512", ["--batch-size", "512"], batch=512)]
-    return [default, Variant("coordinate descent", ["--coordinate-descent-tuning"],
+        return [default, Variant("stem 4", ["--stem-channels", "4"], batch=512),
+                Variant("batch 256", ["--batch-size", "256"])]
+    return [default, Variant("coordinate descent", ["--coordinate-descent-tuning"], batch=512,
                              compile_s=COMPILE_S["reduce-overhead"] + COORDINATE_DESCENT_S),
-            Variant("cudnn limit 0", ["--cudnn-benchmark-limit", "0"], compile_s=WARM_COMPILE_S),
+            Variant("cudnn limit 0", ["--cudnn-benchmark-limit", "0"], batch=512, compile_s=WARM_COMPILE_S),
             Variant("batch 384", ["--batch-size", "384"], batch=384)]
 
 
 BESIDE = {
     "levers_a": (("tests/gpu/test_gpu_decode.py", "tests/gpu/test_gpu_ddp.py"), "not compiled and not compile_facts",
-                 100.0),
-    "ddp": (("tests/gpu/test_gpu_ddp.py",), "compiled and not compile_facts", 100.0),
+                 80.0),
+    "ddp": (("tests/gpu/test_gpu_ddp.py",), "compiled and not compile_facts", 95.0),
 }
-"""The GPU tests run beside a stage's compilations: (files, -k selection, estimated seconds). The device decode
+"""The GPU tests run beside a stage's compilations: (files, -k selection, estimated seconds: 73 and 87 s on
+2026-11-27). The device decode
 tests and the eager DDP equality cases beside levers_a; the compiled DDP equality cases beside the DDP wave.
 The bench test of compile facts is left to the tier: the campaign's own runs record the same facts."""
 
@@ -155,7 +164,7 @@ def levers_stage(f: Features, wave: str = "a") -> Stage:
                if flag not in f.bench_flags]
     if missing:
         run.unavailable = f"this dlscale bench has no {', '.join(missing)}"
-    title = {"a": "Speed levers against the compiled default: the stem padded to 4 channels, batch 512",
+    title = {"a": "Speed levers against the compiled default: the stem padded to 4 channels, batch 256",
              "b": "Speed levers against the compiled default: coordinate-descent tuning, cuDNN's benchmark "
                   "limit, batch 384"}[wave]
     return Stage(f"levers_{wave}", title, run.estimate_s * 1.3 + 20.0, [run],
@@ -176,8 +185,11 @@ def ddp_stage(f: Features) -> Stage:
     if f.device == "cuda":
         eager = ["--model", "resnet50", "--batch-size", "256", "--image-size", "224", "--precision", "amp_fp16",
                  "--channels-last", "--cudnn-benchmark"]
-        variants = [Variant("default", [], compile_s=WARM_COMPILE_S), Variant("DDP", ["--wrap-single-rank"]),
-                    Variant("DDP compile default", ["--wrap-single-rank", "--compile-mode", "default"]),
+        # batch 256, as measured on 2026-11-27 (four workers of the 512 default would not fit at once)
+        b256 = ["--batch-size", "256"]
+        variants = [Variant("default 256", b256, compile_s=WARM_COMPILE_S),
+                    Variant("DDP", ["--wrap-single-rank", *b256]),
+                    Variant("DDP compile default", ["--wrap-single-rank", "--compile-mode", "default", *b256]),
                     Variant("DDP eager fp16", ["--wrap-single-rank", *eager], compile_s=0.0)]
     else:
         variants = [Variant("default", []), Variant("DDP", ["--wrap-single-rank"])]

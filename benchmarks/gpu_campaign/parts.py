@@ -27,7 +27,7 @@ from gpu_campaign.plan import (
 def combined_stage(f: Features) -> Stage:
     """The compiled default against the levers that helped, together: what the GPU default can become."""
     flags = f.combined_flags
-    variants = [levers.Variant("default", [], compile_s=15.0),
+    variants = [levers.Variant("default", [], batch=512, compile_s=15.0),
                 levers.Variant("combined", flags or [], batch=levers_batch(flags or []))]
     run = levers.alternated("combined", variants, f)
     if flags is None:
@@ -42,7 +42,7 @@ def combined_stage(f: Features) -> Stage:
 
 def levers_batch(flags: list[str]) -> int:
     sizes = [flags[i + 1] for i, flag in enumerate(flags[:-1]) if flag == "--batch-size"]
-    return int(sizes[-1]) if sizes else 256
+    return int(sizes[-1]) if sizes else 512
 
 
 STAGES = {"env": env_stage, "baseline": levers.baseline_stage, "levers_a": levers.levers_stage,

@@ -91,6 +91,13 @@ def test_the_gpu_default_is_the_fastest_measured_and_says_so(monkeypatch):
     assert config_from_args(parse(["bench", "--compile-mode", "max-autotune"]), has_gpu=True)[0].speed.compile_mode \
         == "max-autotune"
     assert not config_from_args(parse(["bench"]), has_gpu=True, eager=True)[0].speed.compile
+    # the batch: 512 where the device holds it (an 80 GB H100), 256 on a 16 GB GPU or where memory is unknown
+    big, big_note = config_from_args(parse(["bench"]), has_gpu=True, memory_gib=79.2)
+    small, small_note = config_from_args(parse(["bench"]), has_gpu=True, memory_gib=15.8)
+    assert (big.batch_size, small.batch_size) == (512, 256)
+    assert "batch 512 (79 GiB of device memory holds it" in big_note and "--batch-size 512" in big_note
+    assert "batch 256 (16 GiB of device memory: batch 512 (23.3 GB peak) needs 40 GiB)" in small_note
+    assert config_from_args(parse(["bench", "--batch-size", "128"]), has_gpu=True, memory_gib=79.2)[0].batch_size == 128
     # with a model named, nothing is chosen: plain eager fp32 unless the flags say otherwise
     named = config_from_args(parse(["bench", "--model", "resnet50"]), has_gpu=True)[0]
     assert not named.speed.compile and named.precision == "fp32"

@@ -38,10 +38,11 @@ def test_dry_run_prints_both_plans_and_runs_nothing(tmp_path):
         assert [line.split(":")[0][6:] for line in chunk.splitlines() if line.startswith("stage ")] == parts.PARTS[part]
     for command in ("benchmarks/gpu_campaign/environment.py", "-m dlscale bench --json",
                     "benchmarks/gpu_campaign/alternate.py", "--variant 'stem 4=--stem-channels 4'",
-                    "--variant 'batch 512=--batch-size 512'", "benchmarks/gpu_campaign/jpeg_tree.py",
+                    "--variant 'batch 256=--batch-size 256'", "benchmarks/gpu_campaign/jpeg_tree.py",
                     "-m dlscale loader --data", "--set speed.compile_mode=reduce-overhead"):
         assert command in one, command
-    for command in ("--variant DDP=--wrap-single-rank", "--variant 'cudnn limit 0=--cudnn-benchmark-limit 0'",
+    for command in ("--variant 'DDP=--wrap-single-rank --batch-size 256'",
+                    "--variant 'cudnn limit 0=--cudnn-benchmark-limit 0'",
                     "--variant 'DDP eager fp16=--wrap-single-rank --model resnet50",
                     "--coordinate-descent-tuning", "--variant 'combined=--stem-channels 4'", "--cuda-graphs"):
         assert command in two, command
@@ -89,8 +90,8 @@ def test_a_machine_with_everything_runs_every_entry():
     tier = stages["pytest"].runs[0].argv
     assert tier[tier.index("-k") + 1] == "not max_autotune"
     # every compared configuration is a variant with a ratio against the first, the default
-    assert stages["levers_a"].variants == ["default", "stem 4", "batch 512"]
-    assert stages["ddp"].ratios[0] == ("DDP", "default")
+    assert stages["levers_a"].variants == ["default", "stem 4", "batch 256"]
+    assert stages["ddp"].ratios[0] == ("DDP", "default 256")
     argv = lever_run.argv
     assert argv[argv.index("--warm") + 1] == "default"  # in the cache since the baseline: not primed
     assert argv.count("--warm") == 1
@@ -187,7 +188,7 @@ def test_alternation_rotates_and_pairs_each_round():
     got = alternate.ratios(records, [], "default")
     assert got == {"stem 4": {"ratio": 1.05, "per_round": [1.05, 1.1, 0.9]}}
     assert alternate.batch_size(["--batch-size", "384", "--stem-channels", "4"]) == 384
-    assert alternate.batch_size([]) == 256 and alternate.parse_variant("b 512=--batch-size 512") == (
+    assert alternate.batch_size([]) == 512 and alternate.parse_variant("b 512=--batch-size 512") == (
         "b 512", ["--batch-size", "512"])
     with pytest.raises(Exception, match="NAME=FLAGS"):
         alternate.parse_variant("no flags")

@@ -27,18 +27,44 @@ from dlscale.speed import COMPILE_MODES, SpeedOptions
 CPU_QUICK = {"model": "resnet50", "batch_size": 16, "image_size": 128, "num_warmup_batches": 3,
              "num_batches_per_iter": 3, "num_iters": 10}
 GPU_FULL = {"model": "resnet50", "batch_size": 256, "image_size": 224}
+GPU_LARGE_BATCH = 512
+"""The GPU default's batch where the device has LARGE_BATCH_MEMORY_GIB: compiled, 1.044x batch 256 in every
+one of 8 alternated windows on an H100 (5,981 against 5,732 img/s; docs/results/gpu-2026-11-27-h100-part1.json,
+stage levers_a), with a peak of 23.3 GB allocated."""
+LARGE_BATCH_MEMORY_GIB = 40.0
+"""Device memory from which the default takes GPU_LARGE_BATCH: its 23.3 GB peak with room for the allocator and
+other processes; below it, batch 256 (11.8 GB peak) fits a 16 GB GPU."""
 GPU_FASTEST = SpeedOptions(channels_last=True, cudnn_benchmark=True, fused_optimizer=True, compile=True,
                            compile_mode="reduce-overhead")
-"""The speed options of the GPU default: the fastest configuration measured on an H100 (docs/benchmarks.md,
-"The GPU campaign": torch.compile's reduce-overhead mode, which fuses batch norm with its neighbours and
-replays CUDA graphs, ran ResNet-50 at 1.43x the eager step with the same other options)."""
+"""The speed options of the GPU default: the fastest measured on an H100 (docs/benchmarks.md, "The GPU campaign").
+torch.compile's reduce-overhead mode replays the step's forward and backward as two CUDA graphs; it ran
+ResNet-50 at batch 256 at 5,697 img/s (2026-11-27) against 4,057 for the eager step replayed as one CUDA
+graph (--cuda-graphs) in the same campaign. The stem padded to 4 channels did not help (0.999x, alternated)."""
 GPU_MULTI_RANK_FASTEST = GPU_FASTEST
-"""The speed options of the GPU default when the job has several ranks, so DDP wraps the model. For now the
-one-GPU default (reduce-overhead): no GPU run has measured DDP with reduce-overhead yet, and PyTorch's
-tracker reports BatchNorm + DDP + reduce-overhead running many times slower than eager (pytorch/pytorch#139207).
-The GPU campaign's DDP stage decides (docs/benchmarks.md, "DDP and torch.compile on one GPU"): one GPU with
-`--wrap-single-rank` against the unwrapped step, under reduce-overhead, compile's default mode and eager
-fp16; if reduce-overhead under DDP is slower or skips its CUDA graphs, this becomes what that run supports."""
+"""The speed options of the GPU default when the job has several ranks, so DDP wraps the model: the one-GPU
+default, as measured. On one H100 with the DDP wrapper forced on one rank (a one-rank NCCL group,
+--wrap-single-rank), reduce-overhead replayed its CUDA graphs (10 replays per step, none skipped; DDP's
+optimizer split the graph into 5 at its buckets) at 0.977x the unwrapped step, ahead of compile's default mode
+(0.963x) and eager fp16 (0.835x), alternated in one run (docs/results/gpu-2026-11-27-h100-part2.json, stage ddp).
+PyTorch's tracker reports BatchNorm + DDP + reduce-overhead far slower than eager (pytorch/pytorch#139207);
+that was not seen here. Not measured: several GPUs, NVLink, several nodes (docs/benchmarks.md)."""
+
+
+def gpu_default_batch(memory_gib: float | None) -> tuple[int, str]:
+    """The GPU default's batch for a device of `memory_gib` (None: unknown), and why."""
+    if memory_gib is not None and memory_gib >= LARGE_BATCH_MEMORY_GIB:
+        return GPU_LARGE_BATCH, (f"{memory_gib:.0f} GiB of device memory holds it; 1.044x batch 256 compiled on "
+                                 "an H100")
+    held = "unknown device memory" if memory_gib is None else f"{memory_gib:.0f} GiB of device memory"
+    return GPU_FULL["batch_size"], (f"{held}: batch {GPU_LARGE_BATCH} (23.3 GB peak) needs "
+                                    f"{LARGE_BATCH_MEMORY_GIB:.0f} GiB")
+
+
+def device_memory_gib() -> float | None:
+    """This process's first CUDA device's memory in GiB, None without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(0).total_memory / 2**30
 
 
 def add_parser(subparsers) -> None:
@@ -96,23 +122,25 @@ def add_parser(subparsers) -> None:
 
 
 def config_from_args(args: argparse.Namespace, *, has_gpu: bool, eager: bool = False,
-                     world_size: int = 1) -> tuple[BenchConfig, str | None]:
+                     world_size: int = 1, memory_gib: float | None = None) -> tuple[BenchConfig, str | None]:
     """The BenchConfig the flags describe, and a note when the machine chose the defaults. eager: the GPU
     default without torch.compile (what `dlscale profile` times part by part); world_size: the job's ranks
-    (several take GPU_MULTI_RANK_FASTEST)."""
+    (several take GPU_MULTI_RANK_FASTEST); memory_gib: the device's memory (None: this process's first CUDA
+    device's, if any), which sets the default batch (gpu_default_batch)."""
     chosen: dict = {}
     note = None
     if args.model is None:
         if has_gpu:
-            chosen = dict(GPU_FULL)
+            batch, why = gpu_default_batch(memory_gib if memory_gib is not None else device_memory_gib())
+            chosen = dict(GPU_FULL, batch_size=batch)
             compiled = not (eager or args.cuda_graphs)  # --cuda-graphs is the eager graph path
             fastest = GPU_MULTI_RANK_FASTEST if world_size > 1 else GPU_FASTEST
             speed = fastest if compiled else replace(fastest, compile=False, compile_mode="default")
             amp = args.precision or default_precision(torch.device("cuda"))
             note = (f"No --model given: on this GPU the default is the fastest configuration measured: resnet50, "
-                    f"batch 256, 224 px, {amp}, channels_last, fused SGD, cuDNN autotuning"
+                    f"batch {batch} ({why}), 224 px, {amp}, channels_last, fused SGD, cuDNN autotuning"
                     + (f", torch.compile {speed.compile_mode} (compiling takes about a minute; the eager step: "
-                       f"--model resnet50 --batch-size 256 --image-size 224 --precision {amp} --channels-last "
+                       f"--model resnet50 --batch-size {batch} --image-size 224 --precision {amp} --channels-last "
                        "--cudnn-benchmark)." if compiled else ".")
                     + ("\n" + multi_rank_default_line(world_size) if compiled and world_size > 1 else ""))
         else:
@@ -156,8 +184,9 @@ def config_from_args(args: argparse.Namespace, *, has_gpu: bool, eager: bool = F
 def multi_rank_default_line(world_size: int) -> str:
     """Which speed options the GPU default takes for several ranks, and why."""
     mode = GPU_MULTI_RANK_FASTEST.compile_mode if GPU_MULTI_RANK_FASTEST.compile else "none (eager)"
-    why = ("as on one GPU: DDP with reduce-overhead is not measured yet" if GPU_MULTI_RANK_FASTEST == GPU_FASTEST
-           else "the fastest under DDP as measured")
+    measured = "the fastest under DDP as measured"
+    why = ("as on one GPU: the fastest with DDP's wrapper on one H100 (0.977x unwrapped; compile's default mode "
+           "0.963x, eager fp16 0.835x)" if GPU_MULTI_RANK_FASTEST == GPU_FASTEST else measured)
     return (f"With {world_size} ranks (DDP) the default compiles in mode {mode}, {why} (docs/benchmarks.md, "
             "\"DDP and torch.compile on one GPU\"); compile's default mode: --compile-mode default.")
 
