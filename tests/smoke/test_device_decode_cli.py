@@ -109,7 +109,9 @@ def test_train_records_the_decode_path_and_skips_alike(tree, tmp_path, device_pa
         summaries[decode] = json.loads((tmp_path / "runs" / decode / "summary.json").read_text())
         log = (tmp_path / "runs" / decode / "metrics.jsonl").read_text().splitlines()
         windows = [record for record in map(json.loads, log) if record["record"] == "train"]
-        assert windows and all(w["host_cpu_ms_per_image"] > 0 and w["host_cpu_cores"] > 0 for w in windows)
+        # /proc counts CPU time in 10 ms ticks: a short window can read none, the run as a whole cannot
+        assert windows and all(w["host_cpu_ms_per_image"] >= 0 and w["host_cpu_cores"] >= 0 for w in windows)
+        assert sum(w["host_cpu_ms_per_image"] for w in windows) > 0
     assert summaries["fast"]["decode"] == "fast" and summaries["gpu"]["decode"] == "gpu"
     for key in ("steps", "skipped_samples"):
         assert summaries["fast"][key] == summaries["gpu"][key], key

@@ -299,3 +299,41 @@ def test_auto_is_fast_without_a_device_and_cpu_names_the_fast_path(tmp_path):
     cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode="auto", num_workers=0)
     assert build_loaders(cfg, rank=0, world_size=1, batch_size=4)[2].decode == "fast"
     assert build_loaders(cfg, rank=0, world_size=1, batch_size=4, device="cpu")[2].decode == "fast"
+
+
+def test_the_batched_crops_equal_torchs_own_resize_one_image_at_a_time():
+    """The device stage makes a chunk's images as two batched matrix products (resample_weights): the same
+    crops, antialiased resizes, mirrors and centre crops as torch's interpolate(antialias=True) on each image
+    alone (crop_resize, resize_center_crop): measured on this set, at most 1 level of 255 apart (rounding
+    of a value near .5) in 0.2% (crops) and 0.5% (centre crops) of the pixels of random images."""
+    from dlscale.data import device_decode as dd
+
+    generator = torch.Generator().manual_seed(3)
+    shapes = [(37, 50), (64, 48), (24, 24), (90, 31), (20, 70)]  # (height, width): down- and upscaled crops
+    images = [torch.randint(0, 256, (3, h, w), generator=generator, dtype=torch.uint8) for h, w in shapes]
+    padded = torch.zeros((len(images), 3, 90, 70), dtype=torch.uint8)
+    for k, image in enumerate(images):
+        padded[k, :, :image.shape[1], :image.shape[2]] = image
+    boxes = torch.tensor([[3, 5, 40, 30], [0, 0, 48, 64], [10, 10, 6, 9], [1, 2, 30, 88], [0, 0, 70, 20]])
+    flips = torch.tensor([False, True, False, True, True])
+    size = 32
+    rows = dd.resample_weights(size, start=boxes[:, 1].double(), length=boxes[:, 3].double(), extent=90)
+    cols = dd.resample_weights(size, start=boxes[:, 0].double(), length=boxes[:, 2].double(), extent=70,
+                               mirror=flips)
+    batched = dd.apply_weights(padded, rows, cols).int()
+    single = torch.stack([crop_resize(image, box.tolist(), size, bool(flip)) for image, box, flip
+                          in zip(images, boxes, flips, strict=True)]).int()
+    diff = (batched - single).abs()
+    assert diff.max() <= 1 and (diff > 0).float().mean() < 0.01, (diff > 0).float().mean()
+    # validation: the shorter side to 36, the central 32 x 32 (the 20 x 70 image's crop is taller than
+    # its resized height: zeros there, as Pillow pads)
+    widths, heights = torch.tensor([w for _, w in shapes]), torch.tensor([h for h, _ in shapes])
+    (left, top), (new_w, new_h) = dd._center_crop_geometry(widths, heights, 36, size)
+    zero = torch.zeros(len(images), dtype=torch.float64)
+    rows = dd.resample_weights(size, start=zero, length=heights.double(), extent=90, offset=top, resized=new_h)
+    cols = dd.resample_weights(size, start=zero, length=widths.double(), extent=70, offset=left, resized=new_w)
+    batched = dd.apply_weights(padded, rows, cols).int()
+    single = torch.stack([dd.resize_center_crop(image, 36, size) for image in images]).int()
+    diff = (batched - single).abs()
+    assert diff.max() <= 1 and (diff > 0).float().mean() < 0.01, (diff > 0).float().mean()
+    assert single[4, :, 0].eq(0).all() == batched[4, :, 0].eq(0).all()  # the padded rows stay zero
