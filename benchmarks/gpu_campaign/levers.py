@@ -114,18 +114,20 @@ def baseline_stage(f: Features) -> Stage:
 
 
 def _lever_variants(f: Features, wave: str) -> list[Variant]:
+    """The levers not measured yet (2026-11-27 measured the padded stem, 0.999x, and batch 512, 1.044x), at
+    batch 256 so that three workers fit at once (a worker at 512 holds 24 GB): wave a cuDNN's benchmark limit
+    and batch 384, wave b coordinate-descent tuning (its compile times every generated kernel: a wave of its
+    own, in part 2)."""
     if f.device != "cuda":
         return [Variant("default", []), Variant("stem 4", ["--stem-channels", "4"]),
                 Variant("batch 16", ["--batch-size", "16"], batch=16)]
-    # the default: batch 512 on an 80 GB GPU (cli/bench.py gpu_default_batch); the baseline's cache: dynamo only
-    default = Variant("default", [], batch=512, compile_s=WARM_COMPILE_S)
+    b256 = ["--batch-size", "256"]
     if wave == "a":
-        return [default, Variant("stem 4", ["--stem-channels", "4"], batch=512),
-                Variant("batch 256", ["--batch-size", "256"])]
-    return [default, Variant("coordinate descent", ["--coordinate-descent-tuning"], batch=512,
-                             compile_s=COMPILE_S["reduce-overhead"] + COORDINATE_DESCENT_S),
-            Variant("cudnn limit 0", ["--cudnn-benchmark-limit", "0"], batch=512, compile_s=WARM_COMPILE_S),
-            Variant("batch 384", ["--batch-size", "384"], batch=384)]
+        return [Variant("default 256", b256), Variant("cudnn limit 0", [*b256, "--cudnn-benchmark-limit", "0"]),
+                Variant("batch 384", ["--batch-size", "384"], batch=384)]
+    return [Variant("default 256", b256, compile_s=WARM_COMPILE_S),  # in the cache since part 1's levers_a
+            Variant("coordinate descent", [*b256, "--coordinate-descent-tuning"],
+                    compile_s=COMPILE_S["reduce-overhead"] + COORDINATE_DESCENT_S)]
 
 
 BESIDE = {
@@ -164,9 +166,8 @@ def levers_stage(f: Features, wave: str = "a") -> Stage:
                if flag not in f.bench_flags]
     if missing:
         run.unavailable = f"this dlscale bench has no {', '.join(missing)}"
-    title = {"a": "Speed levers against the compiled default: the stem padded to 4 channels, batch 256",
-             "b": "Speed levers against the compiled default: coordinate-descent tuning, cuDNN's benchmark "
-                  "limit, batch 384"}[wave]
+    title = {"a": "Speed levers against the compiled default at batch 256: cuDNN's benchmark limit, batch 384",
+             "b": "Speed levers against the compiled default at batch 256: coordinate-descent tuning"}[wave]
     return Stage(f"levers_{wave}", title, run.estimate_s * 1.3 + 20.0, [run],
                  variants=[v.name for v in variants], ratios=[(v.name, variants[0].name) for v in variants[1:]],
                  note="alternate.py: the new configurations compiled at once, then each worker warmed up alone, then "

@@ -53,10 +53,11 @@ STAGES = {"env": env_stage, "baseline": levers.baseline_stage, "levers_a": lever
 """Every stage, in the order they run."""
 
 PARTS = {1: ["env", "baseline", "levers_a", "decode"],
-         2: ["env", "ddp", "curve", "levers_b", "combined", "profile", "peers"]}
-"""The two plans, each in order of value: part 1 the default's baseline, the first levers (the newest GPU tests
-beside their compilations) and real data; part 2 the data-parallel wrapper and cuDNN's benchmark limit (the
-GPU tier beside their compilations), the batch curve, then what is left."""
+         2: ["env", "peers", "levers_b", "ddp", "curve", "combined", "profile"]}
+"""The two plans, each in order of value: part 1 the default's baseline, the levers not measured yet (the
+newest GPU tests beside their compilations) and real data; part 2 the default against timm's benchmark.py and
+the bare loop, the other levers, then the data-parallel wrapper and the batch curve (both measured on
+2026-11-27: rerun where time is left), the levers together, the profile."""
 
 BUDGET_S = {1: 460.0, 2: 240.0}
 """Each part's deadline on a GPU: 7.7 and 4 minutes, so that the commands end within 8 and 4.5 minutes."""
