@@ -1,7 +1,10 @@
 """Atomic checkpoints: round trip, rotation, crash safety, weights_only loading, RNG state."""
 
+import contextlib
+import logging
 import os
 import random
+import re
 import subprocess
 import sys
 import textwrap
@@ -33,6 +36,16 @@ def assert_same(a, b, where="state"):
             assert_same(x, y, f"{where}[{i}]")
     else:
         assert a == b and type(a) is type(b), where
+
+
+@contextlib.contextmanager
+def warns_in_one_line(caplog, match="."):
+    """The block logs at least one warning, each a single line matching `match`."""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dlscale.train.checkpoint"):
+        yield
+    lines = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    assert lines and all(re.search(match, line) and "\n" not in line for line in lines), lines
 
 
 def training_state():
@@ -96,22 +109,22 @@ def test_keep_last_rotation(tmp_path):
     assert manager.load_latest()["w"].item() == 5
 
 
-def test_truncated_newest_falls_back_with_a_warning(tmp_path):
+def test_truncated_newest_falls_back_with_a_warning(tmp_path, caplog):
     manager = CheckpointManager(tmp_path, keep_last=3)
     manager.save({"w": torch.arange(1000)}, epoch=0, step=1)
     newest = manager.save({"w": torch.arange(1000) * 2}, epoch=0, step=2)
     data = newest.read_bytes()
     newest.write_bytes(data[: len(data) // 2])
-    with pytest.warns(RuntimeWarning, match="unreadable"):
+    with warns_in_one_line(caplog, "unreadable"):
         loaded = manager.load_latest()
     assert loaded["step"] == 1
 
 
-def test_garbage_newest_falls_back(tmp_path):
+def test_garbage_newest_falls_back(tmp_path, caplog):
     manager = CheckpointManager(tmp_path)
     manager.save({"w": torch.ones(2)}, epoch=0, step=1)
     (tmp_path / "checkpoint-000000009.pt").write_bytes(b"not a checkpoint" * 10)
-    with pytest.warns(RuntimeWarning):
+    with warns_in_one_line(caplog):
         assert manager.load_latest()["step"] == 1
 
 
@@ -192,27 +205,27 @@ def test_resume_comes_from_the_directory_not_the_environment(tmp_path, monkeypat
     assert manager.load_latest() is None and manager.latest_path() is None
 
 
-def test_rotation_after_a_fall_back_keeps_the_new_checkpoint(tmp_path):
+def test_rotation_after_a_fall_back_keeps_the_new_checkpoint(tmp_path, caplog):
     manager = CheckpointManager(tmp_path, keep_last=1)
     manager.save({"w": torch.zeros(1)}, epoch=0, step=10)
     (tmp_path / "checkpoint-000000020.pt").write_bytes(b"truncated")
-    with pytest.warns(RuntimeWarning):
+    with warns_in_one_line(caplog):
         assert manager.load_latest()["step"] == 10
     manager.save({"w": torch.ones(1)}, epoch=0, step=15)  # the unreadable 20 is not counted
     assert [p.name for p in manager.checkpoints()] == [
         "checkpoint-000000015.pt",
         "checkpoint-000000020.pt",
     ]
-    with pytest.warns(RuntimeWarning):
+    with warns_in_one_line(caplog):
         assert manager.load_latest()["step"] == 15
     manager.save({"w": torch.ones(1)}, epoch=0, step=20)  # replaces the unreadable file
     assert [p.name for p in manager.checkpoints()] == ["checkpoint-000000020.pt"]
     assert manager.load_latest()["step"] == 20
 
 
-def test_only_unreadable_checkpoints_is_an_error_not_a_fresh_start(tmp_path):
+def test_only_unreadable_checkpoints_is_an_error_not_a_fresh_start(tmp_path, caplog):
     (tmp_path / "checkpoint-000000003.pt").write_bytes(b"truncated")
-    with pytest.warns(RuntimeWarning), pytest.raises(ConfigError, match="move them away"):
+    with warns_in_one_line(caplog), pytest.raises(ConfigError, match="move them away"):
         CheckpointManager(tmp_path).load_latest()
 
 

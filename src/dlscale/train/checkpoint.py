@@ -5,6 +5,9 @@ The protocol follows docs/references.md#checkpoint-protocol and dlscale's rules 
 * the file is written to `ckpt.tmp.<pid>`, flushed and fsynced, checked to load with
   `weights_only=True`, renamed with `os.replace` to `checkpoint-<step:09d>.pt`, and the
   directory is fsynced, so a crash leaves either the old or the new complete file;
+* the file carries the CRC-32 of its bytes at its end, computed as torch.save writes them (checksum.py);
+  a load checks every byte against it first, so a file damaged after it was written (a flipped bit, a
+  bad copy) is refused and the previous checkpoint resumed, never trained on;
 * the `latest` pointer is then replaced the same way, and old files are rotated away;
 * resume is decided from this directory alone, never from TORCHELASTIC_RESTART_COUNT
   or SLURM_RESTART_COUNT (torchrun counts restarts per agent: pytorch#108158).
@@ -30,6 +33,7 @@ import numpy as np
 import torch
 
 from dlscale.errors import ConfigError
+from dlscale.train.checksum import DamagedCheckpoint, save_with_checksum, verify_checksum
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +67,7 @@ class CheckpointManager:
         self._remove_leftover_tmp_files()
         payload = {**state, "epoch": int(epoch), "step": int(step)}
         path = self.directory / f"checkpoint-{int(step):09d}.pt"
-        self._write_atomically(path, "ckpt", lambda f: torch.save(payload, f), verify=True)
+        self._write_atomically(path, "ckpt", lambda f: save_with_checksum(payload, f), verify=True)
         pointer = (path.name + "\n").encode()
         self._write_atomically(
             self.directory / LATEST_POINTER, "latest", lambda f: f.write(pointer)
@@ -153,11 +157,11 @@ class CheckpointManager:
     def load_latest(self, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
         """The newest checkpoint that loads, or None when there is none (a fresh run).
 
-        A damaged file (truncated by a crash mid-write, garbage) gives a warning naming it and
-        the older file resumed instead. ConfigError when every file is damaged (never silently
-        start afresh next to them), or when a file was not written by dlscale (a plain pickle,
-        or an archive holding objects that `weights_only=True` refuses): it is refused, never
-        loaded, and left where it is.
+        A damaged file (truncated by a crash mid-write, garbage, bytes that do not match its CRC-32)
+        gives one warning line naming it and the older file resumed instead. ConfigError when every
+        file is damaged (never silently start afresh next to them), or when a file was not written
+        by dlscale (a plain pickle, or an archive holding objects that `weights_only=True` refuses):
+        it is refused, never loaded, and left where it is.
         """
         files = self._checkpoints_newest_first()
         damaged: list[tuple[Path, BaseException]] = []
@@ -165,12 +169,12 @@ class CheckpointManager:
             state, error = load_checkpoint(path, map_location)
             if state is not None:
                 for bad, why in damaged:
-                    _warn(f"checkpoint {bad} is unreadable ({type(why).__name__}: {_one_line(why)}); "
-                          f"resuming from the previous one, {path}, which is intact")
+                    _warn(f"checkpoint {bad} is {what_is_wrong(why)}; resuming from the previous one, {path}, "
+                          "which is intact")
                 return state
             damaged.append((path, error))
         for bad, why in damaged:
-            _warn(f"checkpoint {bad} is unreadable ({type(why).__name__}: {_one_line(why)})")
+            _warn(f"checkpoint {bad} is {what_is_wrong(why)}")
         if files:
             raise ConfigError(
                 f"none of the {len(files)} checkpoints in {self.directory} can be read (newest: {files[0][1].name}, "
@@ -185,18 +189,19 @@ ZIP_HEADER = b"PK\x03\x04"
 
 
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> tuple[dict | None, BaseException | None]:
-    """(state, None) for a dlscale checkpoint; (None, error) for a damaged file; ConfigError for a
-    file dlscale did not write (a plain pickle, or forbidden objects in an archive), which is
-    never loaded."""
+    """(state, None) for a dlscale checkpoint; (None, error) for a damaged file (DamagedCheckpoint when its
+    CRC-32 disagrees); ConfigError for a file dlscale did not write (a plain pickle, or forbidden objects
+    in an archive), which is never loaded. Every byte is checked against the CRC-32 before torch.load."""
     with open(path, "rb") as file:
         head = file.read(4)
     if head.startswith(PICKLE_HEADERS):
         raise ConfigError(f"{path} is a plain pickle, not a checkpoint dlscale wrote (those are torch zip archives); "
                           "it is not loaded: move it away, or resume from another file or --name")
     try:
+        verified = verify_checksum(path)
         state = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:
-        if head == ZIP_HEADER and zipfile.is_zipfile(path):  # a complete archive with forbidden content
+        if head == ZIP_HEADER and zipfile.is_zipfile(path):  # an intact archive, forbidden content
             raise ConfigError(f"{path} holds objects that torch.load(weights_only=True) refuses; it was not "
                               f"written by dlscale and is not loaded: move it out of {path.parent}") from None
         return None, error
@@ -206,7 +211,16 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> tup
         return None, error
     if not isinstance(state, dict) or "step" not in state:
         return None, ValueError("not a dlscale checkpoint (no 'step' key)")
+    if not verified:
+        _warn(f"checkpoint {path} carries no checksum (dlscale wrote it before it stored them); loaded unverified")
     return state, None
+
+
+def what_is_wrong(error: BaseException) -> str:
+    """`damaged (...)` or `unreadable (Type: ...)`: how a checkpoint that load_checkpoint refused is described."""
+    if isinstance(error, DamagedCheckpoint):
+        return f"damaged ({error})"
+    return f"unreadable ({type(error).__name__}: {_one_line(error)})"
 
 
 def _is_archive(path: Path) -> bool:
@@ -222,7 +236,8 @@ def _one_line(error: BaseException) -> str:
 
 
 def _warn(message: str) -> None:
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    """One line on stderr: logging's last-resort handler prints the message alone (a warnings.warn would
+    add the file, the line and its source on a second line)."""
     log.warning(message)
 
 

@@ -18,7 +18,13 @@ from torch import nn
 from dlscale.errors import ConfigError, StorageError
 from dlscale.metrics.run import to_jsonable
 from dlscale.precision import Precision
-from dlscale.train.checkpoint import CheckpointManager, capture_rng_state, load_checkpoint, restore_rng_state
+from dlscale.train.checkpoint import (
+    CheckpointManager,
+    capture_rng_state,
+    load_checkpoint,
+    restore_rng_state,
+    what_is_wrong,
+)
 from dlscale.train.resume_check import check_resume
 from dlscale.train.schedule import LRSchedule
 
@@ -113,8 +119,8 @@ class RunState:
         elif Path(how).is_file():
             state, error = load_checkpoint(Path(how), device)
             if state is None:
-                raise ConfigError(f"--resume {how}: the file is unreadable ({type(error).__name__}: "
-                                  f"{' '.join(str(error).split())[:200]})")
+                raise ConfigError(f"--resume {how}: the file is {what_is_wrong(error)}; it is not loaded: resume "
+                                  "from an earlier checkpoint file, or --resume auto for the newest intact one")
         else:
             raise ConfigError(f"--resume {how}: no such checkpoint file (or use auto / none)")
         if state is None:
