@@ -9,7 +9,8 @@
 # Then point the client commands at it:  export SLURM_CONF=DIR/slurm.conf  (or: . DIR/env.sh)
 #
 # The recipe is docs/references.md#slurm-one-node-cluster, verified on Debian 12 with Slurm 22.05:
-# no systemd, no cgroups (proctrack/linuxproc, task/none), everything runs as root.
+# no systemd, no cgroups (proctrack/linuxproc; task/affinity binds each task to the CPUs it was
+# given, which the CPU tests in tests/slurm read back), everything runs as root.
 # Both commands are idempotent: `up` on a running cluster and `down` on a stopped one do nothing.
 #
 # Environment:
@@ -111,7 +112,7 @@ SlurmdLogFile=$dir/log/slurmd.log
 SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=task/affinity
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres

@@ -32,7 +32,8 @@ JOB_TIMEOUT_S = 300
 def _submit(capsys, *argv: str) -> str:
     assert main(["slurm", "--cpu-only", "--submit", *argv]) == 0
     out = capsys.readouterr().out
-    assert "#SBATCH --requeue" in out  # the script is printed before it is submitted
+    requeued = "train" in argv  # the script is printed before it is submitted; only train is requeued
+    assert ("#SBATCH --requeue" in out) == requeued and ("#SBATCH --no-requeue" in out) == (not requeued)
     return re.search(r"Submitted batch job (\d+)", out).group(1)
 
 

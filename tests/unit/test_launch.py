@@ -3,7 +3,9 @@
 import dataclasses
 import os
 import re
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,14 +29,15 @@ def _directives(script: str) -> list[str]:
 def test_torchrun_script_has_every_directive_and_line():
     script = sbatch_script(TRAIN)
     assert _directives(script) == [
-        "--job-name=dlscale", "--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=4", "--partition=gpu",
-        "--time=04:00:00", "--account=proj", "--chdir=/home/me", "--output=/shared/runs/r/slurm-%j.log",
-        "--open-mode=append", "--requeue", "--signal=B:USR1@120"]
+        "--job-name=dlscale", "--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=4", "--cpus-per-task=4",
+        "--partition=gpu", "--time=04:00:00", "--account=proj", "--chdir=/home/me",
+        "--output=/shared/runs/r/slurm-%j.log", "--open-mode=append", "--requeue", "--signal=B:USR1@120"]
     for line in ['MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-                 "MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))", "trap on_usr1 USR1", "trap on_term TERM",
+                 f"MASTER_PORT=$({launch.FREE_PORT})", "trap on_usr1 USR1", "trap on_term TERM",
                  'kill -USR1 "$step_pid"', 'scontrol requeue "$SLURM_JOB_ID"',
-                 """srun --kill-on-bad-exit=1 bash -c 'trap "" USR1; exec "$@"' torchrun""",
-                 '"$PYTHON" -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=4',
+                 """srun --kill-on-bad-exit=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" bash -c 'trap "" USR1; """
+                 """exec "$@"' torchrun""",
+                 '"$PYTHON" -m dlscale torchrun --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=4',
                  '--rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"',
                  "--max-restarts=0", "-m dlscale train --config cpu:digits", "PYTHON=/venv/bin/python"]:
         assert line in script, line
@@ -53,10 +56,10 @@ def test_srun_variant_has_one_task_per_gpu_and_no_torchrun():
     assert re.search(r'exec "\$@"\' srun \\\n    "\$PYTHON" -m dlscale train --config cpu:digits', script)
 
 
-def test_bench_is_rerun_not_resumed_and_cpu_only_requests_no_gpus():
+def test_bench_is_never_requeued_and_cpu_only_requests_no_gpus():
     script = sbatch_script(dataclasses.replace(TRAIN, program=("bench", "--model", "resnet50"), request_gpus=False))
     directives = _directives(script)
-    assert "--requeue" in directives and "--open-mode=append" in directives
+    assert "--no-requeue" in directives and "--requeue" not in directives and "--open-mode=append" in directives
     assert not any(d.startswith(("--signal", "--gpus")) for d in directives)
     assert "trap" not in script.replace('trap "" USR1', "") and "NCCL" not in script
     assert "1 CPU rank(s)" not in script and "4 CPU rank(s)" in script
@@ -64,8 +67,9 @@ def test_bench_is_rerun_not_resumed_and_cpu_only_requests_no_gpus():
 
 def test_one_node_sweep_runs_dlscale_scale_as_one_task():
     script = sbatch_script(dataclasses.replace(TRAIN, nodes=1, program=("scale", "--nproc", "1,2", "--", "bench")))
-    assert "--ntasks-per-node=1" in _directives(script) and "--requeue" not in _directives(script)
-    assert 'srun --ntasks=1 "$PYTHON" -m dlscale scale --nproc 1,2 -- bench' in script
+    assert "--ntasks-per-node=1" in _directives(script) and "--no-requeue" in _directives(script)
+    assert 'srun --ntasks=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" "$PYTHON" -m dlscale scale --nproc 1,2 -- bench' \
+        in script
     with pytest.raises(ConfigError, match="--launcher slurm --gpus"):
         sbatch_script(dataclasses.replace(TRAIN, program=("scale", "--nproc", "1")))
 
@@ -79,24 +83,38 @@ def test_scripts_are_valid_bash(job, tmp_path):
     assert subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True).returncode == 0
 
 
-def test_rendezvous_block_derives_the_port_from_the_job_id_like_dist_env(tmp_path):
-    """Run the script's rendezvous lines with a stand-in scontrol: first host, port from the job id."""
+def test_rendezvous_block_takes_the_first_host_and_a_port_no_other_job_holds(tmp_path):
+    """The script's rendezvous lines with a stand-in scontrol: the first host, and a port that a job holding
+    another port on the node is never given, even for job ids 20000 apart (the same port under a port
+    derived from the job id)."""
     fake = tmp_path / "scontrol"
     fake.write_text('#!/bin/sh\n[ "$1 $2 $3" = "show hostnames gpu[07-09],cpu1" ] && printf "gpu07\\ngpu08\\n"\n')
     fake.chmod(0o755)
     script = sbatch_script(TRAIN)
     block = script[script.index("MASTER_ADDR=$("):script.index("export MASTER_ADDR MASTER_PORT")]
-    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "SLURM_JOB_ID": "123456",
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "PYTHON": sys.executable,
            "SLURM_JOB_NODELIST": "gpu[07-09],cpu1"}
-    out = subprocess.run(["bash", "-c", block + 'echo "$MASTER_ADDR $MASTER_PORT"'], capture_output=True,
-                         text=True, env=env)
-    assert out.stdout.split() == ["gpu07", "23456"]
-    slurm = DistEnv.from_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_JOB_ID": "123456",
-                              "SLURM_JOB_NODELIST": "gpu[07-09],cpu1", "SLURM_JOB_NUM_NODES": "4"})
-    assert (slurm.master_addr, slurm.master_port) == ("gpu07", 23456)
+
+    def rendezvous(job_id):
+        out = subprocess.run(["bash", "-c", block + 'echo "$MASTER_ADDR $MASTER_PORT"'], capture_output=True,
+                             text=True, env={**env, "SLURM_JOB_ID": job_id})
+        host, port = out.stdout.split()
+        return host, int(port)
+
+    host, first = rendezvous("123456")
+    with socket.socket() as held:  # the first job's rank 0 listens on its port
+        held.bind(("", first))
+        held.listen()
+        assert rendezvous("143456") != (host, first) and host == "gpu07"
     env["SLURM_JOB_NODELIST"] = "unknown"  # scontrol answers nothing: stop, never fall back to localhost
     out = subprocess.run(["bash", "-c", block], capture_output=True, text=True, env=env)
     assert out.returncode == 1 and "cannot name the first host" in out.stderr
+
+
+def test_srun_without_a_script_still_derives_the_port_from_the_job_id():
+    slurm = DistEnv.from_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_JOB_ID": "123456",
+                              "SLURM_JOB_NODELIST": "gpu[07-09],cpu1", "SLURM_JOB_NUM_NODES": "4"})
+    assert (slurm.master_addr, slurm.master_port) == ("gpu07", 23456)
 
 
 def test_mpirun_line_for_bluefogs_bfrun_example():
@@ -192,8 +210,8 @@ def test_cli_puts_a_sweeps_own_flags_before_the_swept_command(tmp_path, capsys, 
     assert main(["slurm", "--gpus-per-node", "2", "--cpu-only", "scale", "--nproc", "1,2", "--output-dir", "sweeps",
                  "--", "bench", "--model", "resnet18"]) == 0
     out = " ".join(capsys.readouterr().out.replace("\\\n", " ").split())
-    assert (f'srun --ntasks=1 "$PYTHON" -m dlscale scale --output-dir {tmp_path / "sweeps"} --name scale-1x2 '
-            "--nproc 1,2 -- bench --model resnet18") in out
+    assert (f'srun --ntasks=1 --cpus-per-task="$SLURM_CPUS_PER_TASK" "$PYTHON" -m dlscale scale --output-dir '
+            f'{tmp_path / "sweeps"} --name scale-1x2 --nproc 1,2 -- bench --model resnet18') in out
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -234,4 +252,8 @@ def test_submit_returns_the_job_id_and_turns_refusals_into_one_line(tmp_path, mo
     assert launch.submit(tmp_path / "job.sbatch") == "4242"
     _fake(tmp_path, "sbatch", 'echo "sbatch: error: invalid partition specified: gpu" >&2; exit 1')
     with pytest.raises(ConfigError, match="sbatch refused .*invalid partition specified: gpu"):
+        launch.submit(tmp_path / "job.sbatch")
+    _fake(tmp_path, "sbatch", 'echo "sbatch: error: Batch job submission failed: Requested node configuration is not '
+                              'available" >&2; exit 1')
+    with pytest.raises(ConfigError, match="not available; .*--cpus-per-node C"):
         launch.submit(tmp_path / "job.sbatch")

@@ -14,7 +14,7 @@ from pathlib import Path
 from dlscale.cli.bench import config_from_args as bench_config_from_args
 from dlscale.cli.bench import single_batch_size
 from dlscale.cli.common import parse_command_flags, resolve_config
-from dlscale.cli.slurm import add_job_arguments, job_options
+from dlscale.cli.slurm import add_job_arguments, job_options, loader_workers
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.errors import ConfigError
 from dlscale.metrics.run import RunDir
@@ -77,7 +77,8 @@ def add_parser(subparsers) -> None:
 
 
 SLURM_ONLY = ("--gpus", "--gpus-per-node", "--no-wait", "--poll", "--partition", "--time", "--account",
-              "--cpus-per-task", "--cpu-only", "--signal-seconds", "--max-restarts", "--sbatch-option", "--python")
+              "--cpus-per-task", "--cpus-per-node", "--mem", "--mem-per-gpu", "--cpu-only", "--signal-seconds",
+              "--max-restarts", "--sbatch-option", "--python")
 
 
 def parse_ints(text: str, flag: str) -> tuple[int, ...]:
@@ -143,7 +144,8 @@ def _torchrun_spec(args: argparse.Namespace, common: dict) -> SweepSpec:
 def _slurm_spec(args: argparse.Namespace, common: dict) -> SweepSpec:
     return SweepSpec(nproc=_slurm_worlds(args), **common, launcher_options={
         "gpus_per_node": args.gpus_per_node, "wait": not args.no_wait, "poll_s": args.poll,
-        "job": job_options(args)})
+        "job": {**job_options(args), "loader_workers": loader_workers(common["command"], common["args"],
+                                                                      where="the arguments after --")}})
 
 
 LAUNCHER_SPECS = {"torchrun": _torchrun_spec, "slurm": _slurm_spec}

@@ -25,7 +25,12 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partition", default=None, help="SLURM partition (sbatch --partition)")
     p.add_argument("--time", default=None, help="time limit: minutes, HH:MM:SS or D-HH:MM:SS (sbatch --time)")
     p.add_argument("--account", default=None, help="account to charge (sbatch --account)")
-    p.add_argument("--cpus-per-task", type=int, default=None, help="CPUs per task (sbatch --cpus-per-task)")
+    p.add_argument("--cpus-per-task", type=int, default=None,
+                   help="CPUs per task (sbatch --cpus-per-task); default: each rank's loader workers + 1")
+    p.add_argument("--cpus-per-node", type=int, default=None,
+                   help="the cores a node has: the default --cpus-per-task stays within it")
+    p.add_argument("--mem", default=None, help="memory per node, e.g. 200G (sbatch --mem); default: the site's")
+    p.add_argument("--mem-per-gpu", default=None, help="memory per GPU, e.g. 32G (sbatch --mem-per-gpu)")
     p.add_argument("--cpu-only", action="store_true",
                    help="the nodes have no GPUs: request none; --gpus-per-node then counts CPU ranks (gloo)")
     p.add_argument("--signal-seconds", type=int, default=120,
@@ -40,7 +45,8 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
 def job_options(args: argparse.Namespace) -> dict:
     """SlurmJob fields from the flags of add_job_arguments."""
     return {"partition": args.partition, "time": args.time, "account": args.account,
-            "cpus_per_task": args.cpus_per_task, "request_gpus": not args.cpu_only, "signal_s": args.signal_seconds,
+            "cpus_per_task": args.cpus_per_task, "cpus_per_node": args.cpus_per_node, "mem": args.mem,
+            "mem_per_gpu": args.mem_per_gpu, "request_gpus": not args.cpu_only, "signal_s": args.signal_seconds,
             "max_restarts": args.max_restarts, "sbatch_options": tuple(args.sbatch_option), "python": args.python}
 
 
@@ -103,6 +109,21 @@ def _parse_command(command: str, extra: list[str]) -> argparse.Namespace:
     return ns
 
 
+def loader_workers(command: str, args: list[str] | tuple[str, ...], *, where: str) -> int:
+    """Loader worker processes per rank of `dlscale COMMAND ARGS`: train's data.num_workers; bench feeds
+    synthetic batches from the device (none); a sweep's, those of the command it sweeps (after --)."""
+    if command == "scale":
+        cut = args.index("--") if "--" in args else len(args)
+        swept = list(args[cut + 1:])
+        if swept and swept[0] in ("bench", "train"):
+            return loader_workers(swept[0], swept[1:], where=where)
+        return 0
+    if command != "train":
+        return 0
+    cfg, _ = resolve_config(parse_command_flags(command, list(args), where=where))
+    return cfg.data.num_workers
+
+
 def build_job(args: argparse.Namespace) -> tuple[SlurmJob, Path]:
     """The job the flags describe, and where its script goes."""
     command, extra = _split(args)
@@ -117,9 +138,10 @@ def build_job(args: argparse.Namespace) -> tuple[SlurmJob, Path]:
         program = [command, *without_option(extra, *RUN_FLAGS), *run_flags]
     if command == "train" and not any(w == "--resume" or w.startswith("--resume=") for w in extra):
         program += ["--resume", "auto"]  # a requeued job continues from the run's checkpoints
+    workers = loader_workers(command, extra, where="the arguments of the job's command")
     job = SlurmJob(program=tuple(program), run_dir=root / name, log=root / name / "slurm-%j.log",
                    nodes=args.nodes, procs_per_node=args.gpus_per_node, launcher=args.launcher,
-                   job_name=args.job_name or f"dlscale-{name}", **job_options(args))
+                   job_name=args.job_name or f"dlscale-{name}", loader_workers=workers, **job_options(args))
     job.check()
     return job, (args.script or root / name / "job.sbatch").resolve()
 
@@ -129,7 +151,9 @@ def _written_by(job: SlurmJob) -> list[str]:
     flags = ["--nodes", str(job.nodes), "--gpus-per-node", str(job.procs_per_node)]
     optional = [("--launcher", job.launcher, "torchrun"), ("--partition", job.partition, None),
                 ("--time", job.time, None), ("--account", job.account, None),
-                ("--cpus-per-task", job.cpus_per_task, None), ("--max-restarts", job.max_restarts, 0),
+                ("--cpus-per-task", job.cpus_per_task, None), ("--cpus-per-node", job.cpus_per_node, None),
+                ("--mem", job.mem, None), ("--mem-per-gpu", job.mem_per_gpu, None),
+                ("--max-restarts", job.max_restarts, 0),
                 ("--signal-seconds", job.signal_s, 120), ("--python", job.python, sys.executable)]
     flags += [x for flag, value, default in optional if value != default for x in (flag, str(value))]
     flags += ["--cpu-only"] if not job.request_gpus else []

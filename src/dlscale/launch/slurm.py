@@ -2,9 +2,14 @@
 
 `sbatch_script(job)` writes a script a person can read and edit. Two layouts (docs/references.md#slurm-launch-layouts):
 
-- torchrun: one srun task per node runs `torchrun`, which starts one worker per GPU and meets the
-  other nodes at a c10d rendezvous on the first host, on a port derived from the job id;
+- torchrun: one srun task per node runs `dlscale torchrun` (torchrun passing SIGTERM and SIGUSR1 on to
+  its workers), which starts one worker per GPU and meets the other nodes at a c10d rendezvous on the
+  first host; on one node torchrun picks the port itself, on several the script takes one free on the
+  first host;
 - srun: one srun task per GPU and no torchrun; `DistEnv` reads SLURM_PROCID and friends.
+
+Resources: CPUs per task from the ranks and their loader workers, capped by --cpus-per-node, passed on
+to srun; memory as given (slurm_resources.py). Only train is requeued; bench and sweeps are not.
 
 Preemption (train only): `#SBATCH --signal=B:USR1@N` signals the batch shell alone. Its trap
 sends USR1 to the srun process, which forwards it to every process of the step; the torchrun
@@ -32,12 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlscale.errors import ConfigError
+from dlscale.launch import slurm_resources as resources
 
 LAUNCHERS = ("torchrun", "srun")
 COMMANDS = ("bench", "train", "scale")
-PORT_BASE, PORT_SPAN = 20000, 20000
-"""MASTER_PORT = PORT_BASE + job id % PORT_SPAN: two jobs sharing a node rarely collide, and a
-requeued job (same id) gets the same port. DistEnv derives the same port under plain srun."""
+FREE_PORT = """"$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'"""
+"""A port that nothing on this host listens on now: the kernel's choice for a socket bound to port 0."""
 
 SLURM_TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2})$")
 
@@ -71,6 +76,15 @@ class SlurmJob:
     """Time limit in a SLURM format: minutes, HH:MM:SS, D-HH:MM."""
     account: str | None = None
     cpus_per_task: int | None = None
+    """CPUs per task as given; None: each rank's loader workers + 1 (slurm_resources.cpu_request)."""
+    cpus_per_node: int | None = None
+    """The cores a node has, when the user says: the derived CPUs per task stay within it."""
+    loader_workers: int = 0
+    """Loader worker processes per rank: train's data.num_workers; bench feeds synthetic batches (none)."""
+    mem: str | None = None
+    """Memory per node (sbatch --mem), e.g. 200G; None: the site's default."""
+    mem_per_gpu: str | None = None
+    """Memory per GPU (sbatch --mem-per-gpu); not with --mem."""
     sbatch_options: tuple[str, ...] = ()
     """More directives, each as on sbatch's command line, e.g. '--qos=high'."""
     signal_s: int = 120
@@ -89,6 +103,23 @@ class SlurmJob:
     def preemptible(self) -> bool:
         """Only training can checkpoint and resume; a benchmark is simply rerun after a requeue."""
         return self.command == "train"
+
+    @property
+    def tasks_per_node(self) -> int:
+        """srun tasks per node: one per rank in the srun layout, else one (torchrun, or the sweep)."""
+        return self.procs_per_node if self.launcher == "srun" and self.command != "scale" else 1
+
+    @property
+    def ranks_per_task(self) -> int:
+        return self.procs_per_node // self.tasks_per_node
+
+    def cpus(self) -> resources.CpuRequest:
+        return resources.cpu_request(given=self.cpus_per_task, ranks_per_task=self.ranks_per_task,
+                                     tasks_per_node=self.tasks_per_node, loader_workers=self.loader_workers,
+                                     cpus_per_node=self.cpus_per_node)
+
+    def memory(self) -> str | None:
+        return resources.memory_directive(mem=self.mem, mem_per_gpu=self.mem_per_gpu, request_gpus=self.request_gpus)
 
     def check(self) -> None:
         if self.command not in COMMANDS:
@@ -110,6 +141,7 @@ class SlurmJob:
             raise ConfigError("--max-restarts is torchrun's: use it with --launcher torchrun and bench or train")
         if self.max_restarts < 0 or self.signal_s < 0:
             raise ConfigError("--max-restarts and --signal-seconds must not be negative")
+        self.cpus(), self.memory()  # each raises its own one-line error
 
 
 def time_limit_s(text: str | None) -> int | None:
@@ -139,10 +171,14 @@ def sbatch_script(job: SlurmJob, *, written_by: Sequence[str] | None = None) -> 
     lines = ["#!/bin/bash", title]
     if written_by:
         lines.append("# Written by: " + shlex.join(written_by))
+    lines += resources.header(job.cpus(), job.memory())
+    if job.launcher == "torchrun" and job.command != "scale":
+        lines += TORCHRUN_NOTE
     lines += [*_directives(job), "", f"PYTHON={shlex.quote(job.python)}",
               f"RUN_DIR={shlex.quote(str(job.run_dir))}  # on storage that every node sees", ""]
     if job.request_gpus:
         lines += [NCCL_BLOCK, ""]
+    lines += [*resources.cpu_lines(job.ranks_per_task, job.loader_workers), ""]
     lines += _rendezvous(job)
     step = _step_command(job)
     lines += _preemptible_run(step) if job.preemptible else [step, 'exit "$?"']
@@ -171,7 +207,8 @@ def _directives(job: SlurmJob) -> list[str]:
         (f"--nodes={job.nodes}", ""),
         (f"--ntasks-per-node={tasks}", why),
         *([(f"--gpus-per-node={job.procs_per_node}", "")] if job.request_gpus else []),
-        *([(f"--cpus-per-task={job.cpus_per_task}", "")] if job.cpus_per_task else []),
+        (f"--cpus-per-task={job.cpus().per_task}", "how: the header above"),
+        *([(job.memory(), "")] if job.memory() else []),
         *([(f"--partition={job.partition}", "")] if job.partition else []),
         *([(f"--time={job.time}", "")] if job.time else []),
         *([(f"--account={job.account}", "")] if job.account else []),
@@ -179,8 +216,10 @@ def _directives(job: SlurmJob) -> list[str]:
         (f"--output={job.log}", "%j is the job id"),
         ("--open-mode=append", "a requeued job appends to the same log"),
     ]
-    if job.command != "scale":  # a sweep refuses to start again in its own directory
+    if job.preemptible:
         rows.append(("--requeue", "SLURM may requeue the job after preemption or a node failure"))
+    else:  # a benchmark would measure again into its run directory; a sweep refuses to start again in its own
+        rows.append(("--no-requeue", f"{job.command} does not resume: never requeued (SLURM's default is to)"))
     if job.preemptible:
         rows.append((f"--signal=B:USR1@{job.signal_s}",
                      f"USR1 to this script {job.signal_s} s before the time limit"))
@@ -190,41 +229,69 @@ def _directives(job: SlurmJob) -> list[str]:
 
 def _rendezvous(job: SlurmJob) -> list[str]:
     lines = [
-        "# Rendezvous on the first node, on a port derived from the job id (the same after a requeue).",
+        "# Rendezvous on the first node, where this script runs (sbatch(1)).",
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         'if [ -z "$MASTER_ADDR" ]; then',
         '    echo "cannot name the first host of $SLURM_JOB_NODELIST: is scontrol on PATH?" >&2',
         "    exit 1",
         "fi",
-        f"MASTER_PORT=$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))",
-        "export MASTER_ADDR MASTER_PORT",
     ]
+    if _torchrun_picks_the_port(job):
+        lines += ["# One node: torchrun picks a free port itself (--rdzv-endpoint=localhost:0), so two jobs sharing",
+                  "# the node never meet at one port.",
+                  "export MASTER_ADDR"]
+        rendezvous = "localhost:<a free port>"
+    else:
+        lines += ["# A port nothing on this node listens on now, for rank 0's store: two jobs sharing the node are",
+                  "# not given the same one (a port derived from the job id would be, for ids 20000 apart).",
+                  f"MASTER_PORT=$({FREE_PORT})",
+                  "export MASTER_ADDR MASTER_PORT"]
+        rendezvous = "$MASTER_ADDR:$MASTER_PORT"
     if job.max_restarts > 0:
         lines += ["# Restarted workers get a fresh store, not the failed attempt's (pytorch#135712).",
                   "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"]
     lines += ['echo "$(date "+%F %T") job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on '
-              '$SLURM_JOB_NODELIST, rendezvous $MASTER_ADDR:$MASTER_PORT, run directory $RUN_DIR"', ""]
+              f'$SLURM_JOB_NODELIST, rendezvous {rendezvous}, {_cpus_echo()}, run directory $RUN_DIR"', ""]
     return lines
+
+
+def _torchrun_picks_the_port(job: SlurmJob) -> bool:
+    """torchrun's documented way to run several single-node jobs on one host: --rdzv-endpoint=localhost:0."""
+    return job.launcher == "torchrun" and job.command != "scale" and job.nodes == 1
+
+
+def _cpus_echo() -> str:
+    return "$SLURM_CPUS_PER_TASK CPUs per task, OMP_NUM_THREADS=$OMP_NUM_THREADS"
 
 
 def _step_command(job: SlurmJob) -> str:
     """The srun line, one group of arguments per line."""
     first, *program = _wrap_words(["-m", "dlscale", *job.program])
+    cpus = '--cpus-per-task="$SLURM_CPUS_PER_TASK"'
     if job.command == "scale":
-        return _lines([f'srun --ntasks=1 "$PYTHON" {first}', *program])
-    # The wrapper ignores USR1, then execs: torchrun (and a worker, until dlscale installs its
-    # handler) keeps ignoring it, while dlscale's own handler catches it.
-    srun = f"srun --kill-on-bad-exit=1 bash -c {IGNORE_USR1} {job.launcher}"
+        return _lines([f'srun --ntasks=1 {cpus} "$PYTHON" {first}', *program])
+    # The wrapper ignores USR1, then execs: the agent (and a worker, until dlscale installs its
+    # handler) keeps ignoring it, while dlscale's own handlers catch it.
+    srun = f"srun --kill-on-bad-exit=1 {cpus} bash -c {IGNORE_USR1} {job.launcher}"
     if job.launcher == "srun":
         return _lines([srun, f'"$PYTHON" {first}', *program])
+    endpoint = "localhost:0" if _torchrun_picks_the_port(job) else '"$MASTER_ADDR:$MASTER_PORT"'
     return _lines([
         srun,
-        f'"$PYTHON" -m torch.distributed.run --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node={job.procs_per_node}',
-        '--rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"',
+        f'"$PYTHON" -m dlscale torchrun --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node={job.procs_per_node}',
+        f'--rdzv-id="$SLURM_JOB_ID" --rdzv-backend=c10d --rdzv-endpoint={endpoint}',
         f"--max-restarts={job.max_restarts}",
         first,
         *program,
     ])
+
+
+TORCHRUN_NOTE = [
+    "# The agent is `dlscale torchrun` (torchrun, the same flags), not plain torchrun: on SIGTERM (scancel,",
+    "# preemption) plain torchrun exits 1 with a traceback and SIGKILLs its workers 30 s later, checkpoint",
+    "# written or not, and SIGUSR1 kills it; `dlscale torchrun` passes both on to the workers, which",
+    "# checkpoint and stop, waits for them, and exits with their status in one line (docs/cluster.md).",
+]
 
 
 IGNORE_USR1 = """'trap "" USR1; exec "$@"'"""
@@ -319,6 +386,9 @@ def submit(script: Path) -> str:
     out = subprocess.run([_slurm_tool("sbatch"), "--parsable", str(script)], capture_output=True, text=True)
     if out.returncode != 0:
         message = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        if "node configuration is not available" in message:
+            message += ("; no node has what the script asks: its header says how many CPUs per task and why, "
+                        "and --cpus-per-node C keeps them within the C cores a node has")
         raise ConfigError(f"sbatch refused {script}: {message}")
     return out.stdout.strip().split(";")[0]
 
