@@ -11,16 +11,16 @@
 Resources: CPUs per task from the ranks and their loader workers, capped by --cpus-per-node, passed on
 to srun; memory as given (slurm_resources.py). Only train is requeued; bench and sweeps are not.
 
-Preemption (train only): `#SBATCH --signal=B:USR1@N` signals the batch shell alone. Its trap
-sends USR1 to the srun process, which forwards it to every process of the step; the torchrun
-agents ignore it (`trap '' USR1` before `exec`: an ignored signal stays ignored across exec, and
-torchrun would otherwise die of it), the workers checkpoint at the next step boundary and exit 0,
-then the script requeues the job. The requeued job runs the same script with the same run
-directory, and `train --resume auto` continues from its checkpoints.
+Preemption (train only): `#SBATCH --signal=B:USR1@N` signals the batch shell alone. Its trap sends
+USR1 to the srun process, which forwards it to every process of the step; the agents ignore it until
+`dlscale torchrun` has installed its handler, which passes it on (`trap '' USR1` before `exec`: an
+ignored signal stays ignored across exec; plain torchrun would die of it), the workers checkpoint at
+the next step boundary and exit 0, then the script requeues the job. The requeued job runs the same
+script with the same run directory, and `train --resume auto` continues from its checkpoints.
 
-The SLURM helpers (`submit`, `job_state`, `wait`, `cancel`, `point_outcome`, `submit_point`)
-shell out to sbatch, scontrol, sacct and scancel, and are what `dlscale scale --launcher slurm`
-calls for one job per point.
+The SLURM helpers (`submit`, `job_state`, `wait`, `cancel`, `point_outcome`, `submit_point`) shell
+out to sbatch, scontrol, sacct and scancel, and are what `dlscale scale --launcher slurm` calls for
+one job per point.
 """
 
 from __future__ import annotations
