@@ -34,7 +34,7 @@ from dlscale.metrics.timing import DeviceTimer, device_synchronizer, mean_ci95, 
 from dlscale.models import build_model
 from dlscale.models.flops import count_macs, train_flops_per_image
 from dlscale.precision import build_precision, precision_note
-from dlscale.rundir import RunDir, default_run_name, to_jsonable
+from dlscale.rundir import RunDir, default_run_name
 from dlscale.train.replica import build_replica
 from dlscale.train.step import StepParts, no_regions, train_step
 
@@ -406,9 +406,9 @@ def run_name(cfg: BenchConfig, env: DistEnv) -> str:
 
 def write_run(run: RunDir, cfg: BenchConfig, env: DistEnv, summary: dict) -> dict:
     """Rank 0's run directory, claimed before the benchmark: config.json, env.json, summary.json. Returns
-    the configuration as written."""
+    config.json's object as written."""
     device = torch.device(summary["device"], env.local_rank if summary["device"] == "cuda" else None)
-    config = {"kind": "bench", **asdict(cfg), "world_size": env.world_size}
-    run.write_setup(config, environment_info(env.world_size, device, env.launcher))
+    config = run.write_setup({"kind": "bench", **asdict(cfg), "world_size": env.world_size},
+                             environment_info(env.world_size, device, env.launcher))
     run.finish(summary)
-    return to_jsonable(config)
+    return config

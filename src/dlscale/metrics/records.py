@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dlscale.metrics.progress import ProgressDisplay, format_eta
 from dlscale.metrics.tracking import Tracker, TrackingTarget, numbers
-from dlscale.rundir import RunDir, json_line, open_append, read_optional
+from dlscale.rundir import RunDir, json_line, open_append, read_json
 
 # TensorBoard tags (docs/references.md#tensorboard-tags; HAL and SC20 log the same quantities). Log steps
 # and epoch ends write disjoint tags, so every tag is one increasing sequence of steps.
@@ -106,9 +106,8 @@ class Records:
         if tracking is not None:
             self.tracker = Tracker(tracking, run_name=run.path.name, run_dir=run.path,
                                    tags={"dlscale.kind": "train", "dlscale.run_dir": str(run.path.resolve())})
-            config = read_optional(run.path / "config.json")
-            if config:
-                self.tracker.params(config)
+            if (run.path / "config.json").is_file():  # every setting as written, its schema version included
+                self.tracker.params(read_json(run.path / "config.json"))
         self.started = datetime.now()  # dllogger's elapsedtime counts from its Logger's creation
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter

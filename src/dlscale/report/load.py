@@ -104,7 +104,7 @@ def _load_sweep(sweep: Sweep, found: Collection, seen: set[Path]) -> None:
         error = point.get("error") or {"ok": "no summary.json", "submitted": "no summary.json yet: is its "
                                        f"SLURM job {point.get('job_id')} still running?"}.get(point.get("status"), "")
         found.failed.append(FailedPoint(
-            sweep=sweep.name, name=point["name"], world_size=point["world_size"],
+            sweep=sweep.name, name=point.get("name") or point["run_dir"], world_size=point["world_size"],
             nnodes=point.get("nnodes", 1), status=point.get("status", "unknown"),
             returncode=point.get("returncode"), error=error, series=point.get("series", ""),
             settings=point.get("settings", {}), group=point.get("group", ""),

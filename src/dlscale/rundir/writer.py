@@ -83,12 +83,14 @@ class RunDir:
     def __exit__(self, *exc) -> None:
         self.release()
 
-    def write_setup(self, config: dict, env: dict) -> None:
+    def write_setup(self, config: dict, env: dict) -> dict:
         """config.json (what the run was asked to do, `kind` first) and env.json (what it ran on):
-        every kind of run writes both with this call."""
+        every kind of run writes both with this call. Returns config.json's object as written."""
         files.check_output_dir(self.path, "--output-dir", "the run directory")
-        files.write_json(self.path / "config.json", stamped(config))
+        written = files.to_jsonable(stamped(config))
+        files.write_json(self.path / "config.json", written)
         files.write_json(self.path / "env.json", stamped(env))
+        return written
 
     def append(self, record: dict) -> None:
         """One record of metrics.jsonl."""
