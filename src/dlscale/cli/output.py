@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from dlscale import rundir
-from dlscale.rundir import RunDir
-from dlscale.rundir.schema import stamped
+from dlscale.rundir import RunDir, stamped
 
 
 def claim_outputs(root: str | Path, name: str, json_path: Path | None, *, is_main: bool = True) -> RunDir | None:

@@ -276,7 +276,7 @@ def _write(run: RunDir, args, env: DistEnv, device, described, rows, result, tab
     run.clear_records()  # a profile run into the same directory records its own steps only
     for record in result["steps"]:  # rank 0's steps, in ms
         run.append({(k[:-2] + "_ms" if k.endswith("_s") else k):
-                            (v * 1000 if k.endswith("_s") and v is not None else v) for k, v in record.items()})
+                    (v * 1000 if k.endswith("_s") and v is not None else v) for k, v in record.items()})
     top = profiling.slowest(rows)
     run.finish({
         "kind": "profile", "mode": args.mode, **described, **window, "world_size": env.world_size,

@@ -37,12 +37,12 @@ from dlscale.rundir.reader import (
     read_sweep,
 )
 from dlscale.rundir.run import CommRun, Run
-from dlscale.rundir.schema import FIGURES, FILES, THROUGHPUT_KINDS, VERSION, number
+from dlscale.rundir.schema import FIGURES, FILES, THROUGHPUT_KINDS, VERSION, number, stamped
 from dlscale.rundir.writer import RunDir, RunInUse, default_run_name
 
 __all__ = [
     "FIGURES", "FILES", "THROUGHPUT_KINDS", "VERSION", "CommRun", "Run", "RunDir", "RunInUse", "Sweep",
     "check_output_dir", "check_output_file", "default_run_name", "is_run", "is_sweep", "json_line", "json_value",
     "number", "open_append", "read_comm_run", "read_json", "read_optional", "read_run", "read_runs", "read_summary",
-    "read_sweep", "to_jsonable", "write_json_file",
+    "read_sweep", "stamped", "to_jsonable", "write_json_file",
 ]
