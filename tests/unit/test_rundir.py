@@ -216,15 +216,19 @@ def test_output_paths_that_cannot_be_written_are_one_line(tmp_path):
     ["predict", "--peak-tflops", "100", "--mfu", "0.4", "--platform", "dgx1-v100", "--gpus", "8",
      "--output-dir", "/proc/no-such-place"],
     ["explain", str(FIXTURE / "bench"), "--reference", "none", "--json", "{file}/x.json"],
+    ["bench", "--model", "resnet18", "--width", "4", "--json", "{dir}", "--output-dir", "{dir}/runs"],
+    ["train", "--config", "cpu:digits", "--raport-file", "{file}/raport.json", "--output-dir", "{dir}/runs"],
 ])
-def test_the_commands_refuse_an_output_they_cannot_write_in_one_line(tmp_path, capsys, argv):
+def test_the_commands_refuse_an_output_they_cannot_write_in_one_line(tmp_path, capsys, monkeypatch, argv):
     from dlscale.cli import main
 
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "file").write_text("x")
     argv = [a.format(dir=tmp_path, file=tmp_path / "file") for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "runs").exists()  # refused before the work: no run directory either
 
 
 # ------------------------------------------------------------------------------------- the docs
