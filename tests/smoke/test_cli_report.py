@@ -107,8 +107,8 @@ def _assert_explained(runs, text):
     over the run's, precision comes first at NVIDIA's own AMP / FP32 ratio, the device is named, and every
     finding `dlscale explain` makes is listed with its effect and change."""
     from dlscale.explain.build import explain_run
-    from dlscale.explain.runs import read_run
     from dlscale.report.references import load_reference
+    from dlscale.rundir import read_run
 
     published = load_reference("ngc").get("v100_16gb_amp").point(devices=1)
     section = text.split("## Why below the reference")[1].split("\n## ")[0]

@@ -18,8 +18,8 @@ from dlscale import cli
 from dlscale.data.decoders import nvjpeg
 from dlscale.explain.context import Context
 from dlscale.explain.measured import input_bound
-from dlscale.explain.runs import RunFacts
 from dlscale.metrics.input_bound import input_bound_warning
+from dlscale.rundir import Run
 
 pytestmark = pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
 
@@ -133,14 +133,14 @@ def test_the_input_bound_warning_names_the_path_and_the_cores_it_needs():
     assert "data.decode=gpu" not in input_bound_warning(0.04, 0.1, workers=2, decode="fast", cores=8)  # CPU run
 
 
-def _starved(decode: str) -> RunFacts:
+def _starved(decode: str) -> Run:
     windows = [{"record": "train", "epoch": 0, "step": step, "throughput_img_per_s": 3600.0,
                 "compute_img_per_s": 5600.0, "host_cpu_ms_per_image": 3.2 if decode == "fast" else 0.8,
                 "window_s": 5.0} for step in range(1, 6)]
     summary = {"kind": "train", "model": "resnet50", "world_size": 1, "device": "cuda", "batch_size": 256,
                "total_ips": 3600.0, "decode": decode}
     config = {"data": {"name": "imagefolder", "num_workers": 15, "decode": "auto"}}
-    return RunFacts(Path("r"), summary, config, {"cpu_count": 16}, tuple(windows))
+    return Run(Path("r"), summary, config, {"cpu_count": 16}, tuple(windows))
 
 
 def test_explain_names_the_decode_path_and_the_cores_per_device_it_needs():

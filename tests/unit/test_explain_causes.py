@@ -12,9 +12,9 @@ from dlscale.explain.build import explain_run
 from dlscale.explain.context import Context
 from dlscale.explain.findings import Finding
 from dlscale.explain.recipe import recipe
-from dlscale.explain.runs import RunFacts
 from dlscale.explain.target import Target
 from dlscale.report.references import load_reference
+from dlscale.rundir import Run
 
 # SC20's progression on one V100 (references/sc20.json): + NHWC 2075-2250, + extra opts 2460-2577 img/s.
 EXTRA_OPTS = ((2460 + 2577) / 2) / ((2075 + 2250) / 2)
@@ -25,7 +25,7 @@ def _run(kind="bench", config=None, env=None, **summary):
             "device_name": "Tesla V100-SXM2-16GB", "batch_size": 256, "img_per_sec_total_mean": 1000.0,
             "total_ips": 1000.0, "image_size": 224, "channels_last": True, "cudnn_benchmark": True}
     merged = {key: value for key, value in {**base, **summary}.items() if value is not None}  # None: not recorded
-    return RunFacts(Path("r"), merged, config or {}, env or {})
+    return Run(Path("r"), merged, config or {}, env or {})
 
 
 def _found(explanation, category, text) -> Finding:

@@ -9,9 +9,9 @@ from dlscale.explain import text
 from dlscale.explain.against import differences
 from dlscale.explain.build import explain, explain_run
 from dlscale.explain.findings import Effect, Explanation, Finding
-from dlscale.explain.runs import RunFacts
 from dlscale.explain.target import choose, device_score
 from dlscale.predict.platforms import platform
+from dlscale.rundir import Run
 
 
 def _run(tmp_path, name="r", **summary):
@@ -19,7 +19,7 @@ def _run(tmp_path, name="r", **summary):
             "device_name": "Tesla V100-SXM2-16GB", "batch_size": 256, "img_per_sec_total_mean": 1000.0,
             "image_size": 224, "num_classes": 1000, "width": 64, "num_batches_per_iter": 10, "num_iters": 10,
             "img_per_sec_total_ci95": 5.0, "compute_ips": 1000.0}
-    return RunFacts(tmp_path / name, {**base, **summary})
+    return Run(tmp_path / name, {**base, **summary})
 
 
 def test_the_matching_reference_is_the_fastest_published_figure_of_that_device_and_precision(tmp_path):
@@ -80,9 +80,9 @@ def test_the_scaling_loss_is_set_against_predicts_expected_communication(tmp_pat
 
 
 def test_against_ignores_names_and_paths_and_dedups_summary_settings(tmp_path):
-    a = RunFacts(tmp_path / "a", {"kind": "bench", "batch_size": 8, "channels_last": False},
+    a = Run(tmp_path / "a", {"kind": "bench", "batch_size": 8, "channels_last": False},
                  {"batch_size": 8, "speed": {"channels_last": False}, "name": "a"}, {"command": "x a", "torch": "1"})
-    b = RunFacts(tmp_path / "b", {"kind": "bench", "batch_size": 8, "channels_last": True},
+    b = Run(tmp_path / "b", {"kind": "bench", "batch_size": 8, "channels_last": True},
                  {"batch_size": 8, "speed": {"channels_last": True}, "name": "b"}, {"command": "x b", "torch": "2"})
     found = differences(a, b)
     assert found["config"] == [("speed.channels_last", False, True)]
@@ -96,7 +96,7 @@ def test_a_run_without_any_reference_still_reports_its_own_measurements(tmp_path
 
 
 def _with_env(run, **env):
-    return RunFacts(run.path, run.summary, run.config, env, run.windows)
+    return Run(run.path, run.summary, run.config, env, run.windows)
 
 
 def test_software_compares_only_the_versions_both_sides_record(tmp_path):

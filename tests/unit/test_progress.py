@@ -7,7 +7,7 @@ import pytest
 
 from dlscale.metrics.progress import ProgressDisplay, format_eta, remaining_s, resolve_mode
 from dlscale.metrics.records import Records, time_left
-from dlscale.metrics.run import RunDir
+from dlscale.rundir import RunDir
 
 
 class _Tty(io.StringIO):

@@ -17,8 +17,8 @@ from dlscale.config import load_config
 from dlscale.data import DatasetInfo
 from dlscale.distributed import DistEnv
 from dlscale.metrics.records import Records
-from dlscale.metrics.run import RunDir
 from dlscale.metrics.timing import IterationTimes
+from dlscale.rundir import RunDir
 from dlscale.train.plan import make_plan
 from dlscale.train.raport import convnets_parameters
 

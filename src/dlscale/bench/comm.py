@@ -32,9 +32,10 @@ from dlscale.decentralized import topology
 from dlscale.distributed import DistEnv, init_process_group, select_device
 from dlscale.errors import ConfigError
 from dlscale.metrics.progress import ProgressDisplay, format_eta, remaining_s
-from dlscale.metrics.run import RunDir, default_run_name, device_name
+from dlscale.metrics.run import device_name, environment_info
 from dlscale.metrics.timing import device_synchronizer
 from dlscale.predict.network import BUSBW_FACTORS, fit_latency_bandwidth
+from dlscale.rundir import RunDir, default_run_name
 from dlscale.strategies import TOPOLOGIES
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "neighbor_allreduce")
@@ -395,9 +396,14 @@ def format_table(op: str, rows: list[dict], cfg: CommConfig, n: int, level: str,
     return lines
 
 
-def write_run(cfg: CommConfig, env: DistEnv, summary: dict, *, root, name: str | None) -> RunDir:
-    run = RunDir.create(root, name or default_run_name("comm", "-".join(cfg.ops), f"w{env.world_size}"))
+def run_name(cfg: CommConfig, env: DistEnv) -> str:
+    """The run directory's default name: the collectives, world size and time."""
+    return default_run_name("comm", "-".join(cfg.ops), f"w{env.world_size}")
+
+
+def write_run(run: RunDir, cfg: CommConfig, env: DistEnv, summary: dict) -> None:
+    """Rank 0's run directory, claimed before the measurement: config.json, env.json, summary.json."""
     device = torch.device(summary["device"], env.local_rank if summary["device"] == "cuda" else None)
-    run.write_setup({"kind": "comm", **asdict(cfg), "world_size": env.world_size}, env, device)
-    run.write_json("summary.json", summary)
-    return run
+    run.write_setup({"kind": "comm", **asdict(cfg), "world_size": env.world_size},
+                    environment_info(env.world_size, device, env.launcher))
+    run.finish(summary)

@@ -29,11 +29,12 @@ from dlscale.metrics.energy import device_energy_meter, energy_summary
 from dlscale.metrics.hardware import mfu, peak_flops
 from dlscale.metrics.progress import ProgressDisplay
 from dlscale.metrics.ranks import describe, lead_times, stragglers
-from dlscale.metrics.run import RunDir, default_run_name, device_name
+from dlscale.metrics.run import device_name, environment_info
 from dlscale.metrics.timing import DeviceTimer, device_synchronizer, mean_ci95, time_forward
 from dlscale.models import build_model
 from dlscale.models.flops import count_macs, train_flops_per_image
 from dlscale.precision import build_precision, precision_note
+from dlscale.rundir import RunDir, default_run_name
 from dlscale.train.replica import build_replica
 from dlscale.train.step import StepParts, no_regions, train_step
 
@@ -398,10 +399,16 @@ class _out_of_memory_hint:
         return False
 
 
-def write_run(cfg: BenchConfig, env: DistEnv, summary: dict, *, root: str, name: str | None) -> RunDir:
-    """Rank 0's run directory: config.json, env.json, summary.json."""
-    run = RunDir.create(root, name or default_run_name("bench", cfg.model, cfg.precision, f"w{env.world_size}"))
+def run_name(cfg: BenchConfig, env: DistEnv) -> str:
+    """The run directory's default name: model, precision, world size and time."""
+    return default_run_name("bench", cfg.model, cfg.precision, f"w{env.world_size}")
+
+
+def write_run(run: RunDir, cfg: BenchConfig, env: DistEnv, summary: dict) -> dict:
+    """Rank 0's run directory, claimed before the benchmark: config.json, env.json, summary.json. Returns
+    config.json's object as written."""
     device = torch.device(summary["device"], env.local_rank if summary["device"] == "cuda" else None)
-    run.write_setup({"kind": "bench", **asdict(cfg), "world_size": env.world_size}, env, device)
-    run.write_json("summary.json", summary)
-    return run
+    config = run.write_setup({"kind": "bench", **asdict(cfg), "world_size": env.world_size},
+                             environment_info(env.world_size, device, env.launcher))
+    run.finish(summary)
+    return config

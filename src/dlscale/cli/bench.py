@@ -10,14 +10,13 @@ from pathlib import Path
 import torch
 
 from dlscale.bench.curve import curve_lines, parse_batch_sizes, run_curve
-from dlscale.bench.synthetic import run_bench, write_run
+from dlscale.bench.synthetic import run_bench, run_name, write_run
 from dlscale.cli.common import add_strategy_arguments, strategy_from_args
-from dlscale.cli.output import write_json_file
+from dlscale.cli.output import claim_outputs, write_summary_file
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.config import PRECISIONS, BenchConfig, StrategyConfig
 from dlscale.distributed import DistEnv, shutdown
 from dlscale.errors import ConfigError
-from dlscale.metrics.run import to_jsonable
 from dlscale.metrics.tracking import track_finished
 from dlscale.precision import default_precision
 from dlscale.speed import COMPILE_MODES, SpeedOptions
@@ -213,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
     has_gpu = args.device != "cpu" and torch.cuda.is_available()
     cfgs, note = _configs(args, has_gpu, env.world_size)
     tracking = tracking_from_args(args, args.output_dir)
+    run_dir = claim_outputs(args.output_dir, args.name or run_name(cfgs[-1], env), args.json, is_main=env.is_main)
     if note and env.is_main:
         print(note, flush=True)
     say = functools.partial(print, flush=True)
@@ -220,18 +220,20 @@ def run(args: argparse.Namespace) -> int:
         summary = run_bench(cfgs[0], env, out=say) if len(cfgs) == 1 else run_curve(cfgs, env, out=say)
         if env.is_main:
             cfg = next(c for c in cfgs if c.batch_size == summary["batch_size"])
-            run_dir = write_run(cfg, env, summary, root=args.output_dir, name=args.name)
+            config = write_run(run_dir, cfg, env, summary)
             _print_extras(summary)
             if "batch_curve" in summary:
                 say("\n".join([*curve_lines(summary["batch_curve"]), f"The figures above and summary.json's top "
                                 f"level are batch {summary['batch_size']}'s, the largest"]))
             print(f"Run directory: {run_dir.path}", flush=True)
             if args.json:
-                write_json_file(args.json, to_jsonable(summary))
+                write_summary_file(args.json, summary)
     finally:
         shutdown()
+        if run_dir is not None:
+            run_dir.release()
     if env.is_main:  # after the measurement and the process group: MLflow holds up no rank
-        track_finished(tracking, run_dir.path, kind="bench", settings=run_dir.read_json("config.json"),
+        track_finished(tracking, run_dir.path, kind="bench", settings=config,
                        steps=iteration_metrics(summary), summary=summary)
     return 0
 

@@ -6,11 +6,10 @@ import argparse
 import re
 from pathlib import Path
 
-from dlscale.bench.comm import MODES, OPS, CommConfig, run_comm, write_run
-from dlscale.cli.output import write_json_file
+from dlscale.bench.comm import MODES, OPS, CommConfig, run_comm, run_name, write_run
+from dlscale.cli.output import claim_outputs, write_summary_file
 from dlscale.distributed import DistEnv, shutdown
 from dlscale.errors import DlscaleError
-from dlscale.metrics.run import to_jsonable
 from dlscale.strategies import TOPOLOGIES
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024 ** 2, "MB": 1024 ** 2, "MIB": 1024 ** 2,
@@ -66,15 +65,18 @@ def run(args: argparse.Namespace) -> int:
                      step_factor=args.step_factor, warmup_iters=args.warmup_iters, iters=args.iters,
                      mode=args.mode, topology=args.topology, device=args.device, pg_timeout_s=args.pg_timeout)
     env = DistEnv.from_env()
+    run_dir = claim_outputs(args.output_dir, args.name or run_name(cfg, env), args.json, is_main=env.is_main)
     try:
         summary = run_comm(cfg, env, out=lambda line: print(line, flush=True))
         if env.is_main:
-            run_dir = write_run(cfg, env, summary, root=args.output_dir, name=args.name)
+            write_run(run_dir, cfg, env, summary)
             print(f"Run directory: {run_dir.path}", flush=True)
             if args.json:
-                write_json_file(args.json, to_jsonable(summary))
+                write_summary_file(args.json, summary)
     finally:
         shutdown()
+        if run_dir is not None:
+            run_dir.release()
     if summary["wrong"]:
         raise DlscaleError(f"{summary['wrong']} wrong elements: a collective returned a wrong result (see #wrong)")
     return 0

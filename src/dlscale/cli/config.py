@@ -10,7 +10,7 @@ from dlscale.cli.common import add_config_arguments, resolve_config
 from dlscale.config import TrainConfig
 from dlscale.data import build_loaders
 from dlscale.errors import DataError
-from dlscale.metrics.run import to_jsonable
+from dlscale.rundir import to_jsonable
 from dlscale.train.plan import make_plan
 
 # Training-set sizes used when the data is not at hand (ImageNet-1k: 1,281,167 images;

@@ -10,10 +10,10 @@ from dlscale.cli.output import write_json_file
 from dlscale.errors import ConfigError
 from dlscale.explain import against, text
 from dlscale.explain.build import explain
-from dlscale.explain.runs import CommRun, read_run
 from dlscale.predict import inputs
 from dlscale.predict.network import Network
 from dlscale.predict.platforms import Platform, platform
+from dlscale.rundir import check_output_file, read_comm_run, read_run
 
 
 def add_parser(subparsers) -> None:
@@ -44,6 +44,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.json:  # checked before the work: one line now, not a traceback after it
+        check_output_file(args.json, "--json")
     if args.against is not None:
         if args.reference is not None:
             raise ConfigError("--against compares two runs' records; drop --reference")
@@ -64,6 +66,6 @@ def run(args: argparse.Namespace) -> int:
 def _network(args: argparse.Namespace, named: Platform | None) -> Network | None:
     """dlscale predict's network for the scaling loss: the comm run's measured one, else the platform's."""
     if args.comm_run is not None:
-        CommRun.read(args.comm_run)  # a one-line error for a directory that is not a comm run
+        read_comm_run(args.comm_run)  # a one-line error for a directory that is not a comm run
         return inputs.network_from_comm_run(args.comm_run)
     return named.network() if named is not None else None

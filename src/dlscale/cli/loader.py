@@ -17,7 +17,8 @@ from dlscale.distributed import DistEnv
 from dlscale.errors import ConfigError, DeviceError
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.progress import ProgressDisplay
-from dlscale.metrics.run import RunDir, default_run_name
+from dlscale.metrics.run import environment_info
+from dlscale.rundir import RunDir, default_run_name
 
 
 def add_parser(subparsers) -> None:
@@ -80,6 +81,23 @@ def run(args: argparse.Namespace) -> int:
     cfg = DataConfig(name=args.dataset, path=args.data, image_size=args.image_size, decode=args.decode)
     if args.dataset == "imagefolder":  # refused here, in one line, where the device decoder cannot run
         cfg = replace(cfg, decode=resolve_decode(cfg.decode, device))
+    out = RunDir(args.out) if args.out else RunDir(Path("runs") / default_run_name("loader", args.dataset))
+    with out.claim("--out"):  # before the work: a run directory that cannot be written is one line now
+        rows, table = _measure(args, cfg, workers, device)
+        _write(out, args, cfg.decode, device, rows, table)
+    best = max(rows, key=lambda row: row["images_per_s"])
+    device_ms = best["device_ms_per_batch"]
+    print(f"fastest: {best['workers']} workers, {best['images_per_s']:.1f} img/s ({best['speedup']:.2f}x), "
+          f"{best['cpu_ms_per_image'] or 0:.3f} CPU-ms per image (main process and workers)"
+          + (f", {device_ms:.2f} device-ms per batch" if device_ms is not None else "")
+          + "; rchar counts page-cache hits and worker pipes, disk GB/s only storage reads", flush=True)
+    print(f"Run directory: {out.path}", flush=True)
+    return 0
+
+
+def _measure(args: argparse.Namespace, cfg: DataConfig, workers: list[int],
+             device: torch.device | None) -> tuple[list[dict], str]:
+    """Every worker count's row, and the table of them."""
     if args.prewarm and args.data:
         _prewarm(Path(args.data) / "train" if args.dataset == "imagefolder" else Path(args.data))
     cores = available_cores()
@@ -107,17 +125,7 @@ def run(args: argparse.Namespace) -> int:
     table = "\n".join([loader_bench.format_header(), *map(loader_bench.format_row, rows)])
     if args.repeats > 1:
         print(f"median of {args.repeats} runs per setting:\n{table}", flush=True)
-    out = RunDir.create(*((args.out.parent, args.out.name) if args.out else
-                          ("runs", default_run_name("loader", args.dataset))))
-    _write(out, args, cfg.decode, device, rows, table)
-    best = max(rows, key=lambda row: row["images_per_s"])
-    device_ms = best["device_ms_per_batch"]
-    print(f"fastest: {best['workers']} workers, {best['images_per_s']:.1f} img/s ({best['speedup']:.2f}x), "
-          f"{best['cpu_ms_per_image'] or 0:.3f} CPU-ms per image (main process and workers)"
-          + (f", {device_ms:.2f} device-ms per batch" if device_ms is not None else "")
-          + "; rchar counts page-cache hits and worker pipes, disk GB/s only storage reads", flush=True)
-    print(f"Run directory: {out.path}", flush=True)
-    return 0
+    return rows, table
 
 
 def _prewarm(root: Path) -> None:
@@ -137,9 +145,9 @@ def _write(out: RunDir, args, decode: str, device, rows: list[dict], table: str)
                 "repeats": args.repeats, "warmup_batches": args.warmup_batches, "image_size": args.image_size,
                 "decode": decode, "decode_asked": args.decode,
                 "device": args.device, "prewarm": args.prewarm, "workers": [row["workers"] for row in rows]}
-    out.write_setup({"kind": "loader", **settings}, DistEnv(), device or torch.device("cpu"))
-    out.write_json("summary.json", {"kind": "loader", **settings, "world_size": 1, "pillow": pillow_build(),
-                                    "cores": available_cores(), "settings": rows,
-                                    "columns": [key for _, key, _ in loader_bench.COLUMNS]})
-    (out.path / "loader.txt").write_text(table + "\n")
+    out.write_setup({"kind": "loader", **settings}, environment_info(1, device or torch.device("cpu"),
+                                                                      DistEnv().launcher))
+    out.finish({"kind": "loader", **settings, "world_size": 1, "pillow": pillow_build(), "cores": available_cores(),
+                "settings": rows, "columns": [key for _, key, _ in loader_bench.COLUMNS]})
+    out.write_text("loader.txt", table + "\n")
     loader_bench.plot(rows, out.path / "loader.png", f"{args.dataset}: batch {args.batch_size}, decode {decode}")

@@ -15,7 +15,7 @@ import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from dlscale.cli.output import write_json_file
+from dlscale.cli.output import write_json_file, write_summary_file
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.errors import ConfigError
 from dlscale.metrics.cost import check_price
@@ -26,6 +26,7 @@ from dlscale.predict.graphs import SCHEDULES, TOPOLOGIES
 from dlscale.predict.model import OVERLAPS, STRATEGIES, Ceilings, Strategy, Workload, predict
 from dlscale.predict.network import ALGORITHMS, Network
 from dlscale.predict.platforms import platform, platforms
+from dlscale.rundir import check_output_dir, check_output_file, read_summary
 
 MIB = 1024 * 1024
 
@@ -180,7 +181,7 @@ def _ceilings(args: argparse.Namespace, net: Network, cores: int | None, spread:
         ceiling, source["input"] = inputs.loader_ceiling(args.loader_run, per_device)
     cv = args.step_cv
     if args.stragglers_from:
-        cv = inputs.step_spread(inputs.read_summary(args.stragglers_from, "bench"))
+        cv = inputs.step_spread(read_summary(args.stragglers_from, "bench", flag="--stragglers-from"))
         source["stragglers"] = f"per-rank step spread of {args.stragglers_from}: {100 * (cv or 0):.1f}%"
     elif cv is not None:
         source["stragglers"] = f"step spread given: {100 * cv:.1f}%"
@@ -201,8 +202,12 @@ def run(args: argparse.Namespace) -> int:
     if args.mlflow is not None and (args.validate or args.no_run_dir):
         raise ConfigError("--mlflow tracks a prediction's run directory: drop --validate or --no-run-dir")
     tracking = tracking_from_args(args, args.output_dir)
+    if args.json:  # the outputs checked before the work: one line now, not a traceback after it
+        check_output_file(args.json, "--json")
     if args.validate:
         return _validate(args)
+    if not args.no_run_dir:
+        check_output_dir(args.output_dir, "--output-dir", "the folder of run directories")
     devices = parse_devices(args.gpus)
     price = check_price(args.price_per_device_hour)
     workload, net, cores, spread = _inputs(args)
@@ -221,9 +226,11 @@ def run(args: argparse.Namespace) -> int:
                       "fixed_part_known": step.fixed_known, "fixed_part_source": step.fixed_source}
     result = output.summary(points, settings, {**compute_inputs, "network": net.source, **ceilings.source}, price)
     if args.json:
-        write_json_file(args.json, result)
+        write_summary_file(args.json, result)
     if not args.no_run_dir:
-        path = output.write_run(args.output_dir, args.name, {**settings, "argv": sys.argv[1:]}, result)
+        config = {**settings, "argv": sys.argv[1:]}
+        with output.claim_run(args.output_dir, args.name, config) as run_dir:
+            path = output.write_run(run_dir, config, result)
         # matplotlib takes a second or two to import; it is loaded only now, after the answer is printed.
         from dlscale.predict import plot
 

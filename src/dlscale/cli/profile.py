@@ -30,7 +30,8 @@ from dlscale.errors import ConfigError
 from dlscale.launch.local import nsys_command
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.input_bound import input_bound_warning
-from dlscale.metrics.run import RunDir, default_run_name
+from dlscale.metrics.run import environment_info
+from dlscale.rundir import RunDir, check_output_dir, default_run_name
 from dlscale.train.loop import build_run
 
 BENCH_ONLY = {"num_warmup_batches": "--warmup", "num_batches_per_iter": "--steps", "num_iters": "--steps",
@@ -191,6 +192,15 @@ def _profile(
     accumulation_steps: int = 1,
 ) -> None:
     out = _out_dir(args, env, described["model"])
+    # Rank 0 writes the run directory and holds its lock from here; every rank writes its trace there.
+    with RunDir(out).claim("--out") if env.is_main else RunDir(out) as run:
+        _profile_into(run, args, env, device, parts, batches, described, loader=loader,
+                      accumulation_steps=accumulation_steps)
+
+
+def _profile_into(run: RunDir, args, env: DistEnv, device: torch.device, parts, batches, described: dict, *,
+                  loader: dict | None, accumulation_steps: int) -> None:
+    out = run.path
     result = profiling.profile_window(
         parts,
         batches,
@@ -223,7 +233,7 @@ def _profile(
         num_nodes=env.num_nodes,
         rendezvous=f"{env.master_addr}:{env.master_port}",
     )
-    _write(out, args, env, device, described, rows, result, table, warning, nsys)
+    _write(run, args, env, device, described, rows, result, table, warning, nsys)
     print(table, flush=True)
     if warning:
         print(f"WARNING: {warning}", flush=True)
@@ -240,9 +250,7 @@ def _out_dir(args, env: DistEnv, model: str) -> Path:
     name = [str(args.out or Path(root) / (name or default_run_name("profile", args.mode, model)))]
     if dist.is_initialized():
         dist.broadcast_object_list(name, src=0)
-    out = Path(name[0])
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    return check_output_dir(name[0], "--out", "the run directory")
 
 
 def _cli_argv() -> list[str]:
@@ -251,8 +259,7 @@ def _cli_argv() -> list[str]:
     return argv[argv.index("profile") :] if "profile" in argv else ["profile", "<your profile arguments>"]
 
 
-def _write(out: Path, args, env: DistEnv, device, described, rows, result, table, warning, nsys) -> None:
-    run = RunDir(out)
+def _write(run: RunDir, args, env: DistEnv, device, described, rows, result, table, warning, nsys) -> None:
     window = {"warmup": args.warmup, "steps": args.steps, "trace_steps": args.trace_steps, "sync": not args.no_sync}
     run.write_setup(
         {
@@ -263,18 +270,17 @@ def _write(out: Path, args, env: DistEnv, device, described, rows, result, table
             "world_size": env.world_size,
             "argv": _cli_argv(),
         },
-        env,
-        device,
+        environment_info(env.world_size, device, env.launcher),
     )
-    (out / "breakdown.txt").write_text(table + "\n")
-    (out / "metrics.jsonl").unlink(missing_ok=True)
+    run.write_text("breakdown.txt", table + "\n")
+    run.clear_records()  # a profile run into the same directory records its own steps only
     for record in result["steps"]:  # rank 0's steps, in ms
-        run.append_metrics({(k[:-2] + "_ms" if k.endswith("_s") else k):
-                            (v * 1000 if k.endswith("_s") and v is not None else v) for k, v in record.items()})
+        run.append({(k[:-2] + "_ms" if k.endswith("_s") else k):
+                    (v * 1000 if k.endswith("_s") and v is not None else v) for k, v in record.items()})
     top = profiling.slowest(rows)
-    run.write_json("summary.json", {
+    run.finish({
         "kind": "profile", "mode": args.mode, **described, **window, "world_size": env.world_size,
         "device": device.type, "breakdown": rows, "slowest_rank": top["rank"], "step_ms": top["step_ms"],
-        "input_bound": warning, "trace": str(result["trace"].relative_to(out)) if result["trace"] else None,
+        "input_bound": warning, "trace": str(result["trace"].relative_to(run.path)) if result["trace"] else None,
         "nsys_command": nsys, "grad_ready": result["grad_ready"],
     })

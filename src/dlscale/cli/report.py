@@ -10,10 +10,10 @@ from pathlib import Path
 from dlscale.errors import ConfigError, DlscaleError
 from dlscale.explain import text
 from dlscale.explain.build import explain_run
-from dlscale.explain.runs import read_run
 from dlscale.metrics.cost import check_price
 from dlscale.report import DEFAULT_TOLERANCE_PTS, build_report
 from dlscale.report.io_rates import parse_epochs
+from dlscale.rundir import read_run
 
 
 def add_parser(subparsers) -> None:

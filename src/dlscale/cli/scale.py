@@ -17,11 +17,11 @@ from dlscale.cli.common import parse_command_flags, resolve_config
 from dlscale.cli.slurm import add_job_arguments, job_options, loader_workers
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.errors import ConfigError
-from dlscale.metrics.run import RunDir
 from dlscale.metrics.tracking import track_finished
 from dlscale.report.load import load
 from dlscale.report.scaling import build_series, scaling_metrics
 from dlscale.report.tables import SCALING_HEADERS, markdown, scaling_table
+from dlscale.rundir import read_json
 from dlscale.sweep.plan import (
     COMMANDS,
     MODES,
@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"\n{len(points) - len(failed)} of {len(points)} points ok; logs in {sweep_dir / 'logs'}")
     print(f"Report with plots: dlscale report {sweep_dir} -o {sweep_dir / 'report'}", flush=True)
     # The sweep as one MLflow run: its settings, each series' figures at each world size (the step).
-    header = {key: value for key, value in RunDir(sweep_dir).read_json("sweep.json").items() if key != "points"}
+    header = {key: value for key, value in read_json(sweep_dir / "sweep.json").items() if key != "points"}
     track_finished(tracking, sweep_dir, kind="scale", settings=header, steps=scaling_metrics(series),
                    summary={"points": len(points), "points_ok": len(points) - len(failed)})
     return 1 if failed else 0

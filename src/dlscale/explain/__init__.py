@@ -4,6 +4,6 @@
     text.lines(explanation)                      -> what the terminal shows
     against.lines(read_run(a), read_run(b))      -> what differs between two runs' records
 
-Reads run directories only (no torch: an import contract); estimates come from shipped published
-figures, datasheet peaks and the run's own measurements (docs/explain.md).
+Reads run directories only, through dlscale.rundir (no torch: an import contract); estimates come from
+shipped published figures, datasheet peaks and the run's own measurements (docs/explain.md).
 """

@@ -3,7 +3,7 @@ settings in summary.json, env.json with its packages), and their rates side by s
 
 from __future__ import annotations
 
-from dlscale.explain.runs import RunFacts
+from dlscale.rundir import Run
 
 IGNORED = ("name", "output_dir", "json", "argv", "command", "parent_command", "hostname_lock", "plan.", "changes")
 """Keys that name or place a run rather than set it up (the run directory's name, where it was written,
@@ -30,7 +30,7 @@ def _ignored(key: str) -> bool:
     return last in IGNORED or any(key.startswith(rule) for rule in IGNORED if rule.endswith("."))
 
 
-def differences(a: RunFacts, b: RunFacts) -> dict[str, list[tuple[str, object, object]]]:
+def differences(a: Run, b: Run) -> dict[str, list[tuple[str, object, object]]]:
     """{section: [(key, a's value, b's value)]} for config, summary settings, environment and packages."""
     def diff(left: dict, right: dict) -> list[tuple[str, object, object]]:
         keys = sorted(set(left) | set(right))
@@ -46,7 +46,7 @@ def differences(a: RunFacts, b: RunFacts) -> dict[str, list[tuple[str, object, o
     }
 
 
-def lines(a: RunFacts, b: RunFacts) -> list[str]:
+def lines(a: Run, b: Run) -> list[str]:
     found = differences(a, b)
     rate = lambda run: f"{run.total_ips:.1f} img/s" if run.total_ips else "no rate"  # noqa: E731
     out = [f"A: {a.path} ({a.kind}, {rate(a)})", f"B: {b.path} ({b.kind}, {rate(b)})"]

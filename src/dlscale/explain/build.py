@@ -13,17 +13,17 @@ from dlscale.explain.machine import device
 from dlscale.explain.measured import communication, input_bound, measurement, stragglers
 from dlscale.explain.network import network as network_against_platform
 from dlscale.explain.recipe import recipe, software
-from dlscale.explain.runs import CommRun, RunFacts, read_run, read_runs
 from dlscale.explain.target import choose
 from dlscale.predict.network import Network
 from dlscale.predict.platforms import Platform
+from dlscale.rundir import CommRun, Run, read_comm_run, read_run, read_runs
 
 CAUSES: tuple[Callable[[Context], Result], ...] = (recipe, device, input_bound, communication,
                                                    network_against_platform, stragglers, software, measurement)
 """Each cause is one function of the context returning findings and what it ruled out."""
 
 
-def explain_run(run: RunFacts, reference: str | None = None, *, baseline: RunFacts | None = None,
+def explain_run(run: Run, reference: str | None = None, *, baseline: Run | None = None,
                 network: Network | None = None, comm_run: CommRun | None = None,
                 platform: Platform | None = None) -> Explanation:
     target = choose(run, reference)
@@ -46,19 +46,19 @@ def explain(path: str | Path, reference: str | None = None, *, baseline: str | P
     busbw is compared with `platform`, else the one platform of each run's device."""
     runs = read_runs(path)
     base = read_run(baseline) if baseline else next((r for r in runs if r.world_size == 1), None)
-    comm = CommRun.read(comm_run) if comm_run is not None else None
+    comm = read_comm_run(comm_run) if comm_run is not None else None
     return [explain_run(run, reference, baseline=base if run.world_size > 1 else None, network=network,
                         comm_run=comm, platform=platform) for run in runs]
 
 
-def describe(run: RunFacts) -> str:
+def describe(run: Run) -> str:
     options = [key for key in ("channels_last", "cudnn_benchmark", "fused_optimizer", "compile", "cuda_graphs")
                if run.speed(key)]
     return (f"{run.kind}, {run.model}, {run.precision}{''.join(' +' + o for o in options)}, batch {run.batch} per "
             f"rank, {run.world_size} x {run.device_name}")
 
 
-def next_step(explanation: Explanation, run: RunFacts) -> str:
+def next_step(explanation: Explanation, run: Run) -> str:
     """What to measure next when the findings do not account for the gap (or find nothing)."""
     left = explanation.unexplained
     if explanation.gap is not None and not explanation.below:
@@ -77,7 +77,7 @@ def next_step(explanation: Explanation, run: RunFacts) -> str:
            "docs/profiling.md)"
 
 
-def _profile_command(run: RunFacts) -> str:
+def _profile_command(run: Run) -> str:
     if run.kind == "train":
         preset = run.config.get("preset") or "FILE:PRESET"
         words = ["dlscale", "profile", "train", "--config", preset]

@@ -7,19 +7,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dlscale.explain.findings import Finding, RuledOut
-from dlscale.explain.runs import CommRun, RunFacts
 from dlscale.explain.target import Target
 from dlscale.predict.network import Network
 from dlscale.predict.platforms import Platform
+from dlscale.rundir import CommRun, Run
 
 Result = list[Finding | RuledOut]
 
 
 @dataclass(frozen=True)
 class Context:
-    run: RunFacts
+    run: Run
     target: Target | None = None
-    baseline: RunFacts | None = None
+    baseline: Run | None = None
     """A 1-rank run of the same settings (the sweep's smallest point, or --baseline)."""
     network: Network | None = None
     """The network for dlscale predict's expected communication (--comm-run, else --platform)."""

@@ -13,7 +13,7 @@ from dlscale.explain.findings import Effect, Finding, RuledOut
 from dlscale.metrics.input_bound import DECODE_PATHS, INPUT_BOUND_SHARE, cores_for_rate, cores_said
 from dlscale.predict import inputs
 from dlscale.predict.model import Strategy, predict
-from dlscale.report.files import number
+from dlscale.rundir import number
 
 OWN = "the run's own measurement"
 
@@ -29,7 +29,7 @@ def input_bound(ctx: Context) -> Result:
         return [RuledOut("input", f"data wait {100 * share:.1f}% of the step (input-bound from "
                                   f"{100 * INPUT_BOUND_SHARE:.0f}%: metrics/input_bound.py)")]
     per_rank, need = total / run.world_size, compute / run.world_size
-    workers = run.data.get("num_workers")
+    workers = run.data_settings.get("num_workers")
     cores = run.env.get("cpu_available") or run.env.get("cpu_count")
     per_node = max(run.world_size // max(run.num_nodes, 1), 1)
     cores_per_rank = max(int(cores) // per_node, 1) if cores else None
@@ -64,8 +64,8 @@ def _decode_path(run) -> str | None:
     """The decode path the run took: summary.json's (data.decode resolved), else the configured one."""
     if run.summary.get("decode"):
         return run.summary["decode"]
-    decode = run.data.get("decode")
-    return decode if run.data.get("name") == "imagefolder" and decode != "auto" else None
+    decode = run.data_settings.get("decode")
+    return decode if run.data_settings.get("name") == "imagefolder" and decode != "auto" else None
 
 
 def _path_cores(run, path: str | None, per_device: float) -> list[str]:

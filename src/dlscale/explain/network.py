@@ -4,16 +4,17 @@ expects for the same ranks, nodes and size, and what the difference costs the ru
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import replace
 
 from dlscale.errors import DlscaleError
 from dlscale.explain.context import Context, Result
 from dlscale.explain.findings import UNEXPLAINED, Effect, Finding, RuledOut
-from dlscale.explain.runs import CommRun
 from dlscale.predict import inputs
 from dlscale.predict.model import Strategy, predict, workload_for_model
 from dlscale.predict.network import BUSBW_FACTORS, GB, Network, collective_time
 from dlscale.predict.platforms import Platform, platforms
+from dlscale.rundir import CommRun
 
 
 def expected_busbw(net: Network, size: int, ranks: int) -> float:
@@ -60,7 +61,15 @@ def network(ctx: Context) -> Result:
                                      f"{chosen.id} expects {expected:.2f}", evidence, _effect(ctx, comm, net),
                     "check the transport NCCL chose (NCCL_DEBUG=INFO: NET/IB, not NET/Socket), InfiniBand and "
                     "GPUDirect RDMA (ibstat; NCCL_IB_HCA, NCCL_SOCKET_IFNAME, NCCL_NET_GDR_LEVEL), NVLink peer "
-                    f"access (nvidia-smi topo -m; NCCL_P2P_DISABLE unset); then re-measure: `{comm.remeasure(size)}`")]
+                    f"access (nvidia-smi topo -m; NCCL_P2P_DISABLE unset); then re-measure: `{remeasure(comm, size)}`")]
+
+
+def remeasure(comm: CommRun, size: int) -> str:
+    """The torchrun line that measures all_reduce at `size` again with the comm run's layout."""
+    nodes = comm.num_nodes
+    words = ["torchrun", *(["--nnodes", str(nodes)] if nodes > 1 else []), "--nproc_per_node",
+             str(comm.per_node), "-m", "dlscale", "comm", "--op", "all_reduce", "-e", str(size)]
+    return shlex.join(words)
 
 
 def _effect(ctx: Context, comm: CommRun, platform_net: Network) -> Effect:

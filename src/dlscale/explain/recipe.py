@@ -117,7 +117,8 @@ def _input_pipeline(ctx: Context) -> Result:
     if run.kind == "bench":
         return [RuledOut("recipe", "input pipeline: synthetic batches already on the device (the reference read "
                                    f"{recipe.get('data_backend') or 'its data'}: more work than this run did)")]
-    workers, theirs = run.data.get("num_workers"), recipe.get("loader_workers")
+    data = run.data_settings
+    workers, theirs = data.get("num_workers"), recipe.get("loader_workers")
     total, compute = run.steady_rates()
     waits = 1.0 - total / compute if total and compute else None
     if workers is None or not theirs or workers >= int(theirs) or (waits is not None and waits < INPUT_BOUND_SHARE):
@@ -125,7 +126,7 @@ def _input_pipeline(ctx: Context) -> Result:
         return [RuledOut("recipe", f"loader workers per rank: {workers} (the reference: {theirs or 'not stated'}; "
                                    f"data backend {recipe.get('data_backend') or 'not stated'}){limit}")]
     return [Finding("recipe", f"{workers} loader workers per rank, the reference {theirs}",
-                    f"run: data.num_workers={workers}, {run.data.get('name')} data; reference: {theirs} workers, "
+                    f"run: data.num_workers={workers}, {data.get('name')} data; reference: {theirs} workers, "
                     f"{recipe.get('data_backend') or 'backend not stated'} ({ctx.target.cite(recipe=True)})",
                     Effect(None, "matters only where the run waits for data: see the input finding"),
                     f"--set data.num_workers={theirs}")]

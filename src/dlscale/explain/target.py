@@ -9,8 +9,8 @@ import re
 from dataclasses import dataclass
 
 from dlscale.errors import ConfigError
-from dlscale.explain.runs import RunFacts
 from dlscale.report.references import Reference, RefSeries, load_reference, named_series, reference_names
+from dlscale.rundir import Run
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def _compared_point(series: RefSeries, devices: int) -> tuple[int, float] | None
     return n, value / n
 
 
-def choose(run: RunFacts, spec: str | None) -> Target | None:
+def choose(run: Run, spec: str | None) -> Target | None:
     """The reference series to compare with; None for `none`; a ConfigError of one line when none matches."""
     if spec is not None and spec.strip().lower() == "none":
         return None
@@ -108,7 +108,7 @@ def choose(run: RunFacts, spec: str | None) -> Target | None:
     return max(found, key=lambda item: item[0])[1]
 
 
-def _named(run: RunFacts, spec: str) -> Target:
+def _named(run: Run, spec: str) -> Target:
     def closest(ref: Reference, candidates: list[RefSeries]) -> RefSeries:
         return max(candidates, key=lambda s: (precision_family(s.meta.get("precision")) ==
                                               precision_family(run.precision),

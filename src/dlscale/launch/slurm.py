@@ -38,6 +38,7 @@ from pathlib import Path
 
 from dlscale.errors import ConfigError
 from dlscale.launch import slurm_resources as resources
+from dlscale.rundir import is_run
 
 LAUNCHERS = ("torchrun", "srun")
 COMMANDS = ("bench", "train", "scale")
@@ -445,7 +446,7 @@ def cancel(job_ids: Iterable[str]) -> None:
 def point_outcome(job_id: str, state: str, run_dir: Path) -> tuple[str, str]:
     """A finished job as a sweep point: ('ok' | 'failed' | 'timeout', why)."""
     if state in OK_STATES:
-        if (run_dir / "summary.json").is_file():
+        if is_run(run_dir):
             return "ok", ""
         return "failed", f"SLURM job {job_id} COMPLETED but wrote no {run_dir / 'summary.json'}"
     if state == "TIMEOUT":

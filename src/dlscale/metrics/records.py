@@ -14,14 +14,13 @@ at most every 30 s (dlscale.metrics.progress).
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime
 from pathlib import Path
 
 from dlscale.metrics.progress import ProgressDisplay, format_eta
-from dlscale.metrics.run import RunDir, to_jsonable
 from dlscale.metrics.tracking import Tracker, TrackingTarget, numbers
+from dlscale.rundir import RunDir, json_line, open_append, read_json
 
 # TensorBoard tags (docs/references.md#tensorboard-tags; HAL and SC20 log the same quantities). Log steps
 # and epoch ends write disjoint tags, so every tag is one increasing sequence of steps.
@@ -107,8 +106,8 @@ class Records:
         if tracking is not None:
             self.tracker = Tracker(tracking, run_name=run.path.name, run_dir=run.path,
                                    tags={"dlscale.kind": "train", "dlscale.run_dir": str(run.path.resolve())})
-            if (run.path / "config.json").is_file():
-                self.tracker.params(run.read_json("config.json"))
+            if (run.path / "config.json").is_file():  # every setting as written, its schema version included
+                self.tracker.params(read_json(run.path / "config.json"))
         self.started = datetime.now()  # dllogger's elapsedtime counts from its Logger's creation
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -117,7 +116,7 @@ class Records:
             # are hidden, so every tag reads as one increasing sequence (docs/references.md#tensorboard-purge-step).
             self.writer = SummaryWriter(str(run.path / "tb"), purge_step=resume_step or None)
         if raport_file:
-            self.raport = open(raport_file, "a")  # noqa: SIM115 - closed in close()
+            self.raport = open_append(raport_file, "--raport-file")  # closed in close()
 
     def parameters(self, params: dict) -> None:
         """The run's parameters (one PARAMETER record), then one METADATA record per metric."""
@@ -131,7 +130,7 @@ class Records:
         """One log step: record has epoch, step, iteration and the training metrics."""
         if not self.enabled:
             return
-        self.run.append_metrics({"record": "train", **record})
+        self.run.append({"record": "train", **record})
         self.tracker.metrics(numbers(record, "train/", skip=("step",)), record["step"])
         self._scalars(TB_TRAIN_TAGS, record, record["step"])
         self._dlll("LOG", step=[record["epoch"], record["iteration"]], data=self._dlll_data(record))
@@ -174,7 +173,7 @@ class Records:
         """End of an epoch: validation metrics and the epoch's throughput."""
         if not self.enabled:
             return
-        self.run.append_metrics({"record": "epoch", **record})
+        self.run.append({"record": "epoch", **record})
         self.tracker.metrics(numbers(record, "epoch/", skip=("step",)), record["step"])
         self._scalars(TB_EPOCH_TAGS, record, record["step"])
         self._dlll("LOG", step=[record["epoch"]], data=self._dlll_data(record))
@@ -187,7 +186,7 @@ class Records:
     def summary(self, summary: dict) -> None:
         if not self.enabled:
             return
-        self.run.write_json("summary.json", summary)
+        self.run.finish(summary)
         self.tracker.metrics(numbers(summary, "summary/"), summary.get("steps", 0))
         self.ended = "KILLED" if summary.get("preempted") else "FINISHED"  # a preempted run resumes later
         data = {"train.total_ips": summary.get("total_ips"), "val.top1": summary.get("best_top1_pct"),
@@ -243,5 +242,5 @@ class Records:
         if kind == "METADATA":  # dllogger writes elapsedtime before datetime here
             times = {key: times[key] for key in ("timestamp", "elapsedtime", "datetime")}
         entry = {**times, "type": kind, **fields}
-        self.raport.write("DLLL " + json.dumps(to_jsonable(entry)) + "\n")
+        self.raport.write("DLLL " + json_line(entry))
         self.raport.flush()

@@ -24,7 +24,6 @@ Imports no torch (predict and report may track too), and MLflow only on the thre
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import math
 import os
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlscale.errors import ConfigError
+from dlscale.rundir.files import check_output_dir, json_line, json_value, read_json, write_text
 
 EXPERIMENT = "dlscale"
 """Default experiment name (--mlflow-experiment, else MLFLOW_EXPERIMENT_NAME, else this)."""
@@ -90,7 +90,7 @@ def flatten(settings: Mapping, prefix: str = "") -> dict[str, str]:
         if isinstance(value, Mapping) and value:
             params.update(flatten(value, f"{name}."))
         else:
-            text = value if isinstance(value, str) else json.dumps(value)
+            text = value if isinstance(value, str) else json_value(value)
             params[name] = text[:_PARAM_LENGTH]
     return params
 
@@ -202,9 +202,9 @@ class Tracker:
         tags = {"mlflow.runName": self.run_name, **self.tags}
         self.run_id = client.create_run(experiment_id, run_name=self.run_name, tags=tags).info.run_id
         if self.run_dir is not None:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / RUN_FILE).write_text(json.dumps({"tracking_uri": self.target.uri, "run_id": self.run_id,
-                                                             "experiment_id": experiment_id}) + "\n")
+            check_output_dir(self.run_dir, "--output-dir", "the run directory")
+            write_text(self.run_dir / RUN_FILE, json_line({"tracking_uri": self.target.uri, "run_id": self.run_id,
+                                                           "experiment_id": experiment_id}))
         return client
 
     def _previous_run(self) -> str | None:
@@ -212,8 +212,8 @@ class Tracker:
         if path is None or not path.is_file():
             return None
         try:
-            kept = json.loads(path.read_text())
-        except (OSError, ValueError):
+            kept = read_json(path)
+        except ConfigError:  # damaged: a new MLflow run
             return None
         return kept.get("run_id") if kept.get("tracking_uri") == self.target.uri else None
 

@@ -18,24 +18,11 @@ from dlscale.predict.compute import Fixed, fixed_for_device, from_one_point, fro
 from dlscale.predict.layers import forward_macs, model_parameters
 from dlscale.predict.model import GradSpec, Workload, expected_max_standard_normal, workload_for_model
 from dlscale.predict.network import Level, Network
-from dlscale.report.files import read_json
 from dlscale.report.references import named_series
+from dlscale.rundir import read_comm_run, read_run, read_summary
 
 BACKWARD_FORWARD_RATIO = 2.0
 """Backward FLOPs = 2 x forward for conv nets (docs/references.md#training-flops-3x)."""
-
-
-def read_summary(path: str | Path, *kinds: str) -> dict:
-    """summary.json of a run directory whose kind is one of `kinds`; one line otherwise."""
-    directory = Path(path)
-    file = directory / "summary.json"
-    if not file.is_file():
-        raise ConfigError(f"{directory}: no summary.json; give a run directory made by dlscale {' or '.join(kinds)}")
-    summary = read_json(file, f" dlscale {kinds[0]}")
-    if summary.get("kind") not in kinds:
-        raise ConfigError(f"{directory} is a {summary.get('kind', 'unknown')} run; this needs a run of dlscale "
-                          f"{' or '.join(kinds)}")
-    return summary
 
 
 def _grad_bytes(precision: str | None) -> int:
@@ -48,7 +35,8 @@ def workload_from_run(path: str | Path, fixed: Fixed | None = None) -> tuple[Wor
     """A bench run on one rank (its batch curve when it measured several batch sizes), or a profile run:
     (workload, measured per-step spread or None). `fixed`: the fixed part for a run of one batch size
     (default: the shipped curve of its device, else unknown)."""
-    summary = read_summary(path, "bench", "profile")
+    run = read_run(path, ("bench", "profile"))
+    summary = run.summary
     model = summary.get("model")
     batch = int(summary["batch_size"])
     shape = {"image_size": int(summary.get("image_size") or 224),
@@ -68,7 +56,7 @@ def workload_from_run(path: str | Path, fixed: Fixed | None = None) -> tuple[Wor
             step_time = from_one_point(batch, step, fixed,
                                        f"dlscale bench run {path}: {batch / step:.1f} img/s at batch {batch}")
         workload = workload_for_model(model, batch_per_device=batch, step_time=step_time, **shape,
-                                      **_cpu(path, summary), source=step_time.source)
+                                      **_cpu(run.env, summary), source=step_time.source)
         return workload, step_spread(summary)
     slowest = max(summary["breakdown"], key=lambda row: row["step_ms"])
     compute_ms = slowest["step_ms"] - slowest["data_ms"] - (slowest.get("exposed_comm_ms") or 0.0)
@@ -78,7 +66,7 @@ def workload_from_run(path: str | Path, fixed: Fixed | None = None) -> tuple[Wor
               f"backward {100 * bwd:.0f}%) at batch {batch}")
     workload = workload_for_model(model, batch_per_device=batch, step_time=from_one_point(
         batch, compute_ms / 1e3, fixed, source), **shape, forward_fraction=fwd, backward_fraction=bwd,
-        **_cpu(path, summary), source=source)
+        **_cpu(run.env, summary), source=source)
     ready = summary.get("grad_ready")
     if ready:
         workload = replace(workload, grads=tuple(_grads_from_profile(ready)))
@@ -99,12 +87,10 @@ def fixed_from_run(path: str | Path) -> Fixed:
                                     f"run {path} ({summary.get('device_name') or summary.get('device')})")
 
 
-def _cpu(path: str | Path, summary: dict) -> dict:
+def _cpu(env: dict, summary: dict) -> dict:
     """A CPU run's threads per rank and the machine's cores (env.json): ranks share those cores."""
-    env_file = Path(path) / "env.json"
-    if summary.get("device") != "cpu" or not env_file.is_file():
+    if summary.get("device") != "cpu":
         return {}
-    env = read_json(env_file, f" dlscale {summary.get('kind')}")
     if not env.get("torch_threads") or not env.get("cpu_count"):
         return {}
     return {"cpu_threads": int(env["torch_threads"]), "cpu_cores": int(env["cpu_count"])}
@@ -209,11 +195,11 @@ def network_from_comm_run(path: str | Path) -> Network:
     A fit gives t = a + S x 2(n-1)/n / B at the n ranks it measured; the latency a is spread
     over the ring's 2(n-1) steps (a per-step latency, no fixed base), so the model gives back the
     measured time at n and grows it with the step count elsewhere."""
-    summary = read_summary(path, "comm")
-    results = summary["results"]
+    comm = read_comm_run(path)
+    summary = comm.summary
 
     def level(name: str) -> Level | None:
-        entry = results.get(name, {}).get("all_reduce")
+        entry = comm.all_reduce(name)
         if not entry:
             return None
         fit = entry["fit"].get("in-place") or entry["fit"].get("out-of-place")

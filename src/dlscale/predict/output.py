@@ -1,17 +1,14 @@
 """A prediction as a table, a summary object and a run directory (config.json, env.json,
-summary.json; the plot is drawn by predict/plot.py). JSON only: no torch."""
+summary.json, through dlscale.rundir; the plot is drawn by predict/plot.py). No torch."""
 
 from __future__ import annotations
 
-import json
-import os
-import time
-from dataclasses import asdict
 from pathlib import Path
 
 from dlscale.metrics.cost import imagenet_epoch_cost
 from dlscale.metrics.provenance import host_info
 from dlscale.predict.model import Point
+from dlscale.rundir import RunDir, default_run_name
 
 HEADERS = ("devices", "nodes", "batch/device", "compute ms", "fixed %", "comm ms", "exposed ms", "stragglers ms",
            "step ms", "img/s/device", "img/s total", "efficiency", "limited by")
@@ -43,24 +40,14 @@ def summary(points: list[Point], settings: dict, inputs: dict, price_per_device_
             "points": rows, "max_devices": max(p.devices for p in points)}
 
 
-def _write_json(path: Path, data) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, default=_default) + "\n")
-    os.replace(tmp, path)
+def claim_run(root: str | Path, name: str | None, config: dict) -> RunDir:
+    """runs/<name>/, created and locked before the prediction is written."""
+    return RunDir.claim_new(root, name or default_run_name("predict", config.get("model", "model"),
+                                                             config.get("network_name", "net")))
 
 
-def _default(value):
-    if hasattr(value, "__dataclass_fields__"):
-        return asdict(value)
-    return str(value)
-
-
-def write_run(root: str | Path, name: str | None, config: dict, result: dict) -> Path:
-    """runs/<name>/ with config.json (the command's settings), env.json (host) and summary.json."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = Path(root) / (name or f"predict-{config.get('model', 'model')}-{config.get('network_name', 'net')}-{stamp}")
-    path.mkdir(parents=True, exist_ok=True)
-    _write_json(path / "config.json", {"kind": "predict", **config})
-    _write_json(path / "env.json", host_info())
-    _write_json(path / "summary.json", result)
-    return path
+def write_run(run: RunDir, config: dict, result: dict) -> Path:
+    """config.json (the command's settings), env.json (host) and summary.json."""
+    run.write_setup({"kind": "predict", **config}, host_info())
+    run.finish(result)
+    return run.path

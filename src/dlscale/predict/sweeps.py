@@ -11,7 +11,6 @@ Workload.core_share stands in.
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 from dlscale.errors import ConfigError
 from dlscale.predict.inputs import network_from_comm_run, workload_from_run
 from dlscale.predict.model import Ceilings, Strategy, predict_point
+from dlscale.rundir import read_summary, read_sweep
 
 
 @dataclass(frozen=True)
@@ -62,14 +62,9 @@ def host_slowdown(one_rank: dict, n_ranks: dict) -> float | None:
 
 
 def _series_runs(path: Path) -> dict[str, dict[int, Path]]:
-    file = path / "sweep.json"
-    if not file.is_file():
-        raise ConfigError(f"{path}: no sweep.json; give a directory made by dlscale scale")
-    sweep = json.loads(file.read_text())
     by_series: dict[str, dict[int, Path]] = {}
-    for point in sweep.get("points", []):
-        run_dir = path / point["run_dir"]
-        if point.get("status") == "ok" and (run_dir / "summary.json").is_file() and point.get("nnodes", 1) == 1:
+    for point, run_dir in read_sweep(path).finished(("ok",)):
+        if point.get("nnodes", 1) == 1:
             by_series.setdefault(point.get("series", ""), {})[point["world_size"]] = run_dir
     return by_series
 
@@ -87,12 +82,12 @@ def validate_sweep(sweep_dir: str | Path, comm_dir: str | Path,
         if 1 not in runs:
             continue
         workload, spread = workload_from_run(runs[1])
-        one = json.loads((runs[1] / "summary.json").read_text())
+        one = read_summary(runs[1], "bench")
         strategy = Strategy(one.get("dist_optimizer") or "allreduce", topology=one.get("topology") or "exp2")
         for n, run_dir in sorted(runs.items()):
             if n == 1:
                 continue
-            summary = json.loads((run_dir / "summary.json").read_text())
+            summary = read_summary(run_dir, "bench")
             given = (slowdowns or {}).get(n)
             slowdown = given or host_slowdown(one, summary)
             shared = replace(workload, host_slowdown=slowdown)

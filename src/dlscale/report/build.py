@@ -13,6 +13,7 @@ from dlscale.report.compare import dist_optimizer_rows, progression_rows
 from dlscale.report.load import Collection, load
 from dlscale.report.references import Reference, load_reference, resolve_names
 from dlscale.report.scaling import accuracy_rows, build_series, time_rows
+from dlscale.rundir import check_output_dir
 
 DEFAULT_TOLERANCE_PTS = 1.0
 """Final top-1 may fall this many percentage points below the smallest batch before a run is
@@ -68,7 +69,7 @@ def compute(collection: Collection, tolerance_pts: float) -> Figures:
     efficiencies = {r.run.path: r.efficiency for s in series for r in s.ok_rows}
     return Figures(collection, series, accuracy, flags, time_rows(series),
                    progression_rows(collection.runs, efficiencies), dist_optimizer_rows(collection.runs, efficiencies),
-                   io_rates.io_runs([r.path for r in collection.runs if r.kind == "train"]))
+                   io_rates.io_runs([r for r in collection.runs if r.kind == "train"]))
 
 
 def build_report(paths: list, out_dir: Path, references: list[str] = (),
@@ -79,7 +80,7 @@ def build_report(paths: list, out_dir: Path, references: list[str] = (),
     explain/ sits above report/ in the layers)."""
     refs = [load_reference(name) for name in resolve_names(list(references))]
     figures = compute(load(paths), tolerance_pts)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_output_dir(out_dir, "-o", "the report folder")
     report = Report(out_dir)
     report.flagged = [f"{a.run.name}: final top-1 {a.run.final_top1:.2f}% is {-a.delta_pts:.2f} points below "
                       f"{a.baseline.name} (global batch {a.baseline.global_batch}, {a.baseline.final_top1:.2f}%)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from dlscale.report.load import Run
+from dlscale.rundir import Run
 
 PRECISION_ORDER = ("fp32", "tf32", "amp_fp16", "amp_bf16")
 

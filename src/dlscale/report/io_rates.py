@@ -10,12 +10,12 @@ is total counts over total window time (a time-weighted mean, as HAL's per-minut
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from dlscale.errors import ConfigError
 from dlscale.report.figure import figure, legend, save
+from dlscale.rundir import Run
 
 HEADERS = ["run", "epochs", "read GB/s", "read ops/s", "files/s", "file GB/s", "storage GB/s", "windows"]
 CSV = ["run", "first_epoch", "last_epoch", "read_gb_per_s", "read_ops_per_s", "files_per_s", "file_read_gb_per_s",
@@ -51,24 +51,9 @@ class IORun:
         return [w for w in self.windows if epochs[0] <= w["epoch"] <= epochs[1]]
 
 
-def io_runs(paths: list[Path]) -> list[IORun]:
-    """The train runs among paths whose log windows carry read counters."""
-    found = []
-    for path in paths:
-        log = Path(path) / "metrics.jsonl"
-        if not log.is_file():
-            continue
-        windows = []
-        for line in log.read_text(errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if record.get("record") == "train" and record.get("io_read_bytes") is not None and record.get("window_s"):
-                windows.append(record)
-        if windows:
-            found.append(IORun(Path(path), tuple(windows)))
-    return found
+def io_runs(runs: list[Run]) -> list[IORun]:
+    """The runs whose log windows carry read counters."""
+    return [IORun(run.path, run.io_windows()) for run in runs if run.io_windows()]
 
 
 def averages(windows: list[dict]) -> dict | None:

@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from dlscale.report.load import Collection, FailedPoint, Run
+from dlscale.report.load import Collection, FailedPoint
+from dlscale.rundir import Run
 
 PART_ORDER = ("source", "kind", "model", "image_size", "precision", "options", "dist_optimizer", "group",
               "batch", "run")

@@ -25,7 +25,7 @@ from dlscale.errors import ConfigError
 from dlscale.launch import local
 from dlscale.launch import slurm as slurm_jobs
 from dlscale.metrics.progress import ProgressDisplay
-from dlscale.metrics.run import RunDir
+from dlscale.rundir import RunDir, check_output_dir, is_run, is_sweep
 from dlscale.sweep.plan import Point, SweepSpec, given
 
 Say = Callable[[str], None]
@@ -115,7 +115,7 @@ class PointByPoint:
             point.status, point.error = "timeout", outcome.error or f"stopped after {spec.timeout_s:g} s (--timeout)"
         elif outcome.returncode != 0:
             point.status, point.error = "failed", outcome.error or error_summary(text)
-        elif not (sweep_dir / point.name / "summary.json").is_file():
+        elif not is_run(sweep_dir / point.name):
             point.status, point.error = "failed", "exited 0 but wrote no summary.json"
         else:
             point.status = "ok"
@@ -224,16 +224,16 @@ def run_sweep(spec: SweepSpec, points: list[Point], sweep_dir: Path, out: Say = 
         raise ConfigError(f"--launcher {spec.launcher!r}: choose one of {', '.join(LAUNCHERS)}")
     launcher = LAUNCHERS[spec.launcher]
     launcher.prepare(spec, points)
-    if (sweep_dir / "sweep.json").exists():
+    if is_sweep(sweep_dir):
         raise ConfigError(f"{sweep_dir} already holds a sweep; pick another --name")
-    (sweep_dir / "logs").mkdir(parents=True, exist_ok=True)
-    record = RunDir(sweep_dir)
+    record = RunDir(sweep_dir).claim()
+    check_output_dir(sweep_dir / "logs", "--output-dir", "the sweep's log folder")
     header = {**_header(spec), **launcher.header(spec)}
     # The sweep only waits for its points: the bar may redraw itself (live) without disturbing them.
-    with ProgressDisplay(live=True) as bar:
+    with record, ProgressDisplay(live=True) as bar:
 
         def save() -> None:
-            record.write_json("sweep.json", {**header, "points": [p.record() for p in points]})
+            record.write_sweep({**header, "points": [p.record() for p in points]})
             bar.update(sum(p.status in ENDED for p in points), status=_tally(points), redraw=True)
 
         bar.start(f"scale: dlscale {spec.command}", len(points), unit="points")
@@ -263,7 +263,7 @@ def _tally(points: list[Point]) -> str:
 
 def _header(spec: SweepSpec) -> dict:
     return {
-        "kind": "sweep", "format": 1, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "kind": "sweep", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": spec.command, "args": list(spec.args), "mode": spec.mode, "launcher": spec.launcher,
         "nproc": list(spec.nproc), "nnodes": list(spec.nnodes), "dist_optimizers": list(spec.dist_optimizers),
         "precisions": list(spec.precisions), "timeout_s": spec.timeout_s,

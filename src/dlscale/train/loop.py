@@ -39,11 +39,12 @@ from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.input_bound import input_bound_warning
 from dlscale.metrics.ranks import lead_times, slowest, stragglers
 from dlscale.metrics.records import Records
-from dlscale.metrics.run import RunDir, to_jsonable
+from dlscale.metrics.run import environment_info
 from dlscale.metrics.timing import DeviceTimer, IterationTimes, device_synchronizer, format_duration, time_forward
 from dlscale.metrics.tracking import TrackingTarget
 from dlscale.models import build_model
 from dlscale.precision import build_precision, precision_note
+from dlscale.rundir import RunDir, check_output_file, to_jsonable
 from dlscale.train.checkpoint import CheckpointManager
 from dlscale.train.optim import loss_fn
 from dlscale.train.plan import Plan, make_plan, per_rank_batch
@@ -121,7 +122,7 @@ def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path
         device = select_device(env, cfg.device)
         init_process_group(env, device, cfg.pg_timeout_s, one_rank_group=cfg.strategy.wrap_single_rank)
         run_dir = RunDir(Path(output_dir) / (cfg.name or run_name))
-        lock = _claim(run_dir, env)  # before anything is built or written: one run per directory
+        lock = _claim(run_dir, env, raport_file)  # before anything is built or written: one run per directory
         try:
             return _fit(cfg, env, device, run_dir, preemption, run_name=run_name, resume=resume,
                         raport_file=raport_file, tracking=tracking)
@@ -130,11 +131,13 @@ def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path
                 lock.release()
 
 
-def _claim(run_dir: RunDir, env: DistEnv):
-    """Rank 0 creates and locks the run directory; every rank raises rank 0's error, if any."""
+def _claim(run_dir: RunDir, env: DistEnv, raport_file: str | None) -> RunDir | None:
+    """Rank 0 checks its outputs, creates and locks the run directory; every rank raises rank 0's error, if any."""
     lock, error = None, None
     if env.is_main:
         try:
+            if raport_file:
+                check_output_file(raport_file, "--raport-file")
             lock = run_dir.claim()
         except DlscaleError as raised:
             error = raised
@@ -153,7 +156,7 @@ def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, 
     progress = _resume(run, run_dir, resume)
     if env.is_main:
         run_dir.write_setup({"kind": "train", "preset": run_name, **to_jsonable(cfg), "plan": asdict(run.plan),
-                             "changes": run.state.changes}, env, device)
+                             "changes": run.state.changes}, environment_info(env.world_size, device, env.launcher))
     run.records = Records(run_dir, enabled=env.is_main, resume_step=progress.step, raport_file=raport_file,
                           steps_per_epoch=run.plan.steps_per_epoch, epochs=run.plan.epochs, tracking=tracking)
     run.records.parameters({**convnets_parameters(cfg, run.plan, env, run.info, raport_file=raport_file,

@@ -16,8 +16,8 @@ import torch.distributed as dist
 from torch import nn
 
 from dlscale.errors import ConfigError, StorageError
-from dlscale.metrics.run import to_jsonable
 from dlscale.precision import Precision
+from dlscale.rundir import to_jsonable
 from dlscale.train.checkpoint import (
     CheckpointManager,
     capture_rng_state,
