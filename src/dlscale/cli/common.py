@@ -15,9 +15,8 @@ from dataclasses import replace
 
 from dlscale.cli import COMMANDS
 from dlscale.config import StrategyConfig, TrainConfig, load_config
-from dlscale.config.sections import DYNAMIC_SCHEDULES
+from dlscale.config.sections import DIST_OPTIMIZERS, DYNAMIC_SCHEDULES, TOPOLOGY_NAMES
 from dlscale.errors import ConfigError
-from dlscale.strategies import STRATEGIES, TOPOLOGIES
 
 
 def add_config_arguments(p: argparse.ArgumentParser, *, positional: bool = False) -> None:
@@ -51,10 +50,10 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, str]:
 
 
 def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dist-optimizer", choices=sorted(STRATEGIES), default=None,
+    p.add_argument("--dist-optimizer", choices=sorted(DIST_OPTIMIZERS), default=None,
                    help="allreduce (DDP, default), gradient_allreduce, neighbor_allreduce, "
                         "hierarchical_neighbor_allreduce")
-    p.add_argument("--topology", choices=sorted(TOPOLOGIES), default=None,
+    p.add_argument("--topology", choices=sorted(TOPOLOGY_NAMES), default=None,
                    help="graph of the neighbor strategies (exp2: exponential-2, BlueFog's default)")
     p.add_argument("--atc-style", action="store_true", default=None,
                    help="adapt-then-combine: step, then mix with neighbours (default: adapt-with-combine)")

@@ -42,6 +42,10 @@ SCHEDULE_NAMES: tuple[str, ...] = typing.get_args(ScheduleName)
 WARMUP_UNITS = ("iteration", "epoch")
 ANNEAL_UNITS = ("iteration", "epoch")
 DYNAMIC_SCHEDULES = ("auto", "one_peer", "inner_outer_exp2", "inner_outer_ring")
+DIST_OPTIMIZERS = ("allreduce", "gradient_allreduce", "neighbor_allreduce", "hierarchical_neighbor_allreduce")
+"""The names of dlscale.strategies.STRATEGIES, here so that the CLI's parsers list them without torch."""
+TOPOLOGY_NAMES = ("exp2", "ring", "mesh", "star", "full")
+"""The names of dlscale.strategies.TOPOLOGIES (BlueFog's graphs), here for the same reason."""
 WeightDecayExemption = Literal["module_type", "name_contains_bn"]
 WEIGHT_DECAY_EXEMPTIONS: tuple[str, ...] = typing.get_args(WeightDecayExemption)
 
