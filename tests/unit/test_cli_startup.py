@@ -11,7 +11,8 @@ import pytest
 from dlscale.cli import COMMANDS
 
 HELPS = [[name, "--help"] for name in COMMANDS if name != "torchrun"] + [
-    ["--help"], ["profile", "bench", "--help"], ["profile", "train", "--help"]]
+    ["--help"], ["profile", "bench", "--help"], ["profile", "train", "--help"], ["data", "check", "--help"],
+    ["data", "make-jpegs", "--help"], ["data", "download", "--help"]]
 """`dlscale torchrun --help` is torchrun's own help (every flag is torchrun's): it loads torch by design."""
 
 CPU_BUDGET_S = 2.0

@@ -31,6 +31,7 @@ COMMANDS = {
     "comm": "dlscale.cli.comm",
     "predict": "dlscale.cli.predict",
     "explain": "dlscale.cli.explain",
+    "data": "dlscale.cli.data",
 }
 
 

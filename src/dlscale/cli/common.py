@@ -27,6 +27,9 @@ def add_config_arguments(p: argparse.ArgumentParser, *, positional: bool = False
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="override one setting, e.g. --set optim.lr=0.2 (repeatable)")
     p.add_argument("--data", default=None, metavar="PATH", help="data set folder (sets data.path)")
+    p.add_argument("--download", action="store_true",
+                   help="cifar10/cifar100: download the data set into data.path first if it is not there, its MD5 "
+                        "checked (sets data.download)")
     p.add_argument("--on-bad-sample", choices=("skip", "error"), default=None,
                    help="an image that fails to decode: skip it (counted) or stop at once")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="sets device")
@@ -39,6 +42,8 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, str]:
     overrides = list(args.overrides)
     if args.data is not None:
         overrides.append(f"data.path={args.data}")
+    if getattr(args, "download", False):
+        overrides.append("data.download=true")
     if args.on_bad_sample is not None:
         overrides.append(f"data.on_bad_sample={args.on_bad_sample}")
     if args.device is not None:

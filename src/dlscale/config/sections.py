@@ -82,6 +82,10 @@ class DataConfig:
     cifar100: `cifar-100-python/` likewise; imagefolder: a folder with `train/<class>/*.JPEG`
     and `val/<class>/*.JPEG`. Unused by synthetic and digits."""
 
+    download: bool = False
+    """cifar10 and cifar100: when data.path holds no copy, download the python version there first, its MD5
+    checked against the published one, as torchvision's download=True (`--download`; dlscale.data.download)."""
+
     image_size: int | None = None
     """Side in pixels of the square training image; None takes the data set's own:
     224 for imagefolder, 32 for cifar, digits and synthetic. CIFAR accepts only 32."""
@@ -174,6 +178,9 @@ class DataConfig:
                 raise ConfigError(f"data.{key}={getattr(self, key)}; use a number >= 1")
         if self.num_workers < 0:
             raise ConfigError(f"data.num_workers={self.num_workers}; use 0 or more")
+        if self.download and self.name not in ("cifar10", "cifar100"):
+            raise ConfigError(f"data.download fetches CIFAR-10 and CIFAR-100 only, not data.name={self.name}; drop "
+                              "--download (`dlscale data make-jpegs` writes a JPEG tree to try imagefolder)")
 
 
 @dataclass(frozen=True, kw_only=True)
