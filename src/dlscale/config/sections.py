@@ -65,9 +65,15 @@ class ModelConfig:
     """Zero the last BN gamma of every residual block (Goyal et al. 2017)."""
     norm: Literal["batch", "group"] = "batch"
     """BatchNorm, or GroupNorm (per sample: results do not depend on the split over ranks)."""
+    conv_init: Literal["fan_out", "fan_in"] = "fan_out"
+    """Kaiming-normal mode of the convolutions: "fan_out" as torchvision's ResNet, "fan_in" as NVIDIA ConvNets'
+    (its default, models/common.py LayerBuilder; the ngc-rn50-* presets). They differ for every conv whose input
+    and output channels differ (36 of ResNet-50's 53)."""
 
     def __post_init__(self) -> None:
         _check(self.width >= 1, f"model.width={self.width} must be >= 1 channels")
+        _check(self.conv_init in ("fan_out", "fan_in"),
+               f"model.conv_init={self.conv_init!r}: use fan_out (torchvision's) or fan_in (NVIDIA ConvNets')")
 
 
 @dataclass(frozen=True, kw_only=True)
