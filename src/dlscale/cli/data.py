@@ -10,11 +10,15 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dlscale.cli.output import write_json_file
 from dlscale.errors import ConfigError
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.progress import ProgressDisplay
+
+if TYPE_CHECKING:
+    from dlscale.data.check import DecodeRate, Survey
 
 SHOWN_UNREADABLE = 20
 """Unreadable files listed on the terminal (--json lists every one)."""
@@ -106,7 +110,7 @@ def run_check(args: argparse.Namespace) -> int:
     return 1 if found.unreadable or found.problems else 0
 
 
-def report_lines(found, rate, *, gpu_rate: float, gpu: str) -> list[str]:
+def report_lines(found: Survey, rate: DecodeRate | None, *, gpu_rate: float, gpu: str) -> list[str]:
     from dlscale.data.check import cores_line
 
     kind = {"imagefolder": "an ImageFolder tree (train/<class>/*, val/<class>/*)",
@@ -138,7 +142,7 @@ def report_lines(found, rate, *, gpu_rate: float, gpu: str) -> list[str]:
     return lines
 
 
-def _format_lines(found) -> list[str]:
+def _format_lines(found: Survey) -> list[str]:
     formats = sorted({f for p in found.splits for f in p.formats}, key=lambda f: (f == "unreadable", f))
     width = max([len(f) for f in formats] + [6])
     lines = [f"formats ({', '.join(f'{p.surveyed:,} {p.name}' for p in found.splits)} surveyed):",
@@ -148,7 +152,7 @@ def _format_lines(found) -> list[str]:
     return lines
 
 
-def _size_lines(found, rate) -> list[str]:
+def _size_lines(found: Survey, rate: DecodeRate | None) -> list[str]:
     from dlscale.data.check import median, percentile
 
     sides = [s for p in found.splits for s in p.shorter_sides]
@@ -181,7 +185,7 @@ def _bytes(count: float) -> str:
     return f"{count:.0f} B"
 
 
-def as_json(found, rate) -> dict:
+def as_json(found: Survey, rate: DecodeRate | None) -> dict:
     """The survey for --json: counts per split, every unreadable file, the decode rate."""
     from dlscale.data.check import median
 
