@@ -3,11 +3,11 @@ RandomResizedCrop(224) + horizontal flip, on generated ImageNet-sized JPEGs.
 
     python benchmarks/loader.py                               # 500x375 and 1024x768 JPEGs, 224 px crops
     python benchmarks/loader.py --sizes 500x375 --crop 160    # a lower training resolution
-    python benchmarks/loader.py --write-tree /tmp/jpegs --images 512   # an ImageFolder tree for `dlscale loader`
+    python benchmarks/loader.py --write-tree /tmp/jpegs --images 512   # an ImageFolder tree (dlscale data make-jpegs)
 
-The JPEGs are photo-like (noise summed over octaves, 1/f-like, plus grain) and saved at
-quality 90: a 500x375 one is about 100 KiB, ImageNet's mean file size (1.28 M files in
-~140 GB) at its typical size. Each size is measured through the train split exactly as
+The JPEGs are dlscale.data.jpeg_tree's (`dlscale data make-jpegs`): photo-like (noise summed over
+octaves, 1/f-like, plus grain) and saved at quality 90: a 500x375 one is about 100 KiB, ImageNet's
+mean file size (1.28 M files in ~140 GB) at its typical size. Each size is measured through the train split exactly as
 training reads it (ImageFolderSource.load + the train transform of ImageDataset, per-sample
 seeded), for decode="plain" and decode="fast" in this process on one thread, interleaved
 (plain, fast, plain, fast, ...) so that drift of a shared machine hits both alike.
@@ -28,46 +28,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
-from PIL import Image, features
+from PIL import features
 
 from dlscale.data import transforms as T
 from dlscale.data.dataset import ImageDataset
 from dlscale.data.imagefolder import imagefolder_sources
-
-
-def photo_like(width: int, height: int, seed: int, grain: float = 20.0) -> Image.Image:
-    """Noise over seven octaves with amplitude falling 0.6x per octave, plus fine grain
-    (normal, std `grain` levels): the grain sets the bits per pixel, hence the entropy-decoding
-    work that no reduced-scale decode avoids."""
-    rng = np.random.default_rng(seed)
-    image = np.zeros((height, width, 3), np.float32)
-    amplitude, total = 1.0, 0.0
-    for octave in range(7):
-        shape = (max(2, height >> (6 - octave)), max(2, width >> (6 - octave)))
-        for channel in range(3):
-            small = Image.fromarray(rng.random(shape, dtype=np.float32), mode="F")
-            image[..., channel] += amplitude * np.asarray(small.resize((width, height), Image.Resampling.BICUBIC))
-        total += amplitude
-        amplitude *= 0.6
-    image = (image / total - image.mean() / total) / (image.std() / total + 1e-6) * 55 + 118
-    image += rng.normal(0.0, grain, image.shape)
-    return Image.fromarray(np.clip(image, 0, 255).astype(np.uint8))
-
-
-def write_tree(root: Path, *, images: int, size: tuple[int, int], grain: float = 20.0, classes: int = 4,
-               seed: int = 0) -> int:
-    """root/{train,val}/class<k>/<n>.JPEG; returns the bytes written under train/."""
-    written = 0
-    for index in range(images):
-        for split in ("train", "val") if index < classes else ("train",):
-            folder = root / split / f"class{index % classes}"
-            folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f"{index:06d}.JPEG"
-            photo_like(*size, seed + index, grain).save(path, quality=90)
-            written += path.stat().st_size if split == "train" else 0
-    return written
+from dlscale.data.jpeg_tree import write_tree
 
 
 def rate(dataset: ImageDataset, keys: list[tuple[int, int]]) -> tuple[float, float]:
@@ -118,8 +85,8 @@ def main() -> None:
     args = p.parse_args()
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
     if args.write_tree is not None:
-        written = write_tree(args.write_tree, images=args.images, size=sizes[0], grain=args.grain)
-        print(f"wrote {args.images} JPEGs of {sizes[0][0]}x{sizes[0][1]} ({written / 2**20:.1f} MiB) "
+        written = write_tree(args.write_tree, train=args.images, val=4, size=sizes[0], grain=args.grain)
+        print(f"wrote {args.images} JPEGs of {sizes[0][0]}x{sizes[0][1]} ({written.train_bytes / 2**20:.1f} MiB) "
               f"under {args.write_tree}/train")
         return
     torch.set_num_threads(1)  # per core: one decode thread, as in a DataLoader worker
@@ -131,9 +98,9 @@ def main() -> None:
           "medians; per core = images / CPU s of this process")
     for width, height in sizes:
         with tempfile.TemporaryDirectory() as tmp:
-            written = write_tree(Path(tmp), images=args.images, size=(width, height), grain=args.grain)
+            written = write_tree(Path(tmp), train=args.images, val=4, size=(width, height), grain=args.grain)
             result = compare(Path(tmp), args.crop, args.rounds, args.passes)
-        print(f"{width}x{height} ({written / args.images / 1024:.0f} KiB/file): "
+        print(f"{width}x{height} ({written.train_bytes / args.images / 1024:.0f} KiB/file): "
               f"plain {result['plain_cpu']:.0f} img/s per core ({result['plain_wall']:.0f} wall), "
               f"fast {result['fast_cpu']:.0f} img/s per core ({result['fast_wall']:.0f} wall); "
               f"fast/plain {result['ratio_cpu']:.2f}x per core ({result['ratio_wall']:.2f}x wall); "

@@ -4,16 +4,21 @@ and (dlscale bench only) the train step captured in a CUDA graph.
 These are the SC20 tutorial's optimisation steps after AMP (NHWC, then the "extra opts":
 fused SGD, zero_grad(set_to_none=True), cudnn.benchmark) plus torch.compile. set_to_none is
 always on: it skips a memset per gradient and makes the next backward write instead of add.
+
+The options are plain data that config/ holds, so this module imports torch only in the methods
+that act on it: the configuration, and with it every command's --help, loads without torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from dlscale.errors import ConfigError, DeviceError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 """torch.compile's modes: reduce-overhead and max-autotune replay CUDA graphs (fewer kernel launches);
@@ -73,6 +78,8 @@ class SpeedOptions:
 
     @property
     def memory_format(self) -> torch.memory_format:
+        import torch
+
         return torch.channels_last if self.channels_last else torch.contiguous_format
 
     def resolved(self, device: torch.device) -> SpeedOptions:
@@ -87,6 +94,8 @@ class SpeedOptions:
         if self.cuda_graphs and device.type != "cuda":
             raise DeviceError(f"--cuda-graphs needs a CUDA device, this run is on the {device.type.upper()}; "
                               "drop --cuda-graphs")
+        import torch
+
         torch.backends.cudnn.benchmark = self.cudnn_benchmark
         if self.cudnn_benchmark_limit is not None:
             torch.backends.cudnn.benchmark_limit = self.cudnn_benchmark_limit
@@ -100,6 +109,8 @@ class SpeedOptions:
     def maybe_compile(self, model: nn.Module) -> nn.Module:
         if not self.compile:
             return model
+        import torch
+
         options = self.inductor_options()
         if options is None:
             return torch.compile(model, mode=None if self.compile_mode == "default" else self.compile_mode)

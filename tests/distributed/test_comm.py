@@ -75,3 +75,44 @@ def test_two_emulated_nodes_are_measured_per_level():
     assert set(levels) == {"world", "intra", "inter"}
     assert levels["intra"]["all_reduce"]["ranks"] == 2 and levels["inter"]["all_reduce"]["ranks"] == 2
     assert summary["wrong"] == 0
+
+
+def _comm_lines(rank, world_size):
+    """Rank 0's lines in the order they were said, with a marker at each timed measurement."""
+    import dlscale.bench.comm as comm
+    from dlscale.distributed import DistEnv
+
+    said: list[str] = []
+    measure = comm._measure
+
+    def marked(*args, **kwargs):
+        said.append("<measure>")
+        return measure(*args, **kwargs)
+
+    comm._measure = marked
+    cfg = comm.CommConfig(ops=("all_reduce",), device="cpu", pg_timeout_s=30, mode="out-of-place", **SMALL)
+    summary = comm.run_comm(cfg, DistEnv.from_env(), out=said.append)
+    return {"said": said, "ranks": summary["ranks"]}
+
+
+def test_the_header_names_every_rank_and_each_row_is_said_as_it_is_measured():
+    import os
+    import socket
+
+    result = run_ranks(_comm_lines, 2)[0]
+    said = result["said"]
+    header = said[:said.index("# Using devices") + 3]
+    assert header[0].startswith("# nThread 1 nGpus 1 minBytes 8 maxBytes 65536 step: 4(factor) warmup iters: 1 "
+                                "iters: 3")
+    host = socket.gethostname()
+    rank_lines = [line for line in said if line.startswith("#  Rank ")]
+    assert [line.split()[2] for line in rank_lines] == ["0", "1"]
+    assert all(f" on {host:>10} device cpu " in line for line in rank_lines)
+    pids = [r["pid"] for r in result["ranks"]]
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    assert f"# 2 ranks on 1 host(s) ({host}: 2), gloo" in said
+    # One timed measurement (out-of-place only), then its row, size after size: 8, 32, ..., 65536 bytes.
+    body = [line for line in said if not line.startswith("#")]
+    sizes = [8 * 4 ** i for i in range(7)]
+    assert [line if line == "<measure>" else line.split()[0] for line in body] == \
+        [item for size in sizes for item in ("<measure>", str(size))]

@@ -163,13 +163,13 @@ def test_comm_then_predict_from_it(tmp_path):
                            "--name", "comm"], cwd=tmp_path, env={**ENV, "DLSCALE_PROGRESS_EVERY": "0"},
                           capture_output=True, text=True, timeout=240)
     assert comm.returncode == 0, comm.stderr[-3000:]
-    # In a pipe, a plain progress line after every size (DLSCALE_PROGRESS_EVERY=0), outside the tables.
+    # In a pipe, a plain progress line after every size (DLSCALE_PROGRESS_EVERY=0), after that size's row.
     progress = [line for line in comm.stdout.splitlines() if line.startswith("progress: comm ")]
     assert len(progress) == 14 and progress[-1].startswith("progress: comm 14/14 sizes, broadcast 2097152 B: ")
     assert all(re.search(r"GB/s busbw, \d+:\d\d:\d\d elapsed, \d+:\d\d:\d\d left$", line) for line in progress)
     for header in ("size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"):
         assert header in comm.stdout
-    assert "Out of bounds values : 0 OK" in comm.stdout
+    assert "Out of bounds values : 0 OK" in comm.stdout and "# Using devices" in comm.stdout
     summary = json.loads((tmp_path / "runs" / "comm" / "summary.json").read_text())
     assert summary["kind"] == "comm" and summary["wrong"] == 0 and summary["backend"] == "gloo"
     fit = summary["results"]["world"]["all_reduce"]["fit"]["in-place"]

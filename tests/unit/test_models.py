@@ -152,6 +152,39 @@ def test_conv_init_is_kaiming_normal_fan_out():
         assert conv.weight.mean().item() == pytest.approx(0.0, abs=expected_std * 0.05)
 
 
+def test_conv_init_fan_in_changes_exactly_the_convs_whose_channels_change():
+    """NVIDIA ConvNets' fan_in against torchvision's fan_out, from the same random draws: each conv's weights are
+    the same normals times sqrt(2 / fan), so their ratio is sqrt(out / in) (the kernel cancels) and is 1 exactly
+    where a conv keeps its channel count. For ResNet-50 that leaves 17 of its 53 convs unchanged and changes 36
+    (by hand: the stem 3 -> 64; per bottleneck conv3, conv1 of all but a stage's first block, and a stage's
+    downsample; 1 + 6 + 9 + 13 + 7). Every channel count scales with the width except the image's 3, so a
+    width-16 ResNet-50 has the same 36."""
+    built = {}
+    for mode in ("fan_out", "fan_in"):
+        torch.manual_seed(0)
+        built[mode] = build_model("resnet50", width=16, conv_init=mode)
+    convs = [(name, module) for name, module in built["fan_in"].named_modules() if isinstance(module, nn.Conv2d)]
+    out_convs = dict(built["fan_out"].named_modules())
+    changed = 0
+    for name, conv in convs:
+        ratio = conv.weight / out_convs[name].weight
+        expected = math.sqrt(conv.out_channels / conv.in_channels)
+        assert torch.allclose(ratio, torch.full_like(ratio, expected), rtol=1e-5), name
+        changed += conv.in_channels != conv.out_channels
+    assert (len(convs), changed) == (53, 36)
+
+
+def test_conv_init_is_a_model_option_and_the_ngc_presets_take_fan_in():
+    from dlscale.config import load_config
+
+    assert {load_config(f"imagenet:{p}")[0].model.conv_init for p in ("ngc-rn50-amp", "ngc-rn50-tf32")} == {"fan_in"}
+    assert load_config("imagenet:default")[0].model.conv_init == "fan_out"
+    with pytest.raises(ConfigError, match="conv_init"):
+        build_model("resnet18", width=8, conv_init="fan_avg")
+    with pytest.raises(ConfigError, match="model.conv_init"):
+        load_config("cpu:digits", ["model.conv_init=fan_avg"])
+
+
 @pytest.mark.parametrize("name", sorted(TORCHVISION_GMACS))
 def test_macs_match_torchvision_within_one_percent(name):
     macs = count_macs(meta_model(name), image_size=224)

@@ -172,3 +172,21 @@ def test_parameter_record_carries_convnets_arguments(tmp_path):
                                  raport_file=None, workspace=tmp_path, loss_scale=65536.0)
     assert (params["bn_weight_decay"], params["memory_format"], params["lr_schedule"]) == (False, "nhwc", "cosine")
     assert params["lr"] == pytest.approx(2.048) and params["label_smoothing"] == 0.1
+    assert params["model.conv_init"] == "fan_in"  # ConvNets' default, the NGC presets'
+
+
+def test_parameter_record_types_are_convnets_own(tmp_path):
+    """ConvNets' record holds ints where its argparse defaults or configs.yml (through launch.py's set_defaults)
+    give them: warmup (type=int), end_lr (default 0), static_loss_scale (default 1; configs.yml's 128); and it
+    names its checkpoint file (checkpoint_filename)."""
+    ngc, _ = load_config("imagenet:ngc-rn50-amp")
+    params = convnets_parameters(ngc, make_plan(ngc, 8, 1_281_167), DistEnv(world_size=8), _info(),
+                                 raport_file=None, workspace=tmp_path, loss_scale=65536.0)
+    typed = {key: (type(params[key]).__name__, params[key]) for key in ("warmup", "end_lr", "static_loss_scale")}
+    assert typed == {"warmup": ("int", 8), "end_lr": ("int", 0), "static_loss_scale": ("int", 65536)}
+    assert params["checkpoint_filename"] == "checkpoint-<step>.pt"
+    cosine, _ = load_config("imagenet:ngc-rn50-amp", ["schedule.end_lr=0.0001", "schedule.warmup_epochs=2.5",
+                                                     "schedule.warmup_per=iteration"])
+    params = convnets_parameters(cosine, make_plan(cosine, 8, 1_281_167), DistEnv(world_size=8), _info(),
+                                 raport_file=None, workspace=tmp_path, loss_scale=1.5)
+    assert (params["end_lr"], params["warmup"], params["static_loss_scale"]) == (0.0001, 2.5, 1.5)

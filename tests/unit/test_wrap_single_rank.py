@@ -10,7 +10,6 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-import dlscale.speed
 import dlscale.train.loop as loop
 from dlscale import cli
 from dlscale.cli.bench import GPU_FASTEST, GPU_MULTI_RANK_FASTEST, config_from_args
@@ -99,7 +98,7 @@ def test_train_records_what_compiling_did_under_the_wrapper(tmp_path, monkeypatc
     """A compiled, wrapped single-rank training run: its summary holds the compile facts. aot_eager stands in
     for inductor (a CPU inductor compile of a ResNet takes tens of seconds); the counters are the same."""
     original = torch.compile
-    monkeypatch.setattr(dlscale.speed.torch, "compile", lambda model, mode=None: original(model, backend="aot_eager"))
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None: original(model, backend="aot_eager"))
     cfg, _ = load_config("cpu:synthetic", ["schedule.epochs=1", "schedule.warmup_epochs=0", "max_steps_per_epoch=4",
                                            "log_every=2", "model.width=8", "speed.compile=true",
                                            "strategy.wrap_single_rank=true", "checkpoint.enabled=false"])

@@ -16,10 +16,15 @@ A latency-bandwidth fit per collective (predict.network.fit_latency_bandwidth) g
 summary.json for `dlscale predict --comm-run`. When the job spans nodes, all_reduce is also
 measured inside each node (one group per node) and between nodes (one group per local rank),
 all groups at once, and fitted per level.
+
+The text is nccl-tests' (bench/comm_table.py): its header with `# Using devices` (every rank's host, pid
+and device), then each row printed as soon as its size is measured, not when the collective ends.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -27,6 +32,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 
+from dlscale.bench.comm_table import CommConfig, format_row, header_lines, table_foot, table_head
 from dlscale.decentralized import ops as nbr
 from dlscale.decentralized import topology
 from dlscale.distributed import DistEnv, init_process_group, select_device
@@ -38,55 +44,10 @@ from dlscale.predict.network import BUSBW_FACTORS, fit_latency_bandwidth
 from dlscale.rundir import RunDir, default_run_name
 from dlscale.strategies import TOPOLOGIES
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "neighbor_allreduce")
-
 # torch 2.13 renamed the tensor forms (the old names warn); torch >= 2.4 (pyproject) may lack the new ones.
 _all_gather_op = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter_op = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-MODES = ("both", "out-of-place", "in-place")
 ELEMENT = 4  # float32
-
-
-@dataclass(frozen=True, kw_only=True)
-class CommConfig:
-    ops: tuple[str, ...] = ("all_reduce",)
-    """Collectives to measure, in order."""
-    min_bytes: int = 8
-    max_bytes: int = 256 * 1024 * 1024
-    step_factor: int = 2
-    """Each size is the previous one times this (nccl-tests' -f)."""
-    warmup_iters: int = 1
-    """Untimed calls per size (nccl-tests' default)."""
-    iters: int = 20
-    """Timed calls per size (nccl-tests' default)."""
-    mode: str = "both"
-    """out-of-place, in-place or both columns."""
-    topology: str = "exp2"
-    """Graph of the neighbour exchange (--topology, as in bench)."""
-    device: str = "auto"
-    pg_timeout_s: float = 600.0
-
-    def __post_init__(self) -> None:
-        unknown = [op for op in self.ops if op not in OPS]
-        if unknown or not self.ops:
-            raise ConfigError(f"unknown --op {', '.join(unknown) or '(none)'}; choose from {', '.join(OPS)} or all")
-        if self.min_bytes < 1 or self.max_bytes < self.min_bytes:
-            raise ConfigError(f"--min-bytes {self.min_bytes} and --max-bytes {self.max_bytes}: need 1 <= min <= max")
-        if self.step_factor < 2:
-            raise ConfigError(f"--step-factor {self.step_factor} must be 2 or more")
-        if self.iters < 1 or self.warmup_iters < 0:
-            raise ConfigError("--iters must be >= 1 and --warmup-iters >= 0")
-        if self.mode not in MODES:
-            raise ConfigError(f"--mode {self.mode!r}: choose one of {', '.join(MODES)}")
-        if self.topology not in TOPOLOGIES:
-            raise ConfigError(f"unknown --topology {self.topology!r}; choose one of {', '.join(TOPOLOGIES)}")
-
-    def sizes(self) -> list[int]:
-        out, size = [], self.min_bytes
-        while size <= self.max_bytes:
-            out.append(size)
-            size *= self.step_factor
-        return out
 
 
 def _pattern(count: int, device: torch.device, scale: float, offset: int = 0) -> torch.Tensor:
@@ -310,14 +271,30 @@ def level_groups(env: DistEnv):
     return intra, inter
 
 
+def rank_devices(device: torch.device) -> list[dict]:
+    """Every rank's host, pid and device, in rank order (nccl-tests' `# Using devices` lines); collective."""
+    mine = {"rank": dist.get_rank(), "pid": os.getpid(), "host": socket.gethostname(), "device": None,
+            "bus_id": None, "name": device_name(device)}
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        mine.update(device=index, bus_id=getattr(torch.cuda.get_device_properties(index), "pci_bus_id", None))
+    ranks: list = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, mine)
+    return ranks
+
+
 def run_comm(cfg: CommConfig, env: DistEnv, out: Callable[[str], None] = print) -> dict:
-    """Run the benchmark on this rank; every rank returns the same summary."""
+    """Run the benchmark on this rank; every rank returns the same summary. Rank 0 says nccl-tests' header,
+    then each row as soon as its size is measured (out is called once per line)."""
     if env.world_size < 2:
         raise ConfigError("dlscale comm measures communication between ranks: start it with "
                           "torchrun --nproc_per_node 2 -m dlscale comm (or srun, mpirun)")
     device = select_device(env, cfg.device)
     init_process_group(env, device, cfg.pg_timeout_s)
     say = out if env.is_main else (lambda line: None)
+    ranks = rank_devices(device)
+    for line in header_lines(cfg, ranks, dist.get_backend()):
+        say(line)
     levels = [("world", None)]
     if env.num_nodes > 1 and env.local_world_size > 1:
         intra, inter = level_groups(env)
@@ -325,75 +302,33 @@ def run_comm(cfg: CommConfig, env: DistEnv, out: Callable[[str], None] = print) 
     results: dict = {}
     sweeps = sum(len(cfg.ops if level == "world" else ("all_reduce",)) for level, _ in levels)
     # Rank 0's bar (or plain line) between sizes, never redrawn more than twice a second: a warm-up
-    # call of the next size absorbs the moment it takes.
+    # call of the next size absorbs the moment it takes. Rows printed meanwhile appear above the bar.
     with ProgressDisplay(enabled=env.is_main) as bar:
         bar.start("comm", sweeps * len(cfg.sizes()), unit="sizes")
         left = _TimeLeft(sweeps * sum(cfg.sizes()))
+
+        def measured(row: dict, op: str) -> None:
+            say(format_row(row))
+            bar.update(advance=1, status=f"{op} {row['size']} B: {_busbw(row):.2f} GB/s busbw", left=left(row["size"]))
+
         for level, group in levels:
-            ops = cfg.ops if level == "world" else ("all_reduce",)
-            for op in ops:
+            for op in cfg.ops if level == "world" else ("all_reduce",):
                 n = dist.get_world_size(group)
-                rows = sweep(op, cfg, group, device, on_size=lambda row, op=op: bar.update(
-                    advance=1, status=f"{op} {row['size']} B: {_busbw(row):.2f} GB/s busbw", left=left(row["size"])))
+                for line in table_head(op, cfg, n, level, env.num_nodes, dist.get_backend(), device.type):
+                    say(line)
+                rows = sweep(op, cfg, group, device, on_size=lambda row, op=op: measured(row, op))
                 degree = _factor(op, n, TOPOLOGIES[cfg.topology](n)) if op == "neighbor_allreduce" else None
                 fitted = fits(op, rows, n, degree)
                 results.setdefault(level, {})[op] = {"ranks": n, "rows": rows, "fit": fitted}
-                for line in format_table(op, rows, cfg, n, level, env, device, fitted):
+                for line in table_foot(rows, fitted):
                     say(line)
     wrong = sum(col["wrong"] for lv in results.values() for r in lv.values() for row in r["rows"]
                 for col in (row.get("out-of-place"), row.get("in-place")) if col)
     return {"kind": "comm", "world_size": env.world_size, "num_nodes": env.num_nodes,
             "local_world_size": env.local_world_size, "launcher": env.launcher, "backend": dist.get_backend(),
-            "device": device.type, "device_name": device_name(device), "ops": list(cfg.ops),
+            "device": device.type, "device_name": device_name(device), "ranks": ranks, "ops": list(cfg.ops),
             "topology": cfg.topology, "sizes": cfg.sizes(), "warmup_iters": cfg.warmup_iters, "iters": cfg.iters,
             "mode": cfg.mode, "wrong": wrong, "results": results}
-
-
-def _num(value: float, width: int) -> str:
-    """nccl-tests' getFloatStr: 2 decimals, fewer when the number is wide."""
-    for fmt in (f"{{:{width}.2f}}", f"{{:{width}.1f}}", f"{{:{width}.0f}}"):
-        text = fmt.format(value)
-        if len(text) <= width:
-            return text
-    return f"{value:{width}.1e}"
-
-
-def format_table(op: str, rows: list[dict], cfg: CommConfig, n: int, level: str, env: DistEnv,
-                 device: torch.device, fitted: dict) -> list[str]:
-    """nccl-tests' table: size, count, type, redop, root, then time/algbw/busbw/#wrong per column."""
-    where = {"world": f"{n} ranks", "intra": f"inside each node ({n} ranks per group)",
-             "inter": f"between nodes ({n} ranks per group, one per node)"}[level]
-    lines = [f"# dlscale comm: {op}, {where}, {env.num_nodes} node(s), {dist.get_backend()} on {device.type}; "
-             f"warm-up {cfg.warmup_iters}, iterations {cfg.iters}",
-             "#",
-             f"# {'':>10}  {'':>12}  {'':>8}  {'':>6}  {'':>6}           out-of-place                       in-place",
-             f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  {'time':>7}  {'algbw':>6}  "
-             f"{'busbw':>6}  {'#wrong':>6}  {'time':>7}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}",
-             f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  "
-             f"{'(GB/s)':>6}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}"]
-    busbw, wrong = [], 0
-    for row in rows:
-        text = f"{row['size']:>12}  {row['count']:>12}  {row['type']:>8}  {row['redop']:>6}  {row['root']:>6}"
-        for mode in ("out-of-place", "in-place"):
-            col = row.get(mode)
-            if col is None:
-                text += f"  {'N/A':>7}  {'N/A':>6}  {'N/A':>6}  {'N/A':>6}"
-                continue
-            text += (f"  {_num(col['time_us'], 7)}  {_num(col['algbw_gbs'], 6)}  {_num(col['busbw_gbs'], 6)}"
-                     f"  {col['wrong']:>6}")
-            busbw.append(col["busbw_gbs"])
-            wrong += col["wrong"]
-        lines.append(text)
-    lines.append(f"# {'Out of bounds values':<20} : {wrong} {'FAILED' if wrong else 'OK'}")
-    lines.append(f"# {'Avg bus bandwidth':<20} : {sum(busbw) / max(len(busbw), 1):g}")
-    for mode, fit in fitted.items():
-        if "error" in fit:
-            lines.append(f"# Fit {mode}: {fit['error']}")
-        else:
-            lines.append(f"# Fit {mode}: t = {fit['latency_us']:.1f} us + S x factor / {fit['busbw_gbs']:.3f} GB/s "
-                         f"({fit['points']} sizes, rms error {100 * fit['rms_relative_error']:.1f}%)")
-    lines.append("#")
-    return lines
 
 
 def run_name(cfg: CommConfig, env: DistEnv) -> str:

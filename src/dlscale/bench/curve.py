@@ -15,29 +15,6 @@ import torch
 from dlscale.bench.synthetic import run_bench
 from dlscale.config.sections import BenchConfig
 from dlscale.distributed import DistEnv
-from dlscale.errors import ConfigError
-
-
-def parse_batch_sizes(text: str | int | None) -> tuple[int, ...] | None:
-    """`--batch-size 16,32,64` -> (16, 32, 64); one value -> a 1-tuple; None stays None. One line for
-    an entry that is not a whole number, a zero or negative entry, or a duplicate."""
-    if text is None:
-        return None
-    if isinstance(text, int):
-        return (text,)
-    parts = [part.strip() for part in str(text).split(",")]
-    try:
-        sizes = tuple(int(part) for part in parts)
-    except ValueError:
-        raise ConfigError(f"--batch-size {text!r}: give whole numbers separated by commas, e.g. 16,32,64") from None
-    bad = [b for b in sizes if b <= 0]
-    if bad:
-        raise ConfigError(f"--batch-size must be positive, got {bad[0]} in {text!r}")
-    repeated = sorted({b for b in sizes if sizes.count(b) > 1})
-    if repeated:
-        raise ConfigError(f"--batch-size {text!r} names {', '.join(map(str, repeated))} more than once; "
-                          "give each batch size once")
-    return sizes
 
 
 def batch_curve(summaries: Sequence[dict]) -> list[dict]:

@@ -7,18 +7,12 @@ import functools
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-
-from dlscale.bench.curve import curve_lines, parse_batch_sizes, run_curve
-from dlscale.bench.synthetic import run_bench, run_name, write_run
 from dlscale.cli.common import add_strategy_arguments, strategy_from_args
 from dlscale.cli.output import claim_outputs, write_summary_file
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.config import PRECISIONS, BenchConfig, StrategyConfig
-from dlscale.distributed import DistEnv, shutdown
 from dlscale.errors import ConfigError
 from dlscale.metrics.tracking import track_finished
-from dlscale.precision import default_precision
 from dlscale.speed import COMPILE_MODES, SpeedOptions
 
 # Used when no --model is given on a machine without a GPU: finishes in well under two minutes
@@ -61,9 +55,20 @@ def gpu_default_batch(memory_gib: float | None) -> tuple[int, str]:
 
 def device_memory_gib() -> float | None:
     """This process's first CUDA device's memory in GiB, None without CUDA."""
+    import torch  # here and below: torch is loaded when the command runs, not for --help
+
     if not torch.cuda.is_available():
         return None
     return torch.cuda.get_device_properties(0).total_memory / 2**30
+
+
+def gpu_amp() -> str:
+    """The AMP mode a user would pick on this process's GPU (bf16 where supported, else fp16)."""
+    import torch
+
+    from dlscale.precision import default_precision
+
+    return default_precision(torch.device("cuda"))
 
 
 def add_parser(subparsers) -> None:
@@ -135,7 +140,7 @@ def config_from_args(args: argparse.Namespace, *, has_gpu: bool, eager: bool = F
             compiled = not (eager or args.cuda_graphs)  # --cuda-graphs is the eager graph path
             fastest = GPU_MULTI_RANK_FASTEST if world_size > 1 else GPU_FASTEST
             speed = fastest if compiled else replace(fastest, compile=False, compile_mode="default")
-            amp = args.precision or default_precision(torch.device("cuda"))
+            amp = args.precision or gpu_amp()
             note = (f"No --model given: on this GPU the default is the fastest configuration measured: resnet50, "
                     f"batch {batch} ({why}), 224 px, {amp}, channels_last, fused SGD, cuDNN autotuning"
                     + (f", torch.compile {speed.compile_mode} (compiling takes about a minute; the eager step: "
@@ -170,7 +175,7 @@ def config_from_args(args: argparse.Namespace, *, has_gpu: bool, eager: bool = F
     fields = {**chosen, **{k: v for k, v in given.items() if v is not None}}
     precision = args.precision
     if precision is None:
-        precision = default_precision(torch.device("cuda")) if (args.model is None and has_gpu) else "fp32"
+        precision = gpu_amp() if (args.model is None and has_gpu) else "fp32"
     cfg = BenchConfig(
         **fields, num_classes=args.num_classes, width=args.width, precision=precision, speed=speed,
         strategy=strategy_from_args(args, StrategyConfig(wrap_single_rank=getattr(args, "wrap_single_rank", False))),
@@ -188,6 +193,28 @@ def multi_rank_default_line(world_size: int) -> str:
            "0.963x, eager fp16 0.835x)" if GPU_MULTI_RANK_FASTEST == GPU_FASTEST else measured)
     return (f"With {world_size} ranks (DDP) the default compiles in mode {mode}, {why} (docs/benchmarks.md, "
             "\"DDP and torch.compile on one GPU\"); compile's default mode: --compile-mode default.")
+
+
+def parse_batch_sizes(text: str | int | None) -> tuple[int, ...] | None:
+    """`--batch-size 16,32,64` -> (16, 32, 64); one value -> a 1-tuple; None stays None. One line for
+    an entry that is not a whole number, a zero or negative entry, or a duplicate."""
+    if text is None:
+        return None
+    if isinstance(text, int):
+        return (text,)
+    parts = [part.strip() for part in str(text).split(",")]
+    try:
+        sizes = tuple(int(part) for part in parts)
+    except ValueError:
+        raise ConfigError(f"--batch-size {text!r}: give whole numbers separated by commas, e.g. 16,32,64") from None
+    bad = [b for b in sizes if b <= 0]
+    if bad:
+        raise ConfigError(f"--batch-size must be positive, got {bad[0]} in {text!r}")
+    repeated = sorted({b for b in sizes if sizes.count(b) > 1})
+    if repeated:
+        raise ConfigError(f"--batch-size {text!r} names {', '.join(map(str, repeated))} more than once; "
+                          "give each batch size once")
+    return sizes
 
 
 def single_batch_size(text: str | int | None) -> int | None:
@@ -208,6 +235,12 @@ def _configs(args: argparse.Namespace, has_gpu: bool, world_size: int = 1) -> tu
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from dlscale.bench.curve import curve_lines, run_curve
+    from dlscale.bench.synthetic import run_bench, run_name, write_run
+    from dlscale.distributed import DistEnv, shutdown
+
     env = DistEnv.from_env()
     has_gpu = args.device != "cpu" and torch.cuda.is_available()
     cfgs, note = _configs(args, has_gpu, env.world_size)

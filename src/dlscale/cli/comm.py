@@ -6,11 +6,10 @@ import argparse
 import re
 from pathlib import Path
 
-from dlscale.bench.comm import MODES, OPS, CommConfig, run_comm, run_name, write_run
+from dlscale.bench.comm_table import MODES, OPS, CommConfig
 from dlscale.cli.output import claim_outputs, write_summary_file
-from dlscale.distributed import DistEnv, shutdown
+from dlscale.config.sections import TOPOLOGY_NAMES
 from dlscale.errors import DlscaleError
-from dlscale.strategies import TOPOLOGIES
 
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024 ** 2, "MB": 1024 ** 2, "MIB": 1024 ** 2,
           "G": 1024 ** 3, "GB": 1024 ** 3, "GIB": 1024 ** 3}
@@ -50,7 +49,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("-w", "--warmup-iters", type=int, default=1, help="untimed calls per size")
     p.add_argument("-n", "--iters", type=int, default=20, help="timed calls per size")
     p.add_argument("--mode", choices=MODES, default="both", help="out-of-place, in-place or both columns")
-    p.add_argument("--topology", choices=sorted(TOPOLOGIES), default="exp2",
+    p.add_argument("--topology", choices=sorted(TOPOLOGY_NAMES), default="exp2",
                    help="graph of the neighbour exchange (neighbor_allreduce)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--pg-timeout", type=float, default=600.0, help="seconds before a stuck collective fails")
@@ -61,6 +60,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dlscale.bench.comm import run_comm, run_name, write_run  # torch: loaded when the command runs
+    from dlscale.distributed import DistEnv, shutdown
+
     cfg = CommConfig(ops=parse_ops(args.op), min_bytes=args.min_bytes, max_bytes=args.max_bytes,
                      step_factor=args.step_factor, warmup_iters=args.warmup_iters, iters=args.iters,
                      mode=args.mode, topology=args.topology, device=args.device, pg_timeout_s=args.pg_timeout)

@@ -15,9 +15,8 @@ from dataclasses import replace
 
 from dlscale.cli import COMMANDS
 from dlscale.config import StrategyConfig, TrainConfig, load_config
-from dlscale.config.sections import DYNAMIC_SCHEDULES
+from dlscale.config.sections import DIST_OPTIMIZERS, DYNAMIC_SCHEDULES, TOPOLOGY_NAMES
 from dlscale.errors import ConfigError
-from dlscale.strategies import STRATEGIES, TOPOLOGIES
 
 
 def add_config_arguments(p: argparse.ArgumentParser, *, positional: bool = False) -> None:
@@ -28,6 +27,9 @@ def add_config_arguments(p: argparse.ArgumentParser, *, positional: bool = False
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="override one setting, e.g. --set optim.lr=0.2 (repeatable)")
     p.add_argument("--data", default=None, metavar="PATH", help="data set folder (sets data.path)")
+    p.add_argument("--download", action="store_true",
+                   help="cifar10/cifar100: download the data set into data.path first if it is not there, its MD5 "
+                        "checked (sets data.download)")
     p.add_argument("--on-bad-sample", choices=("skip", "error"), default=None,
                    help="an image that fails to decode: skip it (counted) or stop at once")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="sets device")
@@ -40,6 +42,8 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, str]:
     overrides = list(args.overrides)
     if args.data is not None:
         overrides.append(f"data.path={args.data}")
+    if getattr(args, "download", False):
+        overrides.append("data.download=true")
     if args.on_bad_sample is not None:
         overrides.append(f"data.on_bad_sample={args.on_bad_sample}")
     if args.device is not None:
@@ -51,10 +55,10 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, str]:
 
 
 def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dist-optimizer", choices=sorted(STRATEGIES), default=None,
+    p.add_argument("--dist-optimizer", choices=sorted(DIST_OPTIMIZERS), default=None,
                    help="allreduce (DDP, default), gradient_allreduce, neighbor_allreduce, "
                         "hierarchical_neighbor_allreduce")
-    p.add_argument("--topology", choices=sorted(TOPOLOGIES), default=None,
+    p.add_argument("--topology", choices=sorted(TOPOLOGY_NAMES), default=None,
                    help="graph of the neighbor strategies (exp2: exponential-2, BlueFog's default)")
     p.add_argument("--atc-style", action="store_true", default=None,
                    help="adapt-then-combine: step, then mix with neighbours (default: adapt-with-combine)")

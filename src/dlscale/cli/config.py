@@ -8,10 +8,8 @@ import yaml
 
 from dlscale.cli.common import add_config_arguments, resolve_config
 from dlscale.config import TrainConfig
-from dlscale.data import build_loaders
 from dlscale.errors import DataError
 from dlscale.rundir import to_jsonable
-from dlscale.train.plan import make_plan
 
 # Training-set sizes used when the data is not at hand (ImageNet-1k: 1,281,167 images;
 # CIFAR-10/100: 50,000), so that steps and warm-up can be shown without the data.
@@ -27,6 +25,8 @@ def add_parser(subparsers) -> None:
 
 def train_size(cfg: TrainConfig) -> tuple[int, str]:
     """Training-set size and where it came from (counted, or the nominal size of the data set)."""
+    from dlscale.data import build_loaders  # torch: loaded when the command runs, not for --help
+
     try:
         _, _, info = build_loaders(cfg.data, rank=0, world_size=1, batch_size=1, seed=cfg.seed)
         return info.train_size, "counted"
@@ -37,6 +37,8 @@ def train_size(cfg: TrainConfig) -> tuple[int, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dlscale.train.plan import make_plan  # torch: loaded when the command runs, not for --help
+
     cfg, preset = resolve_config(args)
     if args.world_size < 1:
         raise DataError(f"--world-size must be at least 1, got {args.world_size}")

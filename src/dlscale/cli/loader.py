@@ -5,20 +5,17 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from dlscale.bench import loader as loader_bench
 from dlscale.config import DataConfig
 from dlscale.config.sections import DATASET_NAMES, DECODE_ALIASES, DECODE_MODES
-from dlscale.data.decoders import decoder_name, resolve_decode
-from dlscale.data.transforms import pillow_build
-from dlscale.distributed import DistEnv
 from dlscale.errors import ConfigError, DeviceError
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.progress import ProgressDisplay
-from dlscale.metrics.run import environment_info
 from dlscale.rundir import RunDir, default_run_name
+
+if TYPE_CHECKING:
+    import torch
 
 
 def add_parser(subparsers) -> None:
@@ -65,6 +62,8 @@ def parse_workers(text: str) -> list[int]:
 
 
 def _check(args: argparse.Namespace) -> torch.device | None:
+    import torch  # torch and what runs on it: loaded when the command runs, not for --help
+
     for flag, value in (("--batch-size", args.batch_size), ("--batches", args.batches), ("--repeats", args.repeats)):
         if value < 1:
             raise ConfigError(f"{flag} {value}: use a number >= 1")
@@ -76,6 +75,8 @@ def _check(args: argparse.Namespace) -> torch.device | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dlscale.data.decoders import resolve_decode  # torch: loaded when the command runs, not for --help
+
     workers = parse_workers(args.workers)
     device = _check(args)
     cfg = DataConfig(name=args.dataset, path=args.data, image_size=args.image_size, decode=args.decode)
@@ -98,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
 def _measure(args: argparse.Namespace, cfg: DataConfig, workers: list[int],
              device: torch.device | None) -> tuple[list[dict], str]:
     """Every worker count's row, and the table of them."""
+    from dlscale.bench import loader as loader_bench
+    from dlscale.data.transforms import pillow_build
+
     if args.prewarm and args.data:
         _prewarm(Path(args.data) / "train" if args.dataset == "imagefolder" else Path(args.data))
     cores = available_cores()
@@ -137,10 +141,19 @@ def _prewarm(root: Path) -> None:
 
 
 def _said(decode: str, device: torch.device | None) -> str:
+    from dlscale.data.decoders import decoder_name
+
     return f"gpu ({decoder_name(device)} on {device})" if decode == "gpu" and device is not None else decode
 
 
 def _write(out: RunDir, args, decode: str, device, rows: list[dict], table: str) -> None:
+    import torch
+
+    from dlscale.bench import loader as loader_bench
+    from dlscale.data.transforms import pillow_build
+    from dlscale.distributed import DistEnv
+    from dlscale.metrics.run import environment_info
+
     settings = {"dataset": args.dataset, "data": args.data, "batch_size": args.batch_size, "batches": args.batches,
                 "repeats": args.repeats, "warmup_batches": args.warmup_batches, "image_size": args.image_size,
                 "decode": decode, "decode_asked": args.decode,

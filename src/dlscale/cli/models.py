@@ -1,14 +1,18 @@
-"""`dlscale models`: the registered models with their parameters, GMACs and GFLOPs."""
+"""`dlscale models`: the registered models with their parameters, GMACs and GFLOPs.
+
+The figures come from predict's layer table (pure Python), which a test checks against every torch
+model parameter by parameter and against models/flops.count_macs: the table prints without torch.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-import torch
-
 from dlscale.errors import ConfigError
-from dlscale.models import build_model, count_parameters, model_names
-from dlscale.models.flops import count_macs, forward_flops
+from dlscale.predict.layers import forward_macs, model_names, model_parameters
+
+FLOPS_PER_MAC = 2
+"""A multiply-accumulate is two FLOPs (models/flops.forward_flops)."""
 
 HEADER = ("name", "parameters", "GMACs", "GFLOPs")
 
@@ -31,21 +35,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def model_rows(num_classes: int, image_size: int) -> list[tuple[str, str, str, str]]:
-    """One formatted row per model. Models are built on the meta device: no weight memory
-    and no init (resnet152's Kaiming init alone takes about 1 s on a CPU)."""
+    """One formatted row per model, from the layer table (no model is built)."""
     rows = []
     for name in model_names():
-        with torch.device("meta"):
-            model = build_model(name, num_classes=num_classes)
-        macs = count_macs(model, image_size=image_size)
-        rows.append(
-            (
-                name,
-                f"{count_parameters(model):,}",
-                f"{macs / 1e9:.2f}",
-                f"{forward_flops(macs) / 1e9:.2f}",
-            )
-        )
+        params = model_parameters(name, num_classes=num_classes, image_size=image_size)
+        macs = forward_macs(params)
+        rows.append((name, f"{sum(p.numel for p in params):,}", f"{macs / 1e9:.2f}",
+                     f"{FLOPS_PER_MAC * macs / 1e9:.2f}"))
     return rows
 
 

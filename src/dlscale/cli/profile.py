@@ -8,6 +8,9 @@
 device); `train` takes `dlscale train`'s configuration flags (real batches through the loaders).
 Both run warm-up steps, then the timed window inside the NVTX range PROFILE, then a short
 torch.profiler trace, and write a run directory; docs/profiling.md explains every output.
+
+torch and the training code are imported by the functions that run a profile, not at the top:
+`dlscale profile --help` builds its parser without them.
 """
 
 from __future__ import annotations
@@ -16,23 +19,20 @@ import argparse
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-import torch.distributed as dist
-
-from dlscale import profiling
-from dlscale.bench.synthetic import build_bench
 from dlscale.cli import bench as bench_cli
 from dlscale.cli.common import add_config_arguments, resolve_config
-from dlscale.data import DevicePrefetcher
-from dlscale.distributed import DistEnv, init_process_group, select_device, shutdown
 from dlscale.errors import ConfigError
 from dlscale.launch.local import nsys_command
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.input_bound import input_bound_warning
-from dlscale.metrics.run import environment_info
 from dlscale.rundir import RunDir, check_output_dir, default_run_name
-from dlscale.train.loop import build_run
+
+if TYPE_CHECKING:
+    import torch
+
+    from dlscale.distributed import DistEnv
 
 BENCH_ONLY = {"num_warmup_batches": "--warmup", "num_batches_per_iter": "--steps", "num_iters": "--steps",
               "json": "--out"}
@@ -102,6 +102,8 @@ class LoaderBatches:
     """Training batches through DevicePrefetcher, epoch after epoch (set_epoch before each)."""
 
     def __init__(self, loader, device: torch.device, normalizer):
+        from dlscale.data import DevicePrefetcher
+
         self.loader = loader
         self.prefetcher = DevicePrefetcher(loader, device, normalizer)
         self.epoch, self._batches, self._left = 0, None, 0
@@ -121,6 +123,10 @@ class LoaderBatches:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    import torch
+
+    from dlscale.distributed import DistEnv, init_process_group, select_device, shutdown
+
     for name, instead in BENCH_ONLY.items():
         if getattr(args, name) is not None:
             raise ConfigError(f"--{name.replace('_', '-')} is a `dlscale bench` flag; profile takes {instead}")
@@ -144,6 +150,8 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def _profile_bench(args, cfg, env: DistEnv, device: torch.device) -> None:
+    from dlscale.bench.synthetic import build_bench
+
     setup = build_bench(cfg, env, device)
     described = {"model": cfg.model, "batch_size": cfg.batch_size, "image_size": cfg.image_size,
                  "precision": cfg.precision, "dist_optimizer": cfg.strategy.dist_optimizer,
@@ -152,6 +160,8 @@ def _profile_bench(args, cfg, env: DistEnv, device: torch.device) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from dlscale.distributed import DistEnv, init_process_group, select_device, shutdown
+
     _check_window(args)
     env = DistEnv.from_env()
     cfg, preset = resolve_config(args)
@@ -165,6 +175,8 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def _profile_train(args, cfg, preset: str, env: DistEnv, device: torch.device) -> None:
+    from dlscale.train.loop import build_run
+
     run = build_run(cfg, env, device, RunDir(_out_dir(args, env, cfg.model.name)))
     plan, info = run.plan, run.info
     batches = LoaderBatches(run.train_loader, device, run.normalizer)
@@ -200,6 +212,8 @@ def _profile(
 
 def _profile_into(run: RunDir, args, env: DistEnv, device: torch.device, parts, batches, described: dict, *,
                   loader: dict | None, accumulation_steps: int) -> None:
+    from dlscale import profiling
+
     out = run.path
     result = profiling.profile_window(
         parts,
@@ -246,6 +260,8 @@ def _profile_into(run: RunDir, args, env: DistEnv, device: torch.device, parts, 
 
 def _out_dir(args, env: DistEnv, model: str) -> Path:
     """args.out, or a fresh name chosen by rank 0 and shared so that every rank writes its trace there."""
+    import torch.distributed as dist
+
     root, name = getattr(args, "output_dir", Path("runs")), getattr(args, "name", None)
     name = [str(args.out or Path(root) / (name or default_run_name("profile", args.mode, model)))]
     if dist.is_initialized():
@@ -260,6 +276,8 @@ def _cli_argv() -> list[str]:
 
 
 def _write(run: RunDir, args, env: DistEnv, device, described, rows, result, table, warning, nsys) -> None:
+    from dlscale import profiling
+    from dlscale.metrics.run import environment_info
     window = {"warmup": args.warmup, "steps": args.steps, "trace_steps": args.trace_steps, "sync": not args.no_sync}
     run.write_setup(
         {

@@ -11,8 +11,7 @@ from dlscale.errors import ConfigError, DlscaleError
 from dlscale.explain import text
 from dlscale.explain.build import explain_run
 from dlscale.metrics.cost import check_price
-from dlscale.report import DEFAULT_TOLERANCE_PTS, build_report
-from dlscale.report.io_rates import parse_epochs
+from dlscale.report import DEFAULT_TOLERANCE_PTS
 from dlscale.rundir import read_run
 
 
@@ -46,6 +45,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dlscale.report import build_report  # matplotlib: loaded when a report is drawn, not for --help
+    from dlscale.report.io_rates import parse_epochs
+
     check_price(args.price_per_device_hour)
     if args.top1_tolerance < 0:
         raise ConfigError(f"--top1-tolerance must be >= 0 percentage points, got {args.top1_tolerance:g}")

@@ -18,9 +18,6 @@ from dlscale.cli.slurm import add_job_arguments, job_options, loader_workers
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.errors import ConfigError
 from dlscale.metrics.tracking import track_finished
-from dlscale.report.load import load
-from dlscale.report.scaling import build_series, scaling_metrics
-from dlscale.report.tables import SCALING_HEADERS, markdown, scaling_table
 from dlscale.rundir import read_json
 from dlscale.sweep.plan import (
     COMMANDS,
@@ -32,7 +29,6 @@ from dlscale.sweep.plan import (
     given,
     plan_points,
 )
-from dlscale.sweep.run import LAUNCHERS, run_sweep
 
 
 def add_parser(subparsers) -> None:
@@ -53,7 +49,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--dist-optimizer", default=None, metavar="NAME,NAME",
                    help="strategies to sweep, e.g. allreduce,neighbor_allreduce")
     p.add_argument("--precision", default=None, metavar="NAME,NAME", help="precisions to sweep, e.g. fp32,amp_bf16")
-    p.add_argument("--launcher", choices=sorted(LAUNCHERS), default="torchrun",
+    p.add_argument("--launcher", choices=sorted(LAUNCHER_SPECS), default="torchrun",
                    help="how points start: torchrun on this host (default), or slurm: one sbatch job per point")
     p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                    help="how long one point may run before it is stopped and recorded as a timeout (3600); "
@@ -175,6 +171,12 @@ def _slurm_worlds(args: argparse.Namespace) -> tuple[int, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch and matplotlib (the report's tables): loaded when the sweep runs, not for --help
+    from dlscale.report.load import load
+    from dlscale.report.scaling import build_series, scaling_metrics
+    from dlscale.report.tables import SCALING_HEADERS, markdown, scaling_table
+    from dlscale.sweep.run import run_sweep
+
     spec = spec_from_args(args)
     check_spec(spec)  # the sweep's own flags first, then the swept command's
     tracking = tracking_from_args(args, args.output_dir)

@@ -20,10 +20,6 @@ import os
 import signal
 import sys
 
-from torch.distributed import run as torch_run
-from torch.distributed.elastic.multiprocessing.api import SignalException
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-
 from dlscale.errors import ConfigError
 from dlscale.launch.local import children, send_signal
 
@@ -47,6 +43,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from torch.distributed import run as torch_run  # torch: loaded when the command runs
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
     argv = list(args.torchrun_args)
     if not argv:
         raise ConfigError("give torchrun's flags and the program, e.g. dlscale torchrun --standalone "

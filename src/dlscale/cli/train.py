@@ -7,10 +7,8 @@ from dataclasses import replace
 
 from dlscale.cli.common import add_config_arguments, resolve_config
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
-from dlscale.distributed import DistEnv, shutdown
 from dlscale.metrics.cost import check_price
 from dlscale.metrics.ranks import describe
-from dlscale.train.loop import fit
 
 
 def add_parser(subparsers) -> None:
@@ -37,6 +35,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dlscale.distributed import DistEnv, shutdown  # torch: loaded when the command runs, not for --help
+    from dlscale.train.loop import fit
+
     env = DistEnv.from_env()
     cfg, preset = resolve_config(args)
     tracking = tracking_from_args(args, args.output_dir)

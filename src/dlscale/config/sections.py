@@ -42,6 +42,10 @@ SCHEDULE_NAMES: tuple[str, ...] = typing.get_args(ScheduleName)
 WARMUP_UNITS = ("iteration", "epoch")
 ANNEAL_UNITS = ("iteration", "epoch")
 DYNAMIC_SCHEDULES = ("auto", "one_peer", "inner_outer_exp2", "inner_outer_ring")
+DIST_OPTIMIZERS = ("allreduce", "gradient_allreduce", "neighbor_allreduce", "hierarchical_neighbor_allreduce")
+"""The names of dlscale.strategies.STRATEGIES, here so that the CLI's parsers list them without torch."""
+TOPOLOGY_NAMES = ("exp2", "ring", "mesh", "star", "full")
+"""The names of dlscale.strategies.TOPOLOGIES (BlueFog's graphs), here for the same reason."""
 WeightDecayExemption = Literal["module_type", "name_contains_bn"]
 WEIGHT_DECAY_EXEMPTIONS: tuple[str, ...] = typing.get_args(WeightDecayExemption)
 
@@ -61,9 +65,15 @@ class ModelConfig:
     """Zero the last BN gamma of every residual block (Goyal et al. 2017)."""
     norm: Literal["batch", "group"] = "batch"
     """BatchNorm, or GroupNorm (per sample: results do not depend on the split over ranks)."""
+    conv_init: Literal["fan_out", "fan_in"] = "fan_out"
+    """Kaiming-normal mode of the convolutions: "fan_out" as torchvision's ResNet, "fan_in" as NVIDIA ConvNets'
+    (its default, models/common.py LayerBuilder; the ngc-rn50-* presets). They differ for every conv whose input
+    and output channels differ (36 of ResNet-50's 53)."""
 
     def __post_init__(self) -> None:
         _check(self.width >= 1, f"model.width={self.width} must be >= 1 channels")
+        _check(self.conv_init in ("fan_out", "fan_in"),
+               f"model.conv_init={self.conv_init!r}: use fan_out (torchvision's) or fan_in (NVIDIA ConvNets')")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +87,10 @@ class DataConfig:
     """Data root. cifar10: a folder holding `cifar-10-batches-py/` (or that folder itself);
     cifar100: `cifar-100-python/` likewise; imagefolder: a folder with `train/<class>/*.JPEG`
     and `val/<class>/*.JPEG`. Unused by synthetic and digits."""
+
+    download: bool = False
+    """cifar10 and cifar100: when data.path holds no copy, download the python version there first, its MD5
+    checked against the published one, as torchvision's download=True (`--download`; dlscale.data.download)."""
 
     image_size: int | None = None
     """Side in pixels of the square training image; None takes the data set's own:
@@ -170,6 +184,9 @@ class DataConfig:
                 raise ConfigError(f"data.{key}={getattr(self, key)}; use a number >= 1")
         if self.num_workers < 0:
             raise ConfigError(f"data.num_workers={self.num_workers}; use 0 or more")
+        if self.download and self.name not in ("cifar10", "cifar100"):
+            raise ConfigError(f"data.download fetches CIFAR-10 and CIFAR-100 only, not data.name={self.name}; drop "
+                              "--download (`dlscale data make-jpegs` writes a JPEG tree to try imagefolder)")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -43,6 +43,10 @@ class CifarLayout:
     label_key: str
     names_key: str
     num_classes: int
+    archive_url: str
+    """Where the python version is published (torchvision's CIFAR10/CIFAR100 download it from here)."""
+    archive_md5: str
+    """The archive's MD5, as torchvision checks it (`tgz_md5`) and the data set's page lists it."""
 
 
 CIFAR10 = CifarLayout(
@@ -53,6 +57,8 @@ CIFAR10 = CifarLayout(
     label_key="labels",
     names_key="label_names",
     num_classes=10,
+    archive_url="https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+    archive_md5="c58f30108f718f92721af3b95e74349a",
 )
 CIFAR100 = CifarLayout(
     folder="cifar-100-python",
@@ -62,6 +68,8 @@ CIFAR100 = CifarLayout(
     label_key="fine_labels",
     names_key="fine_label_names",
     num_classes=100,
+    archive_url="https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
+    archive_md5="eb9058c3a382ffc7106e4002c42a8d85",
 )
 
 
@@ -111,7 +119,7 @@ def load_pickle(path: Path) -> dict[str, object]:
     return {key.decode("latin1") if isinstance(key, bytes) else key: value for key, value in content.items()}
 
 
-def _read_batch(path: Path, layout: CifarLayout) -> tuple[np.ndarray, np.ndarray]:
+def read_batch(path: Path, layout: CifarLayout) -> tuple[np.ndarray, np.ndarray]:
     """Images as uint8 (N, 32, 32, 3) and labels as int64 (N,), validated."""
     content = load_pickle(path)
     if "data" not in content or layout.label_key not in content:
@@ -132,20 +140,29 @@ def _read_batch(path: Path, layout: CifarLayout) -> tuple[np.ndarray, np.ndarray
     return images, labels.astype(np.int64)
 
 
-def _find_folder(root: Path, layout: CifarLayout) -> Path:
-    expected = (f"{root}/{layout.folder}/{{{','.join(layout.train_files + layout.val_files)},"
-                f"{layout.meta_file}}}")
+def cifar_folder(root: Path, layout: CifarLayout) -> Path | None:
+    """The folder holding the data set's batch files: root/<layout.folder>, or root itself; None if neither."""
     for folder in (root / layout.folder, root):
         if all((folder / name).is_file() for name in layout.train_files + layout.val_files):
             return folder
-    raise DataError(f"CIFAR files not found: expected {expected} (the python version of the data set)")
+    return None
+
+
+def _find_folder(root: Path, layout: CifarLayout) -> Path:
+    folder = cifar_folder(root, layout)
+    if folder is None:
+        expected = (f"{root}/{layout.folder}/{{{','.join(layout.train_files + layout.val_files)},"
+                    f"{layout.meta_file}}}")
+        raise DataError(f"CIFAR files not found: expected {expected} (the python version of the data set; "
+                        "--download fetches it)")
+    return folder
 
 
 def cifar_sources(root: str | Path, layout: CifarLayout) -> tuple[ArraySource, ArraySource, tuple[str, ...]]:
     """(train, val, class_names) of the CIFAR copy under root (or in root itself)."""
     folder = _find_folder(Path(root), layout)
-    train = [_read_batch(folder / name, layout) for name in layout.train_files]
-    val = [_read_batch(folder / name, layout) for name in layout.val_files]
+    train = [read_batch(folder / name, layout) for name in layout.train_files]
+    val = [read_batch(folder / name, layout) for name in layout.val_files]
     meta_path = folder / layout.meta_file
     if not meta_path.is_file():
         raise DataError(f"{meta_path} is missing; download the python version of {layout.folder} again")

@@ -24,6 +24,7 @@ from dlscale.data.cifar import (
 from dlscale.data.dataset import ImageDataset, collate_samples
 from dlscale.data.decoders import resolve_decode
 from dlscale.data.digits import DIGITS_CLASSES, digits_sources
+from dlscale.data.download import ensure_cifar
 from dlscale.data.encoded import DevicePlan, collate_encoded
 from dlscale.data.imagefolder import (
     IMAGENET_MEAN,
@@ -103,6 +104,8 @@ def _build_cifar(cfg: DataConfig) -> _Built:
                         "or cifar-100-python/ (the python version of the data set)")
     layout, mean, std = {"cifar10": (CIFAR10, CIFAR10_MEAN, CIFAR10_STD),
                          "cifar100": (CIFAR100, CIFAR100_MEAN, CIFAR100_STD)}[cfg.name]
+    if cfg.download:
+        ensure_cifar(cfg.path, layout, out=lambda line: print(line, flush=True))
     train, val, class_names = cifar_sources(cfg.path, layout)
     info = DatasetInfo(name=cfg.name, num_classes=layout.num_classes, mean=mean, std=std, train_size=len(train),
                        val_size=len(val), image_size=32, val_image_size=32, class_names=class_names)

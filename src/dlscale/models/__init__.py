@@ -19,6 +19,7 @@ OPTIONS = {
     "zero_init_residual": "zero the last BN gamma of every block (Goyal et al. 2017)",
     "in_channels": "image channels (3); 1 for grayscale data",
     "norm": "normalisation layer: batch (standard) or group (per-sample; independent of the split over ranks)",
+    "conv_init": "Kaiming-normal mode of the convolutions: fan_out (torchvision's) or fan_in (NVIDIA ConvNets')",
 }
 """Options build_model() accepts, with what each does."""
 

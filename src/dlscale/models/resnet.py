@@ -28,6 +28,11 @@ NORMS = ("batch", "group")
 normalises each sample on its own, so a data-parallel step is independent of how the batch is
 split over ranks (a 2-rank run equals a 1-rank run with the doubled batch)."""
 
+CONV_INITS = ("fan_out", "fan_in")
+"""Kaiming-normal modes of the convolutions (He et al. 2015): "fan_out" keeps the variance of the gradients
+in backward (torchvision's ResNet); "fan_in" keeps that of the activations in forward (NVIDIA ConvNets'
+default, `--conv_init fan_in`). They differ for every conv whose input and output channels differ."""
+
 STAGE_STRIDES = (1, 2, 2, 2)
 """Stride of the first block of layer1..layer4; each later stage halves the resolution."""
 
@@ -159,9 +164,12 @@ class ResNet(nn.Module):
         norm: str = "batch",
         groups: int = 1,
         width_per_group: int = 64,
+        conv_init: str = "fan_out",
     ) -> None:
         super().__init__()
         check_options(num_classes=num_classes, width=width, stem=stem, in_channels=in_channels)
+        if conv_init not in CONV_INITS:
+            raise ConfigError(f"conv_init={conv_init!r} is unknown; pick one of {', '.join(CONV_INITS)}")
         if norm not in NORMS:
             raise ConfigError(f"norm={norm!r} is unknown; pick one of {', '.join(NORMS)}")
         if block is BasicBlock and (groups, width_per_group) != (1, 64):
@@ -181,7 +189,7 @@ class ResNet(nn.Module):
             self.add_module(f"layer{index}", stage)
         self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
         self.fc = nn.Linear(self._channels, num_classes)
-        initialize(self, zero_init_residual)
+        initialize(self, zero_init_residual, conv_init)
 
     def _make_stage(self, block: Block, width: int, count: int, stride: int) -> nn.Sequential:
         """`count` blocks; the first changes stride/channels through a 1x1 projection."""
@@ -243,8 +251,8 @@ def pad_stem(model: nn.Module, channels: int) -> nn.Module:
     return model
 
 
-def initialize(model: nn.Module, zero_init_residual: bool = False) -> None:
-    """Kaiming-normal convs (fan_out, ReLU gain; He et al. 2015), BN gamma 1 and beta 0.
+def initialize(model: nn.Module, zero_init_residual: bool = False, conv_init: str = "fan_out") -> None:
+    """Kaiming-normal convs (ReLU gain; He et al. 2015) in the `conv_init` mode of CONV_INITS, BN gamma 1 and beta 0.
 
     `zero_init_residual` zeroes the last BN gamma of every block, so each block starts as
     the identity; Goyal et al. 2017 ("Accurate, Large Minibatch SGD", section 5.1) report
@@ -252,7 +260,7 @@ def initialize(model: nn.Module, zero_init_residual: bool = False) -> None:
     """
     for module in model.modules():
         if isinstance(module, nn.Conv2d):
-            nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+            nn.init.kaiming_normal_(module.weight, mode=conv_init, nonlinearity="relu")
         elif isinstance(module, nn.BatchNorm2d | nn.GroupNorm):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)

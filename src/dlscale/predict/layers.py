@@ -4,8 +4,10 @@ Pure Python (no torch), so that `dlscale predict` knows what DDP buckets and whe
 produces each gradient without building a model. The table follows models/resnet.py: ResNet
 v1.5, torchvision's names and order (conv1, bn1, layer1..layer4, fc; in a block conv1, bn1,
 conv2, bn2, [conv3, bn3,] downsample.0, downsample.1), the "imagenet" stem (7x7 stride 2 and a
-3x3 max-pool) or the "cifar" stem (7x7 stride 1, no pool). A test checks it against the torch
-models parameter by parameter, and its MACs against models/flops.count_macs.
+3x3 max-pool) or the "cifar" stem (7x7 stride 1, no pool); the wide and ResNeXt variants widen
+the bottleneck's inner convs and group its 3x3 conv. A test checks it against the torch models
+parameter by parameter, and its MACs against models/flops.count_macs, for every registered model
+(so `dlscale models` prints its table without building one).
 
 MACs are those of models/flops.py: Conv2d and Linear only, per image; normalisation layers
 carry 0 (their cost is not counted there either).
@@ -29,6 +31,16 @@ BLOCKS: dict[int, tuple[str, tuple[int, int, int, int]]] = {
 
 STAGE_STRIDES = (1, 2, 2, 2)
 
+VARIANTS: dict[str, tuple[int, int, int]] = {
+    "wide_resnet50_2": (50, 1, 128),
+    "wide_resnet101_2": (101, 1, 128),
+    "resnext50_32x4d": (50, 32, 4),
+    "resnext101_32x8d": (101, 32, 8),
+    "resnext101_64x4d": (101, 64, 4),
+}
+"""torchvision's wide and ResNeXt models -> (depth, groups, width_per_group), as models/resnet.py VARIANTS
+(a test checks that the two agree)."""
+
 
 @dataclass(frozen=True)
 class Parameter:
@@ -43,7 +55,8 @@ class Parameter:
 
 
 def model_names() -> list[str]:
-    return [f"resnet{d}{suffix}" for d in BLOCKS for suffix in ("", "_cifar")]
+    """Every model this table knows, in the order of models.MODELS: depth, then stem, then the variants."""
+    return [f"resnet{d}{suffix}" for d in BLOCKS for suffix in ("", "_cifar")] + list(VARIANTS)
 
 
 def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
@@ -54,11 +67,11 @@ class _Builder:
     def __init__(self) -> None:
         self.params: list[Parameter] = []
 
-    def conv(self, name: str, c_in: int, c_out: int, kernel: int, stride: int, size: int) -> int:
-        """A bias-free conv; returns its output size."""
+    def conv(self, name: str, c_in: int, c_out: int, kernel: int, stride: int, size: int, groups: int = 1) -> int:
+        """A bias-free conv (each output channel sees c_in / groups inputs); returns its output size."""
         out = _conv_out(size, kernel, stride, kernel // 2)
-        self.params.append(Parameter(f"{name}.weight", c_out * c_in * kernel * kernel,
-                                     out * out * c_out * c_in * kernel * kernel))
+        weights = c_out * c_in // groups * kernel * kernel
+        self.params.append(Parameter(f"{name}.weight", weights, out * out * weights))
         return out
 
     def norm(self, name: str, channels: int) -> None:
@@ -67,10 +80,12 @@ class _Builder:
 
 def model_parameters(model: str, *, num_classes: int = 1000, width: int = 64, image_size: int = 224,
                      in_channels: int = 3) -> list[Parameter]:
-    """Every parameter of `model` (resnet18 ... resnet152, optionally `_cifar`) in registration order."""
-    match = re.fullmatch(r"resnet(\d+)(_cifar)?", model)
+    """Every parameter of `model` (resnet18 ... resnet152, optionally `_cifar`, or one of VARIANTS) in
+    registration order."""
+    depth, groups, width_per_group = VARIANTS.get(model, (0, 1, 64))
+    match = re.fullmatch(r"resnet(\d+)(_cifar)?", f"resnet{depth}" if depth else model)
     if not match or int(match.group(1)) not in BLOCKS:
-        raise ConfigError(f"dlscale predict knows the layers of {', '.join(model_names())}; not {model!r}")
+        raise ConfigError(f"dlscale knows the layers of {', '.join(model_names())}; not {model!r}")
     for name, value in (("num_classes", num_classes), ("width", width), ("image_size", image_size)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConfigError(f"{name}={value!r} must be a positive integer")
@@ -86,20 +101,24 @@ def model_parameters(model: str, *, num_classes: int = 1000, width: int = 64, im
         for block in range(count):
             s = stride if block == 0 else 1
             name = f"layer{index}.{block}"
-            size, channels = _block(build, name, kind, channels, planes, s, size)
+            size, channels = _block(build, name, kind, channels, planes, s, size, groups, width_per_group)
     build.params.append(Parameter("fc.weight", num_classes * channels, num_classes * channels))
     build.params.append(Parameter("fc.bias", num_classes, 0))
     return build.params
 
 
-def _block(build: _Builder, name: str, kind: str, c_in: int, planes: int, stride: int, size: int) -> tuple[int, int]:
+def _block(build: _Builder, name: str, kind: str, c_in: int, planes: int, stride: int, size: int,
+           groups: int = 1, width_per_group: int = 64) -> tuple[int, int]:
     c_out = planes * (4 if kind == "bottleneck" else 1)
     if kind == "bottleneck":
-        build.conv(f"{name}.conv1", c_in, planes, 1, 1, size)
-        build.norm(f"{name}.bn1", planes)
-        out = build.conv(f"{name}.conv2", planes, planes, 3, stride, size)  # v1.5: the stride is here
-        build.norm(f"{name}.bn2", planes)
-        build.conv(f"{name}.conv3", planes, c_out, 1, 1, out)
+        inner = int(planes * (width_per_group / 64.0)) * groups  # torchvision's Bottleneck width
+        if inner < groups:
+            raise ConfigError(f"width {planes} leaves less than 1 channel per group in {name}; use a larger width")
+        build.conv(f"{name}.conv1", c_in, inner, 1, 1, size)
+        build.norm(f"{name}.bn1", inner)
+        out = build.conv(f"{name}.conv2", inner, inner, 3, stride, size, groups)  # v1.5: the stride is here
+        build.norm(f"{name}.bn2", inner)
+        build.conv(f"{name}.conv3", inner, c_out, 1, 1, out)
         build.norm(f"{name}.bn3", c_out)
     else:
         out = build.conv(f"{name}.conv1", c_in, planes, 3, stride, size)

@@ -7,19 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlscale.report import io_rates, loader, plots, predictions
+from dlscale.report import DEFAULT_TOLERANCE_PTS, io_rates, loader, plots, predictions
 from dlscale.report import tables as t
 from dlscale.report.compare import dist_optimizer_rows, progression_rows
 from dlscale.report.load import Collection, load
 from dlscale.report.references import Reference, load_reference, resolve_names
 from dlscale.report.scaling import accuracy_rows, build_series, time_rows
 from dlscale.rundir import check_output_dir
-
-DEFAULT_TOLERANCE_PTS = 1.0
-"""Final top-1 may fall this many percentage points below the smallest batch before a run is
-flagged. Run-to-run spread of ResNet-50 top-1 is far smaller (NVIDIA's 90-epoch AMP result:
-77.12 +- 0.11, references/ngc.json); with 1.0 HAL's 64-GPU runs are flagged (Feb -1.14, May -4.66)
-and all its others pass."""
 
 PLOTS = {
     "throughput_vs_devices.png": "Throughput vs devices, with the ideal linear line",

@@ -203,7 +203,8 @@ def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: Run
         raise ConfigError(f"{plan.per_rank_batch} image per rank per step: BatchNorm needs at least 2 to normalise "
                           "in training; raise the batch, or use --set model.norm=group")
     model = build_model(cfg.model.name, num_classes=info.num_classes, width=cfg.model.width,
-                        zero_init_residual=cfg.model.zero_init_residual, norm=cfg.model.norm)
+                        zero_init_residual=cfg.model.zero_init_residual, norm=cfg.model.norm,
+                        conv_init=cfg.model.conv_init)
     if cfg.sync_batchnorm and device.type != "cuda":
         raise ConfigError("sync_batchnorm needs GPUs (torch's SyncBatchNorm has no CPU kernel); "
                           "drop it, or use --set model.norm=group for per-sample normalisation")

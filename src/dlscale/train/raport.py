@@ -8,6 +8,11 @@ take values from there, e.g. NCF's `get_training_data` reads `batch_size`. dlsca
 same names in one PARAMETER record, beside its own keys; one record and not two because NCF's
 reader looks up `batch_size` in every PARAMETER record it finds. Flags that dlscale has no
 counterpart for carry ConvNets' default (e.g. `mixup` 0.0, `jit` "no").
+
+Values keep the JSON types ConvNets' own record has: `warmup` is an int (`type=int`); `end_lr` and
+`static_loss_scale` are floats when given on the command line but ints when they come from their
+defaults (`default=0`, `default=1`) or from configs.yml through launch.py's `set_defaults` (the NGC
+recipe's `static_loss_scale: 128`, `warmup: 8`), so a whole number is written as an int.
 """
 
 from __future__ import annotations
@@ -18,6 +23,15 @@ from dlscale.config.sections import TrainConfig
 from dlscale.data import DatasetInfo
 from dlscale.distributed import DistEnv
 from dlscale.train.plan import Plan
+
+CHECKPOINT_FILENAME = "checkpoint-<step>.pt"
+"""How dlscale names its checkpoints in the run directory (train/checkpoint.py: checkpoint-<step, 9 digits>.pt),
+for ConvNets' `checkpoint_filename` (its default "checkpoint.pth.tar")."""
+
+
+def whole(value: float) -> int | float:
+    """A whole number as an int (as ConvNets' record holds its int defaults and configs.yml's values), else as is."""
+    return int(value) if float(value).is_integer() else value
 
 
 def convnets_parameters(cfg: TrainConfig, plan: Plan, env: DistEnv, info: DatasetInfo, *,
@@ -51,8 +65,8 @@ def _optim_arguments(cfg: TrainConfig, plan: Plan) -> dict:
         "optimizer_batch_size": plan.global_batch if plan.accumulation_steps > 1 else -1,
         "lr": plan.peak_lr,
         "lr_schedule": schedule.name,
-        "end_lr": schedule.end_lr,
-        "warmup": schedule.warmup_epochs,
+        "end_lr": whole(schedule.end_lr),
+        "warmup": whole(schedule.warmup_epochs),
         "label_smoothing": optim.label_smoothing,
         "mixup": 0.0,
         "optimizer": "sgd",
@@ -71,7 +85,7 @@ def _run_arguments(cfg: TrainConfig, env: DistEnv, raport_file: str | None, work
     return {
         "print_freq": cfg.log_every,
         "resume": None,
-        "static_loss_scale": loss_scale,
+        "static_loss_scale": whole(loss_scale),
         "prof": cfg.max_steps_per_epoch if cfg.max_steps_per_epoch is not None else -1,
         "amp": cfg.precision.startswith("amp"),
         "seed": cfg.seed,
@@ -80,6 +94,7 @@ def _run_arguments(cfg: TrainConfig, env: DistEnv, raport_file: str | None, work
         "evaluate": False,
         "training_only": False,
         "save_checkpoints": cfg.checkpoint.enabled,
+        "checkpoint_filename": CHECKPOINT_FILENAME,
         "jit": "no",
         "workspace": str(workspace),
         "memory_format": "nhwc" if cfg.speed.channels_last else "nchw",
@@ -97,7 +112,7 @@ def _model_arguments(cfg: TrainConfig, info: DatasetInfo) -> dict:
         "arch": cfg.model.name,
         "model.num_classes": info.num_classes,
         "model.last_bn_0_init": cfg.model.zero_init_residual,
-        "model.conv_init": "fan_out",  # dlscale's Kaiming init (models/resnet.py initialize)
+        "model.conv_init": cfg.model.conv_init,
         "model.trt": False,
         "model.fused_se": True,
         "model.pretrained_from_file": None,

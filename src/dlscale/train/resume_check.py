@@ -17,10 +17,11 @@ from dlscale.errors import ConfigError
 MAY_CHANGE = (
     "log_every", "checkpoint.", "pg_timeout_s", "target_accuracy", "name", "val_batch_size", "device",
     "deterministic", "speed.", "data.num_workers", "data.pin_memory", "data.persistent_workers",
-    "data.prefetch_factor", "data.max_consecutive_bad", "data.on_bad_sample", "data.path",
-    "data.val_image_size", "data.val_resize", "data.decode_chunk", "price_per_device_hour",
+    "data.prefetch_factor", "data.max_consecutive_bad", "data.on_bad_sample", "data.path", "data.download",
+    "data.val_image_size", "data.val_resize", "data.decode_chunk", "price_per_device_hour", "model.conv_init",
 )
-"""Settings (keys, or section prefixes ending in '.') that do not change what is trained."""
+"""Settings (keys, or section prefixes ending in '.') that do not change what is trained (model.conv_init
+draws the first weights only, which a resumed run loads from its checkpoint)."""
 EPOCHS_MAY_CHANGE = ("constant", "step", "plateau")
 """Schedules whose learning rate at a step does not depend on the number of epochs: a run with one
 of them may be extended or shortened. Cosine and linear decay to the last epoch: refused."""
