@@ -18,14 +18,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from dlscale import profiling
 from dlscale.bench.synthetic import build_bench
 from dlscale.cli import bench as bench_cli
 from dlscale.cli.common import add_config_arguments, resolve_config
 from dlscale.data import DevicePrefetcher
-from dlscale.distributed import DistEnv, init_process_group, select_device, shutdown
+from dlscale.distributed import DistEnv, broadcast_from_main, init_process_group, select_device, shutdown
 from dlscale.errors import ConfigError
 from dlscale.launch.local import nsys_command
 from dlscale.metrics.hardware import available_cores
@@ -247,10 +246,8 @@ def _profile_into(run: RunDir, args, env: DistEnv, device: torch.device, parts, 
 def _out_dir(args, env: DistEnv, model: str) -> Path:
     """args.out, or a fresh name chosen by rank 0 and shared so that every rank writes its trace there."""
     root, name = getattr(args, "output_dir", Path("runs")), getattr(args, "name", None)
-    name = [str(args.out or Path(root) / (name or default_run_name("profile", args.mode, model)))]
-    if dist.is_initialized():
-        dist.broadcast_object_list(name, src=0)
-    return check_output_dir(name[0], "--out", "the run directory")
+    name = broadcast_from_main(str(args.out or Path(root) / (name or default_run_name("profile", args.mode, model))))
+    return check_output_dir(name, "--out", "the run directory")
 
 
 def _cli_argv() -> list[str]:

@@ -10,8 +10,8 @@ are read with one host synchronisation after it. Call these on log steps and at 
 inside a step. Every rank calls with the same names, in the same order, with the same lengths. Figures
 travel as float64: whole numbers are exact up to 2**53. NCCL needs `device` to be this rank's GPU.
 
-Without a process group (one process) nothing is communicated: sums, maxima and minima are the figures
-as given, a gather is this one rank's.
+Without a process group (one process) nothing is communicated and nothing is sent to the device: sums,
+maxima and minima are the figures as given, a gather is this one rank's.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def over_ranks(device: torch.device | str, *, sum: Mapping[str, Figure] | None =
     min is asked for, an all_gather otherwise (sums, maxima and minima then computed from every rank's
     row, on the device)."""
     asked = {"sum": sum or {}, "max": max or {}, "min": min or {}, "gather": gather or {}}
-    columns, local = _pack(asked, device)
+    columns, local = _pack(asked, device if joined() else "cpu")  # one process: nothing goes to the device
     if local is None:
         return Reduced()
     used = [op for op, figures in asked.items() if figures]
