@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from dlscale.distributed import gather_over_ranks
 from dlscale.metrics.timing import device_synchronizer, mean_ci95
 from dlscale.train.step import Batch, StepParts, train_step
 
@@ -402,17 +403,12 @@ def summarize(records: list[dict]) -> dict:
 
 def gather_breakdowns(local: dict, device: torch.device) -> list[dict]:
     """Every rank's breakdown, on every rank (one all_gather of a small tensor), with overlap_pct."""
-    values = [math.nan if local[key] is None else local[key] for key in BREAKDOWN_KEYS]
-    tensor = torch.tensor(values, dtype=torch.float64, device=device)
-    if dist.is_initialized():
-        gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
-        dist.all_gather(gathered, tensor)
-    else:
-        gathered = [tensor]
+    ranks = gather_over_ranks({key: math.nan if local[key] is None else local[key] for key in BREAKDOWN_KEYS},
+                              device)  # None travels as NaN
     rows = []
-    for rank, row in enumerate(gathered):
-        values = zip(BREAKDOWN_KEYS, row.tolist(), strict=True)
-        entry = {"rank": rank, **{k: (None if math.isnan(v) else v) for k, v in values}}
+    for rank in range(len(ranks[BREAKDOWN_KEYS[0]])):
+        entry = {"rank": rank, **{key: None if math.isnan(ranks[key][rank]) else ranks[key][rank]
+                                  for key in BREAKDOWN_KEYS}}
         comm, exposed = entry["comm_ms"], entry["exposed_comm_ms"]
         entry["overlap_pct"] = 100 * max(comm - exposed, 0.0) / comm if comm else None
         rows.append(entry)

@@ -9,18 +9,25 @@ every rank and summed (BlueFog's way; Horovod prints rank 0's rate x world size)
 
 from __future__ import annotations
 
+import math
 import resource
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from dlscale.bench.graphs import WARMUP_STEPS, capture_train_step, check_ranks
 from dlscale.config.sections import BenchConfig, OptimConfig
-from dlscale.distributed import DistEnv, init_process_group, select_device
+from dlscale.distributed import (
+    DistEnv,
+    gather_over_ranks,
+    init_process_group,
+    max_over_ranks,
+    over_ranks,
+    select_device,
+)
 from dlscale.errors import DeviceError
 from dlscale.metrics.compile import CompileWatch, counting_replays, not_replayed_line, timed_first_step
 from dlscale.metrics.compile import describe as describe_compile
@@ -144,13 +151,10 @@ def _rank_times(per_rank: Sequence[Sequence[IterRate]]) -> dict:
 
 def gather_rates(rates: list[IterRate], device: torch.device) -> list[list[IterRate]]:
     """Every rank's per-iteration rates, on every rank (one all_gather)."""
-    if not dist.is_initialized():
-        return [rates]
-    local = torch.tensor([[r.total_ips, r.compute_ips, r.step_ms, r.data_ms, r.forward_ms] for r in rates],
-                         dtype=torch.float64, device=device)
-    gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, local)
-    return [[IterRate(*map(float, row)) for row in t.tolist()] for t in gathered]
+    names = [f.name for f in fields(IterRate)]
+    ranks = gather_over_ranks({name: [getattr(rate, name) for rate in rates] for name in names}, device)
+    return [[IterRate(*(ranks[name][rank][i] for name in names)) for i in range(len(rates))]
+            for rank in range(len(ranks[names[0]]))]
 
 
 def run_bench(
@@ -348,15 +352,12 @@ def _describe(cfg: BenchConfig, env: DistEnv, device: torch.device, setup: Bench
 def _comm_stats(strategy, device: torch.device) -> dict:
     """The strategy's communication per step: the slowest rank's time, the mean rank's bytes."""
     stats = strategy.comm_stats()
-    time_ms, sent = stats["comm_time_ms_per_step"], stats["comm_bytes_per_step"]
-    if dist.is_initialized():
-        t = torch.tensor([time_ms if time_ms is not None else -1.0], dtype=torch.float64, device=device)
-        b = torch.tensor([sent], dtype=torch.float64, device=device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        dist.all_reduce(b)
-        time_ms = None if t.item() < 0 else t.item()
-        sent = b.item() / dist.get_world_size()
-    return {"comm_time_ms_per_step": time_ms, "comm_bytes_per_step": sent,
+    time_ms = stats["comm_time_ms_per_step"]  # None: not timed by this strategy (the same on every rank)
+    ranks = over_ranks(device, max={"time_ms": math.nan if time_ms is None else time_ms},
+                       sum={"bytes": stats["comm_bytes_per_step"], "ranks": 1})
+    slowest = ranks.max["time_ms"]
+    return {"comm_time_ms_per_step": None if math.isnan(slowest) else slowest,
+            "comm_bytes_per_step": ranks.sum["bytes"] / ranks.sum["ranks"],
             "comm_bytes_basis": stats["comm_bytes_basis"]}
 
 
@@ -369,10 +370,7 @@ def _peak_memory(device: torch.device) -> dict:
         value, kind = torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
     else:
         value, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "host_max_rss"  # KiB on Linux
-    if dist.is_initialized():
-        t = torch.tensor([value], dtype=torch.int64, device=device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        value = int(t.item())
+    value = max_over_ranks({"bytes": value}, device)["bytes"]  # float64: exact below 2**53 bytes (8 PiB)
     return {"peak_memory_bytes": int(value), "peak_memory_kind": kind}
 
 

@@ -260,13 +260,11 @@ def _profile_into(run: RunDir, args, env: DistEnv, device: torch.device, parts, 
 
 def _out_dir(args, env: DistEnv, model: str) -> Path:
     """args.out, or a fresh name chosen by rank 0 and shared so that every rank writes its trace there."""
-    import torch.distributed as dist
+    from dlscale.distributed import broadcast_from_main
 
     root, name = getattr(args, "output_dir", Path("runs")), getattr(args, "name", None)
-    name = [str(args.out or Path(root) / (name or default_run_name("profile", args.mode, model)))]
-    if dist.is_initialized():
-        dist.broadcast_object_list(name, src=0)
-    return check_output_dir(name[0], "--out", "the run directory")
+    name = broadcast_from_main(str(args.out or Path(root) / (name or default_run_name("profile", args.mode, model))))
+    return check_output_dir(name, "--out", "the run directory")
 
 
 def _cli_argv() -> list[str]:
@@ -278,6 +276,7 @@ def _cli_argv() -> list[str]:
 def _write(run: RunDir, args, env: DistEnv, device, described, rows, result, table, warning, nsys) -> None:
     from dlscale import profiling
     from dlscale.metrics.run import environment_info
+
     window = {"warmup": args.warmup, "steps": args.steps, "trace_steps": args.trace_steps, "sync": not args.no_sync}
     run.write_setup(
         {

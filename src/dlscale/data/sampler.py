@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import torch
-import torch.distributed as dist
 from torch.utils.data import Sampler
 
 from dlscale.data.dataset import seeded_generator
+from dlscale.distributed import sum_over_ranks
 from dlscale.errors import DataError
 
 
@@ -179,7 +179,5 @@ def all_reduce_eval_sums(
     values = (correct_top1, correct_top5, loss_sum, count)
     if device is None:
         device = next((v.device for v in values if isinstance(v, torch.Tensor)), torch.device("cpu"))
-    sums = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device).reshape(()) for v in values])
-    if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(sums, op=dist.ReduceOp.SUM)
-    return EvalTotals(*sums.tolist())
+    sums = sum_over_ranks(dict(zip(EvalTotals._fields, values, strict=True)), device)
+    return EvalTotals(**sums)

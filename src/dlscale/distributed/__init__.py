@@ -1,4 +1,5 @@
-"""Who this process is in the job (env.py) and its process group (process_group.py)."""
+"""Who this process is in the job (env.py), its process group (process_group.py), and figures reduced over
+the ranks by name (reductions.py)."""
 
 from dlscale.distributed.env import DistEnv, expand_hostlist
 from dlscale.distributed.process_group import (
@@ -7,5 +8,17 @@ from dlscale.distributed.process_group import (
     select_device,
     shutdown,
 )
+from dlscale.distributed.reductions import (
+    Reduced,
+    barrier,
+    broadcast_from_main,
+    gather_over_ranks,
+    max_over_ranks,
+    min_over_ranks,
+    over_ranks,
+    sum_over_ranks,
+)
 
-__all__ = ["DistEnv", "attempt_store", "expand_hostlist", "init_process_group", "select_device", "shutdown"]
+__all__ = ["DistEnv", "Reduced", "attempt_store", "barrier", "broadcast_from_main", "expand_hostlist",
+           "gather_over_ranks", "init_process_group", "max_over_ranks", "min_over_ranks", "over_ranks",
+           "select_device", "shutdown", "sum_over_ranks"]

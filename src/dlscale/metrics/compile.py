@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
+
+from dlscale.distributed import over_ranks
 
 CUDAGRAPH_MODES = ("reduce-overhead", "max-autotune")
 """torch.compile's modes that record and replay CUDA graphs (on CUDA devices)."""
@@ -172,14 +173,12 @@ def _short(reason: str) -> str:
 
 def _over_ranks(delta: dict, replays: int | None, device: torch.device) -> tuple[dict, int | None]:
     """The skips and graph breaks of the rank with the most, the replays of the rank with the fewest (one
-    all_reduce): a rate is CUDA graphs' only if every rank replayed them. Unchanged for one process."""
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return delta, replays
-    t = torch.tensor([delta["cudagraph_skips"], delta["graph_breaks"], -replays if replays is not None else 0],
-                     dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    skips, breaks, fewest = (int(v) for v in t.tolist())
-    return {**delta, "cudagraph_skips": skips, "graph_breaks": breaks}, None if replays is None else -fewest
+    all_gather): a rate is CUDA graphs' only if every rank replayed them. Unchanged for one process."""
+    ranks = over_ranks(device, max={"skips": delta["cudagraph_skips"], "breaks": delta["graph_breaks"]},
+                       min={"replays": replays if replays is not None else 0})
+    skips, breaks = int(ranks.max["skips"]), int(ranks.max["breaks"])
+    return ({**delta, "cudagraph_skips": skips, "graph_breaks": breaks},
+            None if replays is None else int(ranks.min["replays"]))
 
 
 def describe(facts: dict) -> list[str]:

@@ -6,8 +6,8 @@ drives, one all-reduce). On CPUs and without NVML the figures are None.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
+from dlscale.distributed import sum_over_ranks
 from dlscale.metrics.nvml import EnergyMeter, energy_meter
 
 
@@ -27,13 +27,9 @@ def energy_summary(measured: dict | None, images: int, device: torch.device) -> 
     devices), avg_power_w (per device), joules_per_image (images: over all ranks in the span), and
     how NVML measured it. All None unless every rank measured."""
     energy, seconds = (measured["energy_j"], measured["seconds"]) if measured else (0.0, 0.0)
-    local = torch.tensor([energy, seconds, 1.0 if measured else 0.0], dtype=torch.float64, device=device)
-    ranks = 1
-    if dist.is_initialized():
-        dist.all_reduce(local)
-        ranks = dist.get_world_size()
-    total, seconds, measuring = local.tolist()
-    if measuring < ranks or total <= 0 or seconds <= 0:
+    summed = sum_over_ranks({"energy_j": energy, "seconds": seconds, "measuring": bool(measured), "ranks": 1}, device)
+    total, seconds = summed["energy_j"], summed["seconds"]
+    if summed["measuring"] < summed["ranks"] or total <= 0 or seconds <= 0:
         return dict(NO_ENERGY)
     return {"energy_j": total, "avg_power_w": total / seconds, "joules_per_image": total / images if images else None,
             "energy_method": measured["method"]}

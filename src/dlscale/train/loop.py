@@ -2,7 +2,8 @@
 
 Set-up happens in one order: device and process group, seed, data, model, precision,
 strategy, optimizer and schedule, checkpoint, records. Each step runs without host
-synchronisation; metrics are reduced across ranks only on log steps.
+synchronisation; metrics are reduced across ranks only on log steps, where a log window
+closes (train/windows.py); each epoch ends with an evaluation (train/evaluate.py).
 """
 
 from __future__ import annotations
@@ -16,20 +17,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from dlscale.config.sections import TrainConfig
-from dlscale.data import (
-    DatasetInfo,
-    DeviceNormalizer,
-    DevicePrefetcher,
-    all_reduce_eval_sums,
-    build_loaders,
-)
+from dlscale.data import DatasetInfo, DeviceNormalizer, DevicePrefetcher, build_loaders
 from dlscale.data.counting import ReadMeter, count_reads
-from dlscale.data.dataset import EXCLUDED_LABEL
-from dlscale.distributed import DistEnv, init_process_group, select_device
+from dlscale.distributed import DistEnv, broadcast_from_main, init_process_group, select_device, sum_over_ranks
 from dlscale.errors import ConfigError, DlscaleError, StorageError
 from dlscale.metrics.compile import CompileWatch, counting_replays, timed_first_step
 from dlscale.metrics.compile import describe as describe_compile
@@ -37,15 +30,15 @@ from dlscale.metrics.cost import train_costs
 from dlscale.metrics.energy import device_energy_meter, energy_summary
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.input_bound import input_bound_warning
-from dlscale.metrics.ranks import lead_times, slowest, stragglers
 from dlscale.metrics.records import Records
 from dlscale.metrics.run import environment_info
-from dlscale.metrics.timing import DeviceTimer, IterationTimes, device_synchronizer, format_duration, time_forward
+from dlscale.metrics.timing import device_synchronizer, format_duration
 from dlscale.metrics.tracking import TrackingTarget
 from dlscale.models import build_model
 from dlscale.precision import build_precision, precision_note
 from dlscale.rundir import RunDir, check_output_file, to_jsonable
 from dlscale.train.checkpoint import CheckpointManager
+from dlscale.train.evaluate import evaluate
 from dlscale.train.optim import loss_fn
 from dlscale.train.plan import Plan, make_plan, per_rank_batch
 from dlscale.train.raport import convnets_parameters
@@ -53,7 +46,8 @@ from dlscale.train.replica import build_replica
 from dlscale.train.schedule import LRSchedule
 from dlscale.train.signals import PreemptionHandler
 from dlscale.train.state import Progress, RunState
-from dlscale.train.step import StepParts, no_regions, train_step
+from dlscale.train.step import StepParts, train_step
+from dlscale.train.windows import LogWindows, Window
 
 clock = time.perf_counter
 """The host clock of log windows (read after the window's device synchronisation)."""
@@ -78,6 +72,8 @@ class Run:
     info: DatasetInfo
     state: RunState
     """What checkpoints save and restore."""
+    windows: LogWindows
+    """The log windows: what each measures, closed on log steps, and what the summary keeps of them."""
     records: Records = field(default_factory=lambda: Records(None, enabled=False))
     preemption: PreemptionHandler | None = None
     stop_signal: str | None = None
@@ -88,21 +84,8 @@ class Run:
     """Waits for the device's queued work: every timed window ends with it before its clock is read."""
     clock_origin: tuple[float, float] = (0.0, 0.0)
     """(perf_counter, elapsed_s) when this attempt started; elapsed = e0 + now - t0."""
-    forward: DeviceTimer | None = None
-    """Times the forward passes for the log windows (by hooks on the model unless it is compiled)."""
-    forward_in_regions: bool = False
-    """A compiled model: time the forward as train_step's "forward" region (with DDP's broadcast)."""
-    reads: ReadMeter | None = None
-    """What the training input pipeline read (data set counts and /proc counters), per log window."""
-    rank_windows: list[dict] = field(default_factory=list)
-    """Each log window's per-rank step, data wait, forward and lead (data + forward) times in ms per
-    step, epochs' first windows left out (their data wait includes the loader workers' start)."""
     compiling: CompileWatch | None = None
     """What torch.compile did (None for an eager model): the first step's time, the CUDA-graph replays."""
-    comm_windows: list[tuple[float, float]] = field(default_factory=list)
-    """Each log window's communication per step as the strategy's own timer measured it on this rank
-    (ms, bytes), for strategies that time it (not DDP: its allreduce runs inside backward); epochs' first
-    windows left out, as for rank_windows."""
 
     def elapsed_s(self) -> float:
         t0, e0 = self.clock_origin
@@ -141,11 +124,9 @@ def _claim(run_dir: RunDir, env: DistEnv, raport_file: str | None) -> RunDir | N
             lock = run_dir.claim()
         except DlscaleError as raised:
             error = raised
-    found = [None if error is None else (type(error).__name__, str(error))]
-    if dist.is_initialized():
-        dist.broadcast_object_list(found, src=0)
-    if found[0] is not None:
-        kind, message = found[0]
+    found = broadcast_from_main(None if error is None else (type(error).__name__, str(error)))
+    if found is not None:
+        kind, message = found
         raise error or (StorageError if kind == "StorageError" else ConfigError)(message)
     return lock
 
@@ -216,23 +197,17 @@ def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: Run
     schedule = LRSchedule(cfg.schedule, peak_lr=plan.peak_lr, steps_per_epoch=plan.steps_per_epoch,
                           optimizer=optimizer)
     checkpoints = CheckpointManager(run_dir.path / "checkpoints", keep_last=cfg.checkpoint.keep_last)
+    sync = device_synchronizer(device)
     return Run(
         cfg=cfg, env=env, device=device, plan=plan, model=replica.model, parts=replica.parts, schedule=schedule,
         normalizer=DeviceNormalizer(info.mean, info.std, device, channels_last=cfg.speed.channels_last),
         train_loader=train_loader, val_loader=val_loader, info=info,
         state=RunState(replica.model, optimizer, schedule, precision, train_loader.sampler, checkpoints, device,
                        settings={**to_jsonable(cfg), "world_size": env.world_size}),
-        sync=device_synchronizer(device), reads=ReadMeter(count_reads(train_loader)),
-        **_forward_timer(replica.model, device, compiled=cfg.speed.compile),
-        compiling=CompileWatch.for_run(cfg.speed.compile, cfg.speed.compile_mode, device),
+        windows=LogWindows(device, model=replica.model, strategy=replica.parts.strategy, compiled=cfg.speed.compile,
+                           reads=ReadMeter(count_reads(train_loader)), sync=sync, clock=clock),
+        sync=sync, compiling=CompileWatch.for_run(cfg.speed.compile, cfg.speed.compile_mode, device),
     )
-
-
-def _forward_timer(model: nn.Module, device: torch.device, *, compiled: bool) -> dict:
-    forward = DeviceTimer(device)
-    if not compiled:
-        time_forward(model, forward)
-    return {"forward": forward, "forward_in_regions": compiled}
 
 
 def _seed(seed: int, deterministic: bool, device: torch.device) -> None:
@@ -260,7 +235,7 @@ def _epochs(run: Run, progress: Progress) -> bool:
         if stopped:
             _save(run, progress, reason="preemption")
             return True
-        evaluation = evaluate(run)
+        evaluation = _evaluate(run)
         progress.elapsed_s = run.elapsed_s()
         _end_epoch(run, progress, evaluation, images / max(train_s, 1e-9))
         reached = cfg.target_accuracy is not None and evaluation["val_top1_pct"] >= 100 * cfg.target_accuracy
@@ -282,11 +257,11 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
     """One epoch from progress.epoch_step on: (stopped by a signal?, images trained, seconds)."""
     cfg, plan = run.cfg, run.plan
     started, first_step = time.perf_counter(), progress.epoch_step
-    consumed = progress.epoch_step * plan.accumulation_steps * plan.per_rank_batch
-    run.train_loader.sampler.set_epoch(progress.epoch, start_index=consumed * run.env.world_size)
+    start_index = plan.samples_seen(progress.epoch_step) * run.env.world_size  # over all ranks
+    run.train_loader.sampler.set_epoch(progress.epoch, start_index=start_index)
     run.parts.model.train()
     batches = iter(DevicePrefetcher(run.train_loader, run.device, run.normalizer))
-    window = _new_window(run, first=True)
+    window = run.windows.open(first=True)
     skipped: list[str] = []
     stopped = False
     while progress.epoch_step < plan.steps_per_epoch and not stopped:
@@ -300,20 +275,21 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
             micro.append((batch.images, batch.labels))
         with timed_first_step(run.compiling, run.sync, clock):  # this attempt's first step: it compiles
             loss = train_step(run.parts, micro, regions=window.regions)
-        window.add(loss, plan.global_batch // run.env.world_size)
+        window.add(loss, plan.rank_images_per_step)
         progress.step += 1
         progress.epoch_step += 1
         run.records.tick(progress.epoch, progress.epoch_step)  # the terminal's bar; nothing elsewhere
         if progress.step % cfg.log_every == 0 or progress.epoch_step == plan.steps_per_epoch:
             stopped = _log(run, progress, window)
-            window = _new_window(run)
+            window = run.windows.open()
         else:
             stopped = _preempted_locally(run)
         every = cfg.checkpoint.every_steps
         if not stopped and cfg.checkpoint.enabled and every and progress.step % every == 0:
             _save(run, progress, reason="step")
     train_s = time.perf_counter() - started
-    progress.skipped_samples += _count_skipped(run, skipped, "training")
+    total = int(sum_over_ranks({"skipped": len(skipped)}, run.device)["skipped"])
+    progress.skipped_samples += _say_skipped(run, total, skipped, "training")
     return stopped, (progress.epoch_step - first_step) * plan.global_batch, train_s
 
 
@@ -322,137 +298,45 @@ def _preempted_locally(run: Run) -> bool:
     return not run.env.is_distributed and run.preemption.requested
 
 
-@dataclass
-class _Window:
-    """Loss and timing since the last log step; losses stay on the device until then."""
-
-    start: float
-    data: DeviceTimer
-    """The time the device waited for its batches (on the CPU: the time the step waited)."""
-    forward: DeviceTimer
-    """The forward passes, timed without a host synchronisation (Run.forward, reset for this window)."""
-    forward_in_regions: bool = False
-    first: bool = False
-    """The epoch's first window: its data wait includes the loader workers' start-up."""
-    images: int = 0
-    steps: int = 0
-    losses: list = field(default_factory=list)
-
-    def add(self, loss: torch.Tensor, images: int) -> None:
-        self.losses.append(loss)
-        self.images += images
-        self.steps += 1
-
-    def regions(self, name: str):
-        """train_step's regions: the forward timer around "forward", nothing around the other parts."""
-        return self.forward if self.forward_in_regions and name == "forward" else no_regions(name)
-
-
-def _new_window(run: Run, first: bool = False) -> _Window:
-    if run.reads is not None:
-        run.reads.sample()  # the window counts reads from here: evaluation's are not the training input's
-    run.forward.reset()
-    return _Window(clock(), DeviceTimer(run.device), run.forward, run.forward_in_regions, first=first)
-
-
-READ_KEYS = ("files", "file_bytes", "read_bytes", "read_calls", "storage_read_bytes", "cpu_s")
-"""What the input pipeline read in a window (data.counting.ReadMeter), summed over ranks, and the CPU
-time of the training processes and their loader workers."""
-
-
-def _log(run: Run, progress: Progress, window: _Window) -> bool:
-    """Reduce the window's metrics across ranks (one collective); return the agreed stop flag."""
-    mean_loss = torch.stack(window.losses).double().mean()
-    run.sync()  # the window's device work is done before its clock is read
-    elapsed = clock() - window.start
-    data_s, forward_s = window.data.total_s(), window.forward.total_s()
-    reads = run.reads.sample() if run.reads is not None else {}
-    votes = run.preemption.votes()
-    summed = [window.images / elapsed, window.images / max(elapsed - data_s, 1e-9),
-              *(reads.get(key, 0.0) for key in READ_KEYS), *votes]
-    own = [1000 * elapsed / window.steps, 1000 * data_s / window.steps, 1000 * forward_s / window.steps]
-    local = torch.cat([mean_loss.reshape(1), torch.tensor(summed + own, dtype=torch.float64, device=run.device)])
-    ranks = _gather(local)  # sums over ranks: the ranks' rates add up to the job's throughput
-    totals, per_rank = ranks.sum(dim=0).tolist(), ranks[:, -3:].T.tolist()  # the one host sync of the window
-    loss_sum, rate, compute_rate = totals[:3]
-    read = dict(zip(READ_KEYS, totals[3:3 + len(READ_KEYS)], strict=True))
-    run.stop_signal = run.preemption.agreed_name(totals[3 + len(READ_KEYS):-3])
-    step_ms, data_ms, forward_ms = per_rank
+def _log(run: Run, progress: Progress, window: Window) -> bool:
+    """Close the window (one device sync, one collective over the ranks) and record it; return the stop
+    flag the ranks agreed on (their preemption votes ride on the window's collective)."""
+    figures, summed = run.windows.close(window, also_sum={"votes": run.preemption.votes()})
+    run.stop_signal = run.preemption.agreed_name(summed["votes"])
     record = {
-        "epoch": progress.epoch, "step": progress.step, "iteration": progress.epoch_step,
-        "train_loss": loss_sum / run.env.world_size, "lr": run.parts.optimizer.param_groups[0]["lr"],
-        "throughput_img_per_s": rate, "compute_img_per_s": compute_rate,
-        "data_time_ms": 1000 * data_s / window.steps, "step_time_ms": 1000 * elapsed / window.steps,
+        "epoch": progress.epoch, "step": progress.step, "iteration": progress.epoch_step, **figures,
+        "lr": run.parts.optimizer.param_groups[0]["lr"],
         "grad_scale": run.parts.precision.scaler.get_scale(),  # 1.0 without fp16 loss scaling
-        **_strategy_metrics(run), **_reads_record(read, elapsed, rate * elapsed), "window_s": elapsed,
         "elapsed_s": run.elapsed_s(),
-        **_ranks_record(run, window, step_ms, data_ms, forward_ms),
     }
     run.records.train(record)
-    if not window.first and record["comm_time_ms_per_step"] is not None:
-        run.comm_windows.append((record["comm_time_ms_per_step"], record["comm_bytes_per_step"]))
-    if not window.first and run.warned_epoch != progress.epoch:
-        warning = input_bound_warning(
-            record["data_time_ms"] / 1000, record["step_time_ms"] / 1000, workers=run.cfg.data.num_workers,
-            decode=run.info.decode or "not JPEG", cores=max(available_cores() // run.env.local_world_size, 1),
-            batch_size=run.plan.per_rank_batch, cpu_s_per_image=record["host_cpu_ms_per_image"] / 1000,
-            device_type=run.device.type)
-        if warning:
-            run.warned_epoch = progress.epoch  # once per epoch
-            run.records.message(warning)
+    if not window.first:
+        _warn_if_input_bound(run, progress.epoch, record)
     return run.stop_signal is not None
 
 
-def _gather(local: torch.Tensor) -> torch.Tensor:
-    """Every rank's vector, one row per rank (one all_gather; the vector itself with one process)."""
-    if not dist.is_initialized():
-        return local[None]
-    rows = [torch.empty_like(local) for _ in range(dist.get_world_size())]
-    dist.all_gather(rows, local)
-    return torch.stack(rows)
+def _warn_if_input_bound(run: Run, epoch: int, record: dict) -> None:
+    """The input-bound warning and what would help, at most once per epoch."""
+    if run.warned_epoch == epoch:
+        return
+    warning = input_bound_warning(
+        record["data_time_ms"] / 1000, record["step_time_ms"] / 1000, workers=run.cfg.data.num_workers,
+        decode=run.info.decode or "not JPEG", cores=max(available_cores() // run.env.local_world_size, 1),
+        batch_size=run.plan.per_rank_batch, cpu_s_per_image=record["host_cpu_ms_per_image"] / 1000,
+        device_type=run.device.type)
+    if warning:
+        run.warned_epoch = epoch
+        run.records.message(warning)
 
 
-def _reads_record(read: dict, elapsed: float, images: float) -> dict:
-    """The window's reads over all ranks, as counts and rates (docs/explain.md#io-throughout-training), and
-    the CPU of the training processes and their loader workers: cores busy, ms per image trained."""
-    return {
-        "host_cpu_cores": read["cpu_s"] / elapsed, "host_cpu_ms_per_image": 1000 * read["cpu_s"] / max(images, 1e-9),
-        "io_files": int(read["files"]), "io_file_bytes": int(read["file_bytes"]),
-        "io_read_bytes": int(read["read_bytes"]), "io_read_calls": int(read["read_calls"]),
-        "io_storage_read_bytes": int(read["storage_read_bytes"]),
-        "io_files_per_s": read["files"] / elapsed, "io_file_read_gb_per_s": read["file_bytes"] / elapsed / 1e9,
-        "io_read_gb_per_s": read["read_bytes"] / elapsed / 1e9, "io_read_ops_per_s": read["read_calls"] / elapsed,
-        "io_storage_read_gb_per_s": read["storage_read_bytes"] / elapsed / 1e9,
-    }
+def _evaluate(run: Run) -> dict:
+    evaluation, unreadable = evaluate(run.model, run.val_loader, run.device, run.normalizer, run.parts.precision)
+    _say_skipped(run, evaluation["val_skipped"], unreadable, "validation")
+    return evaluation
 
 
-def _ranks_record(run: Run, window: _Window, step_ms: list, data_ms: list, forward_ms: list) -> dict:
-    """Every rank's step, data wait and forward time per step, and the slowest rank by lead time
-    (data wait + forward: what allreduce does not even out; dlscale.metrics.ranks)."""
-    lead = lead_times([data_ms], [forward_ms])[0]
-    rank, excess = slowest(lead)
-    if not window.first:
-        run.rank_windows.append({"step": step_ms, "data": data_ms, "forward": forward_ms, "lead": lead})
-    return {"rank_step_ms": step_ms, "rank_data_ms": data_ms, "rank_forward_ms": forward_ms,
-            "slowest_rank": rank, "slowest_excess_pct": 100 * excess}
-
-
-def _strategy_metrics(run: Run) -> dict:
-    """Communication per step since the last log step, and, for strategies whose replicas drift
-    apart, the consensus distance (one allreduce of the model: only on log steps)."""
-    strategy = run.parts.strategy
-    stats = strategy.comm_stats()
-    strategy.reset_stats()
-    return {"comm_time_ms_per_step": stats["comm_time_ms_per_step"],
-            "comm_bytes_per_step": stats["comm_bytes_per_step"], **strategy.metrics(run.model)}
-
-
-def _count_skipped(run: Run, skipped: list[str], split: str) -> int:
-    """Unreadable files of this epoch over all ranks (one all-reduce), said once by rank 0."""
-    count = torch.tensor([len(skipped)], device=run.device)
-    if dist.is_initialized():
-        dist.all_reduce(count)
-    total = int(count.item())
+def _say_skipped(run: Run, total: int, skipped: list[str], split: str) -> int:
+    """Unreadable files of this epoch over all ranks, said once by rank 0 (with rank 0's first five)."""
     if total:
         shown = ", ".join(skipped[:5]) + (" ..." if len(skipped) > 5 else "")
         if split == "training":
@@ -461,55 +345,6 @@ def _count_skipped(run: Run, skipped: list[str], split: str) -> int:
             run.records.message(f"validation: {total} unreadable file(s) left out, the metrics are over the readable "
                                 f"images only (rank 0: {shown or 'none'})")
     return total
-
-
-@torch.no_grad()
-def evaluate(run: Run) -> dict:
-    """Top-1, top-5 and loss over the validation set, every sample counted once over all ranks,
-    and its speed as NVIDIA ConvNets' validate() measures it: per batch the data wait and the
-    compute time up to a device synchronisation (docs/references.md#ngc-throughput-metrics).
-
-    Runs the unwrapped model: DDP's forward would broadcast buffers, a collective that ranks
-    with different numbers of validation batches would not all join.
-    """
-    run.model.eval()
-    zero = torch.zeros((), dtype=torch.float64, device=run.device)
-    correct1, correct5, loss_sum, count = zero.clone(), zero.clone(), zero.clone(), zero.clone()
-    skipped: list[str] = []
-    times, synchronize = IterationTimes(), device_synchronizer(run.device)
-    end = time.perf_counter()
-    for images, labels, unreadable in DevicePrefetcher(run.val_loader, run.device, run.normalizer):
-        data_s = time.perf_counter() - end
-        with run.parts.precision.autocast():
-            logits = run.model(images)
-        readable = labels != EXCLUDED_LABEL  # placeholders of unreadable files: counted apart, never scored
-        loss_sum += nn.functional.cross_entropy(logits.float()[readable], labels[readable], reduction="sum")
-        top = logits.topk(min(5, logits.shape[1]), dim=1).indices
-        hits = top.eq(labels[:, None]) & readable[:, None]
-        correct1 += hits[:, 0].sum()
-        correct5 += hits.any(dim=1).sum()
-        count += readable.sum()
-        skipped.extend(unreadable)
-        synchronize()  # the batch's latency, as ConvNets' torch.cuda.synchronize() per batch
-        times.add(data_s, time.perf_counter() - end - data_s, labels.shape[0])
-        end = time.perf_counter()
-    totals = all_reduce_eval_sums(correct1, correct5, loss_sum, count, device=run.device)
-    unreadable_count = _count_skipped(run, skipped, "validation")
-    run.model.train()
-    return {"val_top1_pct": totals.top1, "val_top5_pct": totals.top5, "val_loss": totals.loss,
-            "val_count": int(totals.count), "val_skipped": unreadable_count,
-            **_eval_speed(run, times)}
-
-
-def _eval_speed(run: Run, times: IterationTimes) -> dict:
-    """Images/s summed over ranks (each rank's images over its own time, as the training rates
-    are); data wait and compute latencies of this rank (rank 0's are recorded, as ConvNets')."""
-    rates = torch.tensor(times.rates(), dtype=torch.float64, device=run.device)
-    if dist.is_initialized():
-        dist.all_reduce(rates)
-    total, compute = rates.tolist()
-    return {"val_total_img_per_s": total, "val_compute_img_per_s": compute,
-            **{f"val_{key}": value for key, value in times.latency_ms().items()}}
 
 
 def _end_epoch(run: Run, progress: Progress, evaluation: dict, throughput: float) -> None:
@@ -530,8 +365,8 @@ def _end_epoch(run: Run, progress: Progress, evaluation: dict, throughput: float
 
 def _save(run: Run, progress: Progress, *, reason: str) -> None:
     progress.elapsed_s = run.elapsed_s()
-    consumed = progress.epoch_step * run.plan.accumulation_steps * run.plan.per_rank_batch
-    path = run.state.save(progress, consumed=consumed, reason=reason, is_main=run.env.is_main)
+    path = run.state.save(progress, consumed=run.plan.samples_seen(progress.epoch_step), reason=reason,
+                          is_main=run.env.is_main)
     if path is not None:
         run.records.message(f"checkpoint ({reason}): {path}")
 
@@ -568,7 +403,7 @@ def _summary(run: Run, progress: Progress, *, preempted: bool, signal: str | Non
         "target_top1_pct": 100 * cfg.target_accuracy if cfg.target_accuracy is not None else None,
         "time_to_target_s": tts, "time_to_target": format_duration(tts) if tts is not None else None,
         "train_time_s": progress.elapsed_s, "total_ips": sum(rates) / len(rates) if rates else None,
-        "skipped_samples": progress.skipped_samples, **_ranks_summary(run), **_comm_summary(run),
+        "skipped_samples": progress.skipped_samples, **run.windows.summary(),
         "preempted": preempted, "signal": signal, "history": progress.history,
     }
 
@@ -584,27 +419,3 @@ def _compile_facts(run: Run, summary: dict, *, steps: int) -> dict | None:
     for line in describe_compile(facts):
         run.records.message(line)
     return facts
-
-
-def _ranks_summary(run: Run) -> dict:
-    """Each rank's mean step, data wait and forward time per step over the log windows (epochs' first
-    windows left out), and the straggler verdict over those windows (metrics.jsonl has each window)."""
-    windows = run.rank_windows
-
-    def mean(key: str) -> list[float] | None:
-        if not windows:
-            return None
-        return [sum(w[key][r] for w in windows) / len(windows) for r in range(len(windows[0][key]))]
-
-    return {"rank_step_ms": mean("step"), "rank_data_ms": mean("data"), "rank_forward_ms": mean("forward"),
-            "rank_lead_ms": mean("lead"), "stragglers": stragglers([w["lead"] for w in windows])}
-
-
-def _comm_summary(run: Run) -> dict:
-    """Rank 0's communication per step (the strategy's own timer), the mean over its log windows (epochs'
-    first windows left out); None for strategies that do not time it. metrics.jsonl has each window."""
-    windows = run.comm_windows
-    if not windows:
-        return {"comm_time_ms_per_step": None, "comm_bytes_per_step": None}
-    return {"comm_time_ms_per_step": sum(t for t, _ in windows) / len(windows),
-            "comm_bytes_per_step": sum(b for _, b in windows) / len(windows)}

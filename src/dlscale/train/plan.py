@@ -33,6 +33,16 @@ class Plan:
     def total_steps(self) -> int:
         return self.steps_per_epoch * self.epochs
 
+    @property
+    def rank_images_per_step(self) -> int:
+        """Images one rank trains on per optimizer step (all its micro-batches)."""
+        return self.per_rank_batch * self.accumulation_steps
+
+    def samples_seen(self, epoch_step: int) -> int:
+        """Samples one rank has taken from the epoch's order after `epoch_step` optimizer steps of it (the
+        sampler's position over all ranks is this times world_size)."""
+        return epoch_step * self.rank_images_per_step
+
 
 def per_rank_batch(cfg: TrainConfig, world_size: int) -> int:
     """Images per rank per micro-step: batch_size, or global_batch_size split over ranks and

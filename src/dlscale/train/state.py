@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
+from dlscale.distributed import barrier, min_over_ranks
 from dlscale.errors import ConfigError, StorageError
 from dlscale.precision import Precision
 from dlscale.rundir import to_jsonable
@@ -137,15 +137,10 @@ class RunState:
         self.precision.load_state_dict(state["scaler"])
         self.sampler.load_state_dict(state["sampler"])
         restore_rng_state(state["rng"])
-        if dist.is_initialized():
-            dist.barrier()  # every rank has read it before rank 0 may rotate files
+        barrier()  # every rank has read it before rank 0 may rotate files
         return progress
 
 
 def _all_ranks_agree(ok: bool, device: torch.device) -> bool:
     """True when ok on every rank; a collective, so also a barrier."""
-    if not dist.is_initialized():
-        return ok
-    flag = torch.tensor([1 if ok else 0], dtype=torch.int64, device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-    return bool(flag.item())
+    return min_over_ranks({"ok": ok}, device)["ok"] == 1
