@@ -27,6 +27,7 @@ from dlscale.metrics.compile import describe as describe_compile
 from dlscale.metrics.cost import imagenet_epoch_cost
 from dlscale.metrics.energy import device_energy_meter, energy_summary
 from dlscale.metrics.hardware import mfu, peak_flops
+from dlscale.metrics.host_load import HostLoad
 from dlscale.metrics.progress import ProgressDisplay
 from dlscale.metrics.ranks import describe, lead_times, stragglers
 from dlscale.metrics.run import device_name, environment_info
@@ -167,6 +168,7 @@ def run_bench(
     device = select_device(env, cfg.device)
     init_process_group(env, device, cfg.pg_timeout_s, one_rank_group=cfg.strategy.wrap_single_rank)
     say = out if env.is_main else (lambda line: None)
+    host = HostLoad.start(env.local_world_size, torch.get_num_threads())  # before the work: the others' load
     setup = build_bench(cfg, env, device)
     parts, pool = setup.parts, setup.pool
     strategy = parts.strategy
@@ -189,7 +191,7 @@ def run_bench(
                               name == "forward" else no_regions(name))
 
     word = "GPU" if device.type == "cuda" else "CPU"
-    notes = [precision_note(cfg.precision, device.type),
+    notes = [host.warning(), precision_note(cfg.precision, device.type),
              f"CUDA graphs: {WARMUP_STEPS} eager steps, then the whole step captured once; warm-up and timed "
              "steps replay it" if graphed else None,
              "DDP wraps the model on this one rank (--wrap-single-rank; a one-rank "
@@ -205,6 +207,7 @@ def run_bench(
 
     def warmup_done() -> None:
         strategy.reset_stats()
+        host.timed()
         if meter:
             meter.start()
         if compiling:
@@ -232,7 +235,9 @@ def run_bench(
             on_warmup_done=warmup_done, on_iter=iteration_done, forward_timer=forward,
         )
     measured = meter.stop() if meter else None
+    host_load = host.finish()  # rank 0's: the load at the end, its CPU time over the timed iterations
     summary = summarize(gather_rates(rates, device))
+    summary["host_load"] = host_load
     if forward is None:
         summary["rank_forward_ms"] = None  # not measured (CUDA graphs), rather than zeros
     timed_images = cfg.batch_size * cfg.num_batches_per_iter * cfg.num_iters * env.world_size
@@ -409,6 +414,7 @@ def write_run(run: RunDir, cfg: BenchConfig, env: DistEnv, summary: dict) -> dic
     config.json's object as written."""
     device = torch.device(summary["device"], env.local_rank if summary["device"] == "cuda" else None)
     config = run.write_setup({"kind": "bench", **asdict(cfg), "world_size": env.world_size},
-                             environment_info(env.world_size, device, env.launcher))
+                             {**environment_info(env.world_size, device, env.launcher),
+                              "host_load": HostLoad.start_part(summary.get("host_load"))})
     run.finish(summary)
     return config
