@@ -191,14 +191,15 @@ def run_bench(
                               name == "forward" else no_regions(name))
 
     word = "GPU" if device.type == "cuda" else "CPU"
-    notes = [host.warning(), precision_note(cfg.precision, device.type),
+    notes = [precision_note(cfg.precision, device.type),
              f"CUDA graphs: {WARMUP_STEPS} eager steps, then the whole step captured once; warm-up and timed "
              "steps replay it" if graphed else None,
              "DDP wraps the model on this one rank (--wrap-single-rank; a one-rank "
              f"{'NCCL' if device.type == 'cuda' else 'gloo'} group)" if cfg.strategy.wrap_single_rank and
              env.world_size == 1 else None]
-    for line in (f"Model: {cfg.model}", f"Batch size: {cfg.batch_size}", f"Number of {word}s: {env.world_size}",
-                 *filter(None, notes), "Running warmup..."):
+    # The host's warning first: Horovod's lines stay together after it.
+    for line in (*filter(None, [host.warning()]), f"Model: {cfg.model}", f"Batch size: {cfg.batch_size}",
+                 f"Number of {word}s: {env.world_size}", *filter(None, notes), "Running warmup..."):
         say(line)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

@@ -87,6 +87,7 @@ def _load_effect(ctx: Context, facts: HostLoad, record: dict) -> Effect:
     if share:
         total, compute = ctx.run.steady_rates()
         computing = min(total / compute, 1.0) if total and compute else 1.0  # the rest of the time it waited for data
+        computing = 1.0 if computing > 0.99 else computing
         share = min(share / computing, 1.0)
         when = f"the {100 * computing:.0f}% of the timed part it did not wait for data" if computing < 1 else \
             "the timed part"
