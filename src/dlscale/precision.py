@@ -123,8 +123,7 @@ def precision_note(name: str, device_type: str) -> str | None:
         return ("precision fp32: IEEE fp32, TF32 off for matmuls and cuDNN convolutions (PyTorch's own default "
                 "runs convolutions in TF32), several times slower than --precision tf32 on Ampere and newer GPUs")
     if name in ("amp_fp16", "amp_bf16") and device_type == "cpu":
-        return (f"warning: precision {name} on the CPU: autocast runs, but a CPU without {name[4:]} arithmetic "
-                f"converts around every operation and can be many times slower than fp32 (amp_fp16 ran at 0.06x "
-                "fp32 on the development machine's Xeon, amp_bf16 at 1.0x with its AMX units: docs/explain.md); "
-                "compare with --precision fp32")
+        return (f"warning: precision {name} on the CPU: autocast runs, but on a CPU it can be many times slower "
+                "than fp32, depending on the CPU and its kernels (amp_fp16 ran at 0.06x fp32 on the development "
+                "machine's Xeon, amp_bf16 at 1.03x: docs/explain.md); compare with --precision fp32")
     return None

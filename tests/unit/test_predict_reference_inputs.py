@@ -50,7 +50,7 @@ def test_a_reference_gives_back_its_own_figure_at_its_own_device_count(tmp_path)
     assert _total(result, 8) == pytest.approx(may[8], rel=1e-6)
 
 
-def test_a_strong_scaling_reference_stays_strong(tmp_path):
+def test_a_strong_scaling_reference_stays_strong(tmp_path, capsys):
     # MLPerf's DGX H100 runs kept a global batch of 3,200: 400 per GPU on 8, 50 on 64. Before, weak scaling at
     # 400 per GPU (456,693 img/s at 64 against the published 314,118).
     published = {p["devices"]: p["img_per_s"] for p in load_reference("mlperf").get("h100_strong").points}
@@ -61,6 +61,9 @@ def test_a_strong_scaling_reference_stays_strong(tmp_path):
     assert "strong scaling at the reference's global batch 3200" in result["inputs"]["scaling"]
     weak = _predict(tmp_path, "--from-reference", "mlperf", "--gpus", "8,64", "--batch-size", "400")
     assert [p["batch_per_device"] for p in weak["points"]] == [400, 400] and "scaling" not in weak["inputs"]
+    capsys.readouterr()
+    assert main(["predict", "--from-reference", "mlperf", "--gpus", "8,512", "--no-run-dir"]) == 2
+    assert "mlperf kept a global batch of 3200, which does not split over 512 devices" in capsys.readouterr().err
 
 
 def test_a_global_batch_beyond_what_the_references_trained_to_accuracy_is_said(tmp_path):

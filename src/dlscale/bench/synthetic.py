@@ -161,7 +161,7 @@ def run_bench(
     out: Callable[[str], None] = print,
     clock: Clock = time.perf_counter,
 ) -> dict:
-    """Run the benchmark on this rank; every rank returns the same summary dict."""
+    """Run the benchmark on this rank; every rank returns the same summary dict (but for host_load: its own)."""
     graphed = cfg.speed.cuda_graphs
     if graphed:
         check_ranks(env.world_size)

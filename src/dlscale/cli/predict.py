@@ -248,6 +248,10 @@ def run(args: argparse.Namespace) -> int:
     workload, net, strategy = got.workload, got.net, got.strategy
     ceilings = _ceilings(args, net, got.cores, got.spread)
     batch = args.batch_size if got.global_batch is None and args.peak_tflops is None else None
+    uneven = [n for n in devices if got.global_batch and got.global_batch % n]
+    if uneven and args.global_batch is None:  # the reference's global batch, not one given
+        raise ConfigError(f"{args.from_reference} kept a global batch of {got.global_batch}, which does not split over "
+                          f"{uneven[0]} devices: pick device counts that divide it, or --batch-size B for weak scaling")
     points = predict(devices, workload, strategy, net, ceilings, batch=batch, global_batch=got.global_batch)
     beyond = caveats.accuracy_line(workload.model, [(p.devices, p.devices * p.batch_per_device) for p in points])
     notes = {**got.notes, **({"accuracy": f"WARNING: {beyond}"} if beyond else {})}
@@ -304,7 +308,7 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     own = anchor.own_setting(figure) if figure else None
     net, cores = _network(args, own)
     strategy = _strategy(args, own)
-    notes = _reference_notes(args, figure, own, net, strategy)
+    notes = anchor.setting_notes(figure, own, net, strategy)
     setting = own or Setting(strategy, net, args.grad_bytes or (figure.grad_bytes if figure else 4),
                              "the command's (dlscale documents none of this reference)", documented=False)
     workload, spread, spread_source, said = _workload(args, figure, setting)
@@ -327,24 +331,6 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     return _Inputs(workload, net, cores, strategy, (spread, spread_source), global_batch, {**notes, **said})
 
 
-def _reference_notes(args: argparse.Namespace, figure: inputs.ReferenceFigure | None, own: Setting | None,
-                     net: Network, strategy: Strategy) -> dict[str, str]:
-    """Where a reference's prediction took its strategy and network from."""
-    if figure is None:
-        return {}
-    if own is None:
-        return {"setting": "dlscale documents no setting of this reference: its communication is taken to be this "
-                           "command's strategy on this network"}
-    alike = strategy.communicates_as(own.strategy)
-    ours = [what for what, same in (("strategy", alike), ("network", net == own.network)) if same]
-    theirs = f"{' and '.join(ours)}: the reference's own" if ours else "neither the strategy nor the network is the " \
-                                                                      "reference's own"
-    if not alike:
-        theirs += (f"; this command's strategy is not the reference's ({_describe(own.strategy)}): the published "
-                   "figure is given back at its device count only in the reference's own")
-    return {"setting": f"{theirs} ({own.text})"}
-
-
 def _header(title: str, workload: Workload, net: Network, strategy: Strategy, ceilings: Ceilings) -> list[str]:
     """What was predicted and where every input came from."""
     step = workload.step_time
@@ -357,21 +343,11 @@ def _header(title: str, workload: Workload, net: Network, strategy: Strategy, ce
     lines += [
               f"  network: {net.source} ({net.intra.bandwidth_gbs:.3f} GB/s per device inside a node, "
               f"{net.inter.bandwidth_gbs:.3f} GB/s per node between nodes, {net.devices_per_node} per node)",
-              f"  strategy: {_describe(strategy)}"]
+              f"  strategy: {strategy.describe()}"]
     if workload.cpu_threads:
         lines.append(f"  cores: CPU ranks of {workload.cpu_threads} thread(s) share {workload.cpu_cores} cores; when "
                      "they fill them, communication runs after backward, not under it")
     return lines + [f"  {key}: {text}" for key, text in ceilings.source.items()]
-
-
-def _describe(strategy: Strategy) -> str:
-    if strategy.name in ("allreduce", "gradient_allreduce"):
-        where = {"backward": "buckets overlapped with backward", "none": "after backward", "step": "overlapped"}
-        where = where if strategy.name == "allreduce" else dict.fromkeys(where, "after backward")
-        buckets = (f"fused every {1e3 * strategy.fusion_cycle_s:g} ms up to {strategy.bucket_cap_bytes / MIB:g} MiB"
-                   if strategy.fusion_cycle_s else f"{strategy.bucket_cap_bytes / MIB:g} MiB buckets")
-        return f"{strategy.name}, {strategy.algorithm} algorithm, {buckets}, {where[strategy.overlap]}"
-    return f"{strategy.name} on {strategy.topology}, {strategy.schedule} exchange, overlap {strategy.overlap}"
 
 
 def _validate(args: argparse.Namespace) -> int:

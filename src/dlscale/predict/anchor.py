@@ -126,3 +126,21 @@ def _compute_step(figure: ReferenceFigure, published: PublishedStep, setting: Se
         else:
             low = middle
     return low, point(low)
+
+
+def setting_notes(figure: ReferenceFigure | None, own: Setting | None, net: Network,
+                  strategy: Strategy) -> dict[str, str]:
+    """Where a reference's prediction took its strategy and network from, for its header."""
+    if figure is None:
+        return {}
+    if own is None:
+        return {"setting": "dlscale documents no setting of this reference: its communication is taken to be this "
+                           "command's strategy on this network"}
+    alike = strategy.communicates_as(own.strategy)
+    ours = [what for what, same in (("strategy", alike), ("network", net == own.network)) if same]
+    said = f"{' and '.join(ours)}: the reference's own" if ours else \
+        "neither the strategy nor the network is the reference's own"
+    if not alike:
+        said += (f"; this command's strategy is not the reference's ({own.strategy.describe()}): the published "
+                 "figure is given back at its device count only in the reference's own")
+    return {"setting": f"{said} ({own.text})"}

@@ -144,6 +144,16 @@ class Strategy:
         if self.overlap not in OVERLAPS:
             raise ConfigError(f"unknown overlap {self.overlap!r}; choose one of {', '.join(OVERLAPS)}")
 
+    def describe(self) -> str:
+        if self.name in ("allreduce", "gradient_allreduce"):
+            where = {"backward": "buckets overlapped with backward", "none": "after backward", "step": "overlapped"}
+            where = where if self.name == "allreduce" else dict.fromkeys(where, "after backward")
+            cap = f"{self.bucket_cap_bytes / (1 << 20):g} MiB"
+            buckets = f"fused every {1e3 * self.fusion_cycle_s:g} ms up to {cap}" if self.fusion_cycle_s else \
+                f"{cap} buckets"
+            return f"{self.name}, {self.algorithm} algorithm, {buckets}, {where[self.overlap]}"
+        return f"{self.name} on {self.topology}, {self.schedule} exchange, overlap {self.overlap}"
+
     def communicates_as(self, other: Strategy) -> bool:
         """Alike in every field the model's communication reads for this strategy (gradient_allreduce runs
         after backward whatever its overlap; the allreduce kinds have no graph; the exchanges no buckets)."""
