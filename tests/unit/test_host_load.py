@@ -14,14 +14,14 @@ from dlscale.rundir import Run
 
 def _host(ranks, threads, cores, load=(0.1, 0.1, 0.1), end=(0.2, 0.2, 0.2)) -> HostLoad:
     loads = iter([load, end])
-    return HostLoad.start(ranks, threads, cores=cores, loadavg=lambda: next(loads))
+    return HostLoad.start(ranks, threads, cores=cores, host_cores=cores, loadavg=lambda: next(loads))
 
 
 def test_a_quiet_host_whose_threads_fit_its_cores_gets_no_warning():
     host = _host(2, 2, 4)
     assert host.warning() is None and not host.oversubscribed and not host.loaded
     assert host.at_start() == {"load_avg_start": [0.1, 0.1, 0.1], "load_avg_source": "/proc/loadavg",
-                               "cores_available": 4, "ranks_per_node": 2, "threads_per_rank": 2,
+                               "cores_available": 4, "host_cores": 4, "ranks_per_node": 2, "threads_per_rank": 2,
                                "threads_per_node": 4, "oversubscribed": False, "loaded": False}
 
 
@@ -59,6 +59,16 @@ def test_the_record_holds_the_load_at_both_ends_and_the_cpu_time_of_the_timed_pa
     assert HostLoad.start_part(record) == host.at_start()
 
 
+def test_the_load_average_is_set_against_the_machines_cores_not_the_jobs_share():
+    # A job given 4 of a node's 64 cores: load 30 is other jobs on the other cores, not this one's.
+    assert not _host_on(4, 64, 30.0).loaded and _host_on(4, 64, 70.0).loaded
+    assert "load average 70.00 over the last minute on 64 cores" in _host_on(4, 64, 70.0).warning()
+
+
+def _host_on(cores, host_cores, load):
+    return HostLoad.start(1, 1, cores=cores, host_cores=host_cores, loadavg=lambda: (load, load, load))
+
+
 def test_the_load_average_source_is_the_file_the_variable_names(tmp_path):
     fake = tmp_path / "loadavg"
     fake.write_text("6.25 5.00 4.00 3/200 1234\n")
@@ -83,6 +93,7 @@ def _run(host_load, env=None, **summary):
 
 def _record(ranks, threads, cores, load, share):
     return {"load_avg_start": list(load), "load_avg_source": "/proc/loadavg", "cores_available": cores,
+            "host_cores": cores,
             "ranks_per_node": ranks, "threads_per_rank": threads, "threads_per_node": ranks * threads,
             "oversubscribed": ranks * threads > cores, "loaded": load[0] > cores, "load_avg_end": [load[0] + 1, 1, 1],
             "timed_s": 100.0, "process_cpu_s": 100.0 * share * threads, "process_cores_busy": share * threads,

@@ -30,7 +30,9 @@ def _facts(ctx: Context, record: dict) -> HostLoad | None:
         return None
     per_node = record.get("ranks_per_node") or max(run.world_size // max(run.num_nodes, 1), 1)
     load = record.get("load_avg_start")
-    return HostLoad(int(per_node), int(threads), int(cores), tuple(load) if load else None)
+    host_cores = record.get("host_cores") or env.get("cpu_count")
+    return HostLoad(int(per_node), int(threads), int(cores), tuple(load) if load else None,
+                    int(host_cores) if host_cores else None)
 
 
 def _cpu_time(record: dict) -> str:
@@ -65,12 +67,12 @@ def _loaded(ctx: Context, facts: HostLoad, record: dict) -> Result:
         return [RuledOut("host", "load average: not recorded (a run from before dlscale recorded it)")]
     at_end = f"; at the end {end[0]:.2f} (the run's own threads included)" if end else ""
     evidence = (f"load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1, 5, 15 minutes; "
-                f"{record.get('load_avg_source') or '/proc/loadavg'}) when the run started, on {facts.cores} "
-                f"cores{at_end}")
+                f"{record.get('load_avg_source') or '/proc/loadavg'}) when the run started, on the machine's "
+                f"{facts.machine_cores} cores{at_end}")
     if not facts.loaded:
         return [RuledOut("host", f"{evidence}: other work left the cores free")]
     settings = facts.advice()
-    return [Finding("host", f"a loaded host: load average {load[0]:.2f} on {facts.cores} cores before the run",
+    return [Finding("host", f"a loaded host: load average {load[0]:.2f} on {facts.machine_cores} cores before the run",
                     evidence + _cpu_time(record), _load_effect(ctx, facts, record),
                     "run where nothing else runs (a quiet machine, a job of its own)" +
                     (f"; else set {settings}" if settings else ""))]
@@ -96,6 +98,6 @@ def _load_effect(ctx: Context, facts: HostLoad, record: dict) -> Effect:
                       f"{OWN}: its threads ran {100 * share:.0f}% of {when}; with the cores to themselves up to "
                       f"{1 / share:.2f}x faster{own_part}", bound=True)
     demand = facts.load_start[0] + facts.threads
-    return Effect(demand / max(facts.threads, facts.cores),
+    return Effect(demand / max(facts.threads, facts.machine_cores),
                   f"the cores' fair share: {facts.load_start[0]:.2f} runnable tasks of other work and the run's "
-                  f"{facts.threads} threads on {facts.cores} cores (the load average at the start)", bound=True)
+                  f"{facts.threads} threads on {facts.machine_cores} cores (the load average at the start)", bound=True)

@@ -66,6 +66,8 @@ class HostLoad:
     cores: int
     """The cores this process may use (its affinity mask)."""
     load_start: LoadAverage | None
+    host_cores: int | None = None
+    """The machine's cores, which its load average is spread over (default: `cores`)."""
     source: str = "/proc/loadavg"
     loadavg: Callable[[], LoadAverage | None] = field(default=read_loadavg, repr=False)
     cpu_clock: Callable[[], float] = field(default=time.process_time, repr=False)
@@ -75,9 +77,14 @@ class HostLoad:
 
     @classmethod
     def start(cls, ranks_per_node: int, threads_per_rank: int, *, cores: int | None = None,
-              loadavg: Callable[[], LoadAverage | None] = read_loadavg) -> HostLoad:
-        return cls(max(ranks_per_node, 1), max(threads_per_rank, 1), cores or available_cores(), loadavg(),
-                   loadavg_source(), loadavg)
+              host_cores: int | None = None, loadavg: Callable[[], LoadAverage | None] = read_loadavg) -> HostLoad:
+        cores = cores or available_cores()
+        return cls(max(ranks_per_node, 1), max(threads_per_rank, 1), cores, loadavg(),
+                   host_cores or max(os.cpu_count() or cores, cores), loadavg_source(), loadavg)
+
+    @property
+    def machine_cores(self) -> int:
+        return self.host_cores or self.cores
 
     @property
     def threads(self) -> int:
@@ -90,8 +97,11 @@ class HostLoad:
 
     @property
     def loaded(self) -> bool:
-        """Other work already keeps more than the cores busy (the 1-minute average at the start)."""
-        return self.load_start is not None and self.load_start[0] > self.cores
+        """Other work already keeps more than the machine's cores busy (the 1-minute average at the start): the
+        load average counts the whole machine's runnable tasks, so it is set against the machine's cores (a job
+        given 4 of a node's 64 is not loaded by work on the other 60); where they are the process's own, the
+        same."""
+        return self.load_start is not None and self.load_start[0] > self.machine_cores
 
     def advice(self) -> str:
         """What to set: threads per rank that fit the cores, fewer ranks where one core each does not fit ("" when
@@ -113,7 +123,7 @@ class HostLoad:
                         f"threads on the {self.cores} cores this process may use")
         if self.loaded:
             said.append(f"the host is already loaded: load average {self.load_start[0]:.2f} over the last minute "
-                        f"on {self.cores} cores")
+                        f"on {self.machine_cores} cores")
         if not said:
             return None
         settings = self.advice()
@@ -125,15 +135,15 @@ class HostLoad:
     def at_start(self) -> dict:
         """env.json's record: the load at the start and the threads against the cores."""
         return {"load_avg_start": list(self.load_start) if self.load_start else None, "load_avg_source": self.source,
-                "cores_available": self.cores, "ranks_per_node": self.ranks_per_node,
+                "cores_available": self.cores, "host_cores": self.machine_cores, "ranks_per_node": self.ranks_per_node,
                 "threads_per_rank": self.threads_per_rank, "threads_per_node": self.threads,
                 "oversubscribed": self.oversubscribed, "loaded": self.loaded}
 
     @staticmethod
     def start_part(record: dict | None) -> dict | None:
         """at_start's part of a finished record (summary.json's), for env.json written after the work."""
-        keys = ("load_avg_start", "load_avg_source", "cores_available", "ranks_per_node", "threads_per_rank",
-                "threads_per_node", "oversubscribed", "loaded")
+        keys = ("load_avg_start", "load_avg_source", "cores_available", "host_cores", "ranks_per_node",
+                "threads_per_rank", "threads_per_node", "oversubscribed", "loaded")
         return {key: record.get(key) for key in keys} if record else None
 
     def timed(self) -> None:
