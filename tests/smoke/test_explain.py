@@ -4,10 +4,15 @@ training run starved by its loader, --against between two runs, and bad input in
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
+
+import dlscale
+
+SOURCES = str(Path(dlscale.__file__).resolve().parents[1])  # the package under test, in the children too
 
 BENCH = ["bench", "--model", "resnet18", "--width", "8", "--image-size", "32", "--num-classes", "10",
          "--num-warmup-batches", "1", "--num-batches-per-iter", "2", "--num-iters", "5", "--output-dir", "runs"]
@@ -15,7 +20,8 @@ BENCH = ["bench", "--model", "resnet18", "--width", "8", "--image-size", "32", "
 
 def dlscale(args, cwd, *, ok=True):
     out = subprocess.run([sys.executable, "-m", "dlscale", *map(str, args)], cwd=cwd, capture_output=True,
-                         text=True, timeout=300, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+                         text=True, timeout=300, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
+                                                      "PYTHONPATH": SOURCES})
     if ok:
         assert out.returncode == 0, out.stderr[-3000:]
     return out
@@ -85,15 +91,25 @@ def test_explain_starts_without_torch(tmp_path):
     assert out.stdout.splitlines()[-1] == "0 False False", out.stderr
 
 
-def test_a_cpu_fp32_bench_against_an_amp_reference_names_precision_and_device(tmp_path):
+def test_a_cpu_fp32_bench_against_an_amp_reference_names_the_device_and_not_amp(tmp_path):
     dlscale([*BENCH, "--batch-size", "8", "--name", "cpu"], tmp_path)
     dlscale(["explain", "runs/cpu", "--reference", "ngc:v100_16gb_amp", "--json", "e.json"], tmp_path)
     (explained,) = json.loads((tmp_path / "e.json").read_text())
     by_category = {f["category"]: f for f in explained["findings"]}
-    precision = next(f for f in explained["findings"] if f["cause"].startswith("precision fp32"))
-    assert precision["effect"]["factor"] == pytest.approx(3.26)  # NVIDIA's own AMP / FP32 on a V100 16GB
     assert "another device" in by_category["device"]["cause"] and "V100 16GB" in by_category["device"]["cause"]
-    assert explained["findings"][0] == precision  # the largest known effect first
+    # NVIDIA's AMP / FP32 speed-up is a V100's: a CPU is not told to use AMP without a run that shows it faster.
+    assert not [f for f in explained["findings"] if "precision" in f["cause"] or "--precision" in f["change"]]
+    assert any(r["evidence"].startswith("precision: fp32 on a CPU") for r in explained["ruled_out"])
+
+
+def test_a_run_no_reference_matches_is_explained_against_nothing(tmp_path):
+    _write(tmp_path / "runs" / "r18", summary={"kind": "bench", "model": "resnet18", "precision": "fp32",
+                                                "world_size": 1, "device": "cpu", "device_name": "x86_64",
+                                                "img_per_sec_total_mean": 10.0})
+    out = dlscale(["explain", "runs/r18"], tmp_path)  # before: exit 2, "no published reference ran resnet18"
+    assert out.stdout.startswith("Run: runs/r18") and out.stderr == ""
+    assert "Reference: none: no published reference ran resnet18 in fp32 on x86_64, so the run is compared with " \
+           "nothing" in out.stdout
 
 
 def _big_jpegs(root):
@@ -117,8 +133,9 @@ def test_a_training_run_starved_by_its_loader_is_explained_as_input_bound(tmp_pa
     out = dlscale(["explain", "runs/starved", "--reference", "none", "--json", "e.json"], tmp_path)
     (explained,) = json.loads((tmp_path / "e.json").read_text())
     # The input cause comes first of the causes; a measurement caveat may rank above it: with 4 steps an
-    # epoch, the loader's start-up in each epoch's first window took 49% of the time on a loaded machine.
-    first = next(f for f in explained["findings"] if f["category"] != "measurement")
+    # epoch, the loader's start-up in each epoch's first window took 49% of the time on a loaded machine; and so
+    # may the host's load on a shared machine (load average 6 on 2 cores when this was written).
+    first = next(f for f in explained["findings"] if f["category"] not in ("measurement", "host"))
     assert first["category"] == "input" and first["effect"]["factor"] > 1.5, out.stdout
     assert "1 loader worker(s) per rank deliver" in first["evidence"] and "files/s" in first["evidence"]
     assert "--set data.decode=fast" in first["change"]
@@ -135,7 +152,6 @@ def test_against_names_the_setting_that_differs(tmp_path):
 
 @pytest.mark.parametrize("case,message", [
     ("not-a-run", "holds no summary.json"),
-    ("no-match", "no published reference ran resnet18 in fp32"),
     ("corrupt", "summary.json: cannot be read as JSON"),
     ("missing", "no such directory"),
     ("bad-world-size", "world_size 'two' is not a positive whole number"),
@@ -144,9 +160,6 @@ def test_bad_input_gets_one_line(tmp_path, case, message):
     path = tmp_path / "runs" / case
     if case == "not-a-run":
         path.mkdir(parents=True)
-    elif case == "no-match":
-        _write(path, summary={"kind": "bench", "model": "resnet18", "precision": "fp32", "world_size": 1,
-                              "device": "cpu", "device_name": "x86_64", "img_per_sec_total_mean": 10.0})
     elif case == "corrupt":
         path.mkdir(parents=True)
         (path / "summary.json").write_text('{"kind": "bench", "world_')

@@ -76,13 +76,15 @@ def test_more_compute_threads_than_cores_on_cpu_ranks_is_bounded_by_threads_over
     # 4 ranks on one node with 4 threads each on 8 cores: 16 threads, at most 2x slower than one per core.
     cpu = {"device": "cpu", "device_name": "x86_64", "world_size": 4, "num_nodes": 1, "precision": "fp32"}
     env = {"torch_threads": 4, "cpu_count": 8, "env_vars": {"OMP_NUM_THREADS": "4"}}
-    found = _found(explain_run(_run(env=env, **cpu), "ngc:v100_16gb_amp"), "recipe", "compute threads")
-    assert found.cause == "16 compute threads on 8 cores" and found.change == "OMP_NUM_THREADS=2"
+    found = _found(explain_run(_run(env=env, **cpu), "ngc:v100_16gb_amp"), "host", "compute threads")
+    assert found.cause == "oversubscribed: 16 compute threads on 8 cores"
+    assert found.change == "set OMP_NUM_THREADS=2 (now 4)"
     assert found.effect.factor == pytest.approx(16 / 8) and found.effect.bound
     assert "OMP_NUM_THREADS=4" in found.evidence
     fits = explain_run(_run(env={**env, "torch_threads": 2}, **cpu), "ngc:v100_16gb_amp")
-    assert not any("threads" in c for c in _causes(fits, "recipe"))
-    assert any("threads per rank: 2 x 4 rank(s) on 8 cores" in r.evidence for r in fits.ruled_out)
+    assert not any("threads" in c for c in _causes(fits, "host"))
+    assert any("4 rank(s) per node x 2 threads on 8 cores: 8 compute threads fit" in r.evidence
+               for r in fits.ruled_out)
 
 
 def _gpu(uuid, app_mhz, limit_w):

@@ -110,6 +110,20 @@ def test_fp32_on_a_gpu_says_what_it_means():
     assert precision_note("fp32", "cpu") is None and precision_note("tf32", "cuda") is None
 
 
+def test_amp_on_a_cpu_runs_with_a_warning_and_tf32_there_is_refused_without_advising_amp():
+    """README: a mode the device cannot run is refused in one line; one it runs badly (AMP on a CPU: amp_fp16 at
+    0.06x fp32 on the development machine) is warned at the start and not advised."""
+    from dlscale.precision import precision_note
+
+    for name in ("amp_fp16", "amp_bf16"):
+        note = precision_note(name, "cpu")
+        assert note.startswith(f"warning: precision {name} on the CPU") and "compare with --precision fp32" in note
+        assert precision_note(name, "cuda") is None
+    with pytest.raises(DeviceError) as refused:
+        build_precision("tf32", CPU)
+    assert str(refused.value).endswith("on the CPU use fp32") and "amp" not in str(refused.value)
+
+
 def test_fused_sgd_is_the_gpu_default_and_explicit_choices_stay():
     """GradScaler steps a fused SGD without reading the overflow flag on the host every step."""
     assert SpeedOptions().resolved(torch.device("cuda")).fused_optimizer is True

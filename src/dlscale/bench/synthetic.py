@@ -34,6 +34,7 @@ from dlscale.metrics.compile import describe as describe_compile
 from dlscale.metrics.cost import imagenet_epoch_cost
 from dlscale.metrics.energy import device_energy_meter, energy_summary
 from dlscale.metrics.hardware import mfu, peak_flops
+from dlscale.metrics.host_load import HostLoad
 from dlscale.metrics.progress import ProgressDisplay
 from dlscale.metrics.ranks import describe, lead_times, stragglers
 from dlscale.metrics.run import device_name, environment_info
@@ -164,13 +165,14 @@ def run_bench(
     out: Callable[[str], None] = print,
     clock: Clock = time.perf_counter,
 ) -> dict:
-    """Run the benchmark on this rank; every rank returns the same summary dict."""
+    """Run the benchmark on this rank; every rank returns the same summary dict (but for host_load: its own)."""
     graphed = cfg.speed.cuda_graphs
     if graphed:
         check_ranks(env.world_size)
     device = select_device(env, cfg.device)
     init_process_group(env, device, cfg.pg_timeout_s, one_rank_group=cfg.strategy.wrap_single_rank)
     say = out if env.is_main else (lambda line: None)
+    host = HostLoad.start(env.local_world_size, torch.get_num_threads())  # before the work: the others' load
     setup = build_bench(cfg, env, device)
     parts, pool = setup.parts, setup.pool
     strategy = parts.strategy
@@ -199,8 +201,9 @@ def run_bench(
              "DDP wraps the model on this one rank (--wrap-single-rank; a one-rank "
              f"{'NCCL' if device.type == 'cuda' else 'gloo'} group)" if cfg.strategy.wrap_single_rank and
              env.world_size == 1 else None]
-    for line in (f"Model: {cfg.model}", f"Batch size: {cfg.batch_size}", f"Number of {word}s: {env.world_size}",
-                 *filter(None, notes), "Running warmup..."):
+    # The host's warning first: Horovod's lines stay together after it.
+    for line in (*filter(None, [host.warning()]), f"Model: {cfg.model}", f"Batch size: {cfg.batch_size}",
+                 f"Number of {word}s: {env.world_size}", *filter(None, notes), "Running warmup..."):
         say(line)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -209,6 +212,7 @@ def run_bench(
 
     def warmup_done() -> None:
         strategy.reset_stats()
+        host.timed()
         if meter:
             meter.start()
         if compiling:
@@ -236,7 +240,9 @@ def run_bench(
             on_warmup_done=warmup_done, on_iter=iteration_done, forward_timer=forward,
         )
     measured = meter.stop() if meter else None
+    host_load = host.finish()  # rank 0's: the load at the end, its CPU time over the timed iterations
     summary = summarize(gather_rates(rates, device))
+    summary["host_load"] = host_load
     if forward is None:
         summary["rank_forward_ms"] = None  # not measured (CUDA graphs), rather than zeros
     timed_images = cfg.batch_size * cfg.num_batches_per_iter * cfg.num_iters * env.world_size
@@ -407,6 +413,7 @@ def write_run(run: RunDir, cfg: BenchConfig, env: DistEnv, summary: dict) -> dic
     config.json's object as written."""
     device = torch.device(summary["device"], env.local_rank if summary["device"] == "cuda" else None)
     config = run.write_setup({"kind": "bench", **asdict(cfg), "world_size": env.world_size},
-                             environment_info(env.world_size, device, env.launcher))
+                             {**environment_info(env.world_size, device, env.launcher),
+                              "host_load": HostLoad.start_part(summary.get("host_load"))})
     run.finish(summary)
     return config

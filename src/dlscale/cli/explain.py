@@ -28,7 +28,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("path", type=Path, metavar="RUN_OR_SWEEP_DIR", help="a run directory or a dlscale scale sweep")
     p.add_argument("--reference", default=None, metavar="NAME[:SERIES]",
                    help="the published figure to compare with (e.g. ngc:v100_32gb_amp); none: only what the run "
-                        "shows by itself; default: the reference of the same model, precision and device")
+                        "shows by itself; default: the reference of the same model, precision and device (none "
+                        "matching: none, with a note saying so)")
     p.add_argument("--against", type=Path, default=None, metavar="RUN2",
                    help="instead: what differs between this run's record and RUN2's (settings, environment, packages)")
     p.add_argument("--baseline", type=Path, default=None, metavar="RUN",

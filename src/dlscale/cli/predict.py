@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from dlscale.cli.output import write_json_file, write_summary_file
@@ -20,7 +20,8 @@ from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.errors import ConfigError
 from dlscale.metrics.cost import check_price
 from dlscale.metrics.tracking import numbers, track_finished
-from dlscale.predict import inputs, output, sweeps, validate
+from dlscale.predict import anchor, caveats, inputs, output, sweeps, validate
+from dlscale.predict.anchor import Setting
 from dlscale.predict.compute import Fixed, with_fixed
 from dlscale.predict.graphs import SCHEDULES, TOPOLOGIES
 from dlscale.predict.model import OVERLAPS, STRATEGIES, Ceilings, Strategy, Workload, predict
@@ -45,7 +46,9 @@ def add_parser(subparsers) -> None:
     compute.add_argument("--from-run", type=Path, default=None, metavar="DIR",
                          help="a 1-rank dlscale bench run, or a dlscale profile run")
     compute.add_argument("--from-reference", default=None, metavar="NAME[:SERIES]",
-                         help="a shipped reference's smallest published point, e.g. ngc:v100_16gb_amp")
+                         help="a shipped reference's smallest published point, e.g. ngc:v100_16gb_amp (NAME alone: its "
+                              "first series with img/s); its own communication taken out; a strong-scaling series "
+                              "predicts at its global batch unless --batch-size or --global-batch is given")
     compute.add_argument("--peak-tflops", default=None, metavar="TFLOPS|DEVICE",
                          help="compute from FLOPs: a peak in TFLOP/s or a device (H100, A100), with --mfu")
     compute.add_argument("--mfu", type=float, default=None, help="model FLOPs utilisation for --peak-tflops")
@@ -70,7 +73,9 @@ def add_parser(subparsers) -> None:
     network.add_argument("--latency-us", type=float, default=None, help="latency of one algorithm step, us")
     network.add_argument("--list-platforms", action="store_true", help="list the shipped machines and exit")
     strategy = p.add_argument_group("strategy")
-    strategy.add_argument("--dist-optimizer", choices=STRATEGIES, default="allreduce")
+    strategy.add_argument("--dist-optimizer", choices=STRATEGIES, default=None,
+                          help="default: with --from-reference, the reference's own strategy where dlscale documents "
+                               "it (--validate's cases), else allreduce")
     strategy.add_argument("--algorithm", choices=ALGORITHMS, default="auto", help="allreduce algorithm")
     strategy.add_argument("--overlap", choices=OVERLAPS, default=None,
                           help="backward: DDP buckets under backward; none: after it; step: under forward and "
@@ -117,32 +122,44 @@ def parse_devices(text: str) -> list[int]:
     return counts
 
 
-def _workload(args: argparse.Namespace) -> tuple[Workload, float | None, str]:
-    """The compute figure, the per-step spread it comes with (or None), and where that spread is from."""
+def _source(args: argparse.Namespace) -> str:
     given = [name for name, value in (("--from-run", args.from_run), ("--from-reference", args.from_reference),
                                       ("--peak-tflops", args.peak_tflops)) if value is not None]
     if len(given) != 1:
         raise ConfigError("give one compute source: --from-run DIR, --from-reference NAME[:SERIES], "
                           "or --peak-tflops with --mfu" + (f" (got {', '.join(given)})" if given else ""))
+    return given[0]
+
+
+def _workload(args: argparse.Namespace, figure: inputs.ReferenceFigure | None,
+              setting: Setting) -> tuple[Workload, float | None, str, dict[str, str]]:
+    """The compute figure, the per-step spread it comes with (or None), where that spread is from, and what its
+    header says of it: a reference's own setting and what was taken out of its steps; an MFU above dlscale's."""
     fixed = inputs.fixed_from_run(args.step_curve) if args.step_curve else None
     if args.from_run is not None:
         workload, spread = inputs.workload_from_run(args.from_run, fixed)
-        return workload, spread, f"the step spread of {args.from_run}"
-    if args.from_reference is not None:
-        workload, spread = inputs.workload_from_reference(args.from_reference, model=args.model or "resnet50",
-                                                          fixed=fixed)
-        return workload, spread, f"the 95% interval {args.from_reference} publishes"
+        return workload, spread, f"the step spread of {args.from_run}", {}
+    if figure is not None:
+        done = anchor.anchored(figure, setting, model=args.model or "resnet50", fixed=fixed, step_cv=figure.spread)
+        said = {"anchored": "; ".join(done.lines)} if done.lines else {}
+        return done.workload, figure.spread, f"the 95% interval {figure.spec} publishes", said
     if args.mfu is None or args.batch_size is None:
         raise ConfigError("--peak-tflops needs --mfu and --batch-size")
     peak = args.peak_tflops
     with contextlib.suppress(ValueError):  # a number, else a device name (H100, A100)
         peak = float(peak)
-    return inputs.workload_from_flops(args.model or "resnet50", batch=args.batch_size, peak_tflops=peak,
-                                      mfu=args.mfu, image_size=args.image_size, fixed=fixed), None, ""
+    workload = inputs.workload_from_flops(args.model or "resnet50", batch=args.batch_size, peak_tflops=peak,
+                                          mfu=args.mfu, image_size=args.image_size, fixed=fixed)
+    above = caveats.mfu_line(peak if isinstance(peak, str) else None, args.mfu, "bf16")
+    return workload, None, "", {"mfu": f"WARNING: {above}"} if above else {}
 
 
-def _network(args: argparse.Namespace) -> tuple[Network, int | None]:
-    """The network, and the platform's CPU cores per node where it states them."""
+NETWORK_FLAGS = ("platform", "comm_run", "intra_gbps", "inter_gbps", "latency_us")
+
+
+def _network(args: argparse.Namespace, own: Setting | None) -> tuple[Network, int | None]:
+    """The network, and the platform's CPU cores per node where it states them; with none given, a
+    reference's own platform."""
     if args.platform and args.comm_run:
         raise ConfigError("give --platform or --comm-run, not both")
     cores = None
@@ -152,20 +169,37 @@ def _network(args: argparse.Namespace) -> tuple[Network, int | None]:
         base, cores = chosen.network(), chosen.value("cpu_cores_per_node")
     elif args.comm_run:
         base = inputs.network_from_comm_run(args.comm_run)
+    elif own is not None and all(getattr(args, flag) is None for flag in NETWORK_FLAGS):
+        base, cores = own.network, own.cores_per_node
     per_node = args.gpus_per_node or (base.devices_per_node if base else 8)
     if per_node < 1:
         raise ConfigError("--gpus-per-node must be >= 1")
     return inputs.network_from_numbers(per_node, args.intra_gbps, args.inter_gbps, args.latency_us, base), cores
 
 
-def _strategy(args: argparse.Namespace) -> Strategy:
-    overlap = args.overlap or ("backward" if args.dist_optimizer == "allreduce" else "none")
+STRATEGY_DEFAULTS = {"dist_optimizer": None, "algorithm": "auto", "overlap": None, "bucket_cap_mb": 25.0,
+                     "topology": "exp2", "disable_dynamic_topology": False, "schedule": None, "fusion_cycle_ms": None}
+
+
+def _strategy(args: argparse.Namespace, own: Setting | None) -> Strategy:
+    """The strategy the flags describe; with none given but --dist-optimizer naming the reference's, the
+    reference's own (where dlscale documents it)."""
+    others = {key: value for key, value in STRATEGY_DEFAULTS.items() if key != "dist_optimizer"}
+    if own is not None and args.dist_optimizer in (None, own.strategy.name) and \
+            all(getattr(args, key) == value for key, value in others.items()):
+        return own.strategy  # its name alone (or nothing) asks for the reference's own
+    return _given_strategy(args)
+
+
+def _given_strategy(args: argparse.Namespace) -> Strategy:
+    name = args.dist_optimizer or "allreduce"
+    overlap = args.overlap or ("backward" if name == "allreduce" else "none")
     if args.bucket_cap_mb <= 0:
         raise ConfigError("--bucket-cap-mb must be > 0")
     if args.fusion_cycle_ms is not None and args.fusion_cycle_ms <= 0:
         raise ConfigError("--fusion-cycle-ms must be > 0")
     schedule = args.schedule or ("static" if args.disable_dynamic_topology else "one_peer")
-    return Strategy(args.dist_optimizer, algorithm=args.algorithm, overlap=overlap,
+    return Strategy(name, algorithm=args.algorithm, overlap=overlap,
                     bucket_cap_bytes=int(args.bucket_cap_mb * MIB), topology=args.topology, schedule=schedule,
                     fusion_cycle_s=args.fusion_cycle_ms / 1e3 if args.fusion_cycle_ms else None)
 
@@ -210,21 +244,30 @@ def run(args: argparse.Namespace) -> int:
         check_output_dir(args.output_dir, "--output-dir", "the folder of run directories")
     devices = parse_devices(args.gpus)
     price = check_price(args.price_per_device_hour)
-    workload, net, cores, spread = _inputs(args)
-    strategy, ceilings = _strategy(args), _ceilings(args, net, cores, spread)
-    batch = args.batch_size if args.global_batch is None and args.peak_tflops is None else None
-    points = predict(devices, workload, strategy, net, ceilings, batch=batch, global_batch=args.global_batch)
-    mode = (f"strong scaling, global batch {args.global_batch}" if args.global_batch
+    got = _inputs(args)
+    workload, net, strategy = got.workload, got.net, got.strategy
+    ceilings = _ceilings(args, net, got.cores, got.spread)
+    batch = args.batch_size if got.global_batch is None and args.peak_tflops is None else None
+    uneven = [n for n in devices if got.global_batch and got.global_batch % n]
+    if uneven and args.global_batch is None:  # the reference's global batch, not one given
+        raise ConfigError(f"{args.from_reference} kept a global batch of {got.global_batch}, which does not split over "
+                          f"{uneven[0]} devices: pick device counts that divide it, or --batch-size B for weak scaling")
+    points = predict(devices, workload, strategy, net, ceilings, batch=batch, global_batch=got.global_batch)
+    beyond = caveats.accuracy_line(workload.model, [(p.devices, p.devices * p.batch_per_device) for p in points])
+    notes = {**got.notes, **({"accuracy": f"WARNING: {beyond}"} if beyond else {})}
+    mode = (f"strong scaling, global batch {got.global_batch}" if got.global_batch
             else f"weak scaling, batch {points[0].batch_per_device} per device")
     title = f"{workload.model}, {mode}, {strategy.name} on {net.name}"
-    print("\n".join([*_header(title, workload, net, strategy, ceilings), "", *output.table(points, price)]), flush=True)
-    settings = {"model": workload.model, "title": title, "devices": devices, "global_batch": args.global_batch,
+    print("\n".join([*_header(title, workload, net, strategy, ceilings), *(f"  {k}: {t}" for k, t in notes.items()),
+                     "", *output.table(points, price)]), flush=True)
+    settings = {"model": workload.model, "title": title, "devices": devices, "global_batch": got.global_batch,
                 "strategy": asdict(strategy), "network_name": net.name, "network": asdict(net)}
     step = workload.step_time
     compute_inputs = {"compute": workload.source, "step_time": "; ".join(step.describe()),
                       "fixed_part_ms": 1e3 * step.fixed_s, "per_image_ms": 1e3 * step.per_image_s,
                       "fixed_part_known": step.fixed_known, "fixed_part_source": step.fixed_source}
-    result = output.summary(points, settings, {**compute_inputs, "network": net.source, **ceilings.source}, price)
+    result = output.summary(points, settings, {**compute_inputs, "network": net.source, **ceilings.source, **notes},
+                            price)
     if args.json:
         write_summary_file(args.json, result)
     if not args.no_run_dir:
@@ -243,10 +286,32 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _inputs(args: argparse.Namespace) -> tuple[Workload, Network, int | None, tuple[float | None, str]]:
-    """The workload with the command line's adjustments, the network, the platform's cores per node, and
-    the spread that comes with the compute figure."""
-    workload, spread, spread_source = _workload(args)
+@dataclass(frozen=True)
+class _Inputs:
+    workload: Workload
+    net: Network
+    cores: int | None
+    """The platform's CPU cores per node, where it states them."""
+    strategy: Strategy
+    spread: tuple[float | None, str]
+    """The spread that comes with the compute figure, and where from."""
+    global_batch: int | None
+    notes: dict[str, str]
+    """What the header says of the inputs beyond their sources (and summary.json's inputs record)."""
+
+
+def _inputs(args: argparse.Namespace) -> _Inputs:
+    """The workload with the command line's adjustments, the network, the strategy and the global batch, each
+    from the command line, else, with --from-reference, from the reference's own setting where dlscale documents
+    it (its strategy, platform and global batch)."""
+    figure = inputs.reference_figure(args.from_reference) if _source(args) == "--from-reference" else None
+    own = anchor.own_setting(figure) if figure else None
+    net, cores = _network(args, own)
+    strategy = _strategy(args, own)
+    notes = anchor.setting_notes(figure, own, net, strategy)
+    setting = own or Setting(strategy, net, args.grad_bytes or (figure.grad_bytes if figure else 4),
+                             "the command's (dlscale documents none of this reference)", documented=False)
+    workload, spread, spread_source, said = _workload(args, figure, setting)
     if args.grad_bytes:
         workload = replace(workload, grad_bytes_per_element=args.grad_bytes)
     if args.step_overhead_ms is not None:
@@ -256,10 +321,14 @@ def _inputs(args: argparse.Namespace) -> tuple[Workload, Network, int | None, tu
         given = Fixed(args.step_overhead_ms / 1e3, f"{args.step_overhead_ms:g} ms, given: --step-overhead-ms "
                                                    "(an override)")
         workload = replace(workload, step_time=with_fixed(workload.step_time, given))
-    net, cores = _network(args)
     if args.comm_run is None:  # other machines than the one the run measured: its cores are not theirs
         workload = replace(workload, cpu_threads=None, cpu_cores=None)
-    return workload, net, cores, (spread, spread_source)
+    global_batch = args.global_batch
+    if figure is not None and global_batch is None and args.batch_size is None and figure.global_batch:
+        global_batch = figure.global_batch
+        notes["scaling"] = (f"strong scaling at the reference's global batch {global_batch}, which every point of "
+                            f"{figure.spec} kept (--batch-size B predicts weak scaling instead)")
+    return _Inputs(workload, net, cores, strategy, (spread, spread_source), global_batch, {**notes, **said})
 
 
 def _header(title: str, workload: Workload, net: Network, strategy: Strategy, ceilings: Ceilings) -> list[str]:
@@ -274,20 +343,11 @@ def _header(title: str, workload: Workload, net: Network, strategy: Strategy, ce
     lines += [
               f"  network: {net.source} ({net.intra.bandwidth_gbs:.3f} GB/s per device inside a node, "
               f"{net.inter.bandwidth_gbs:.3f} GB/s per node between nodes, {net.devices_per_node} per node)",
-              f"  strategy: {_describe(strategy)}"]
+              f"  strategy: {strategy.describe()}"]
     if workload.cpu_threads:
         lines.append(f"  cores: CPU ranks of {workload.cpu_threads} thread(s) share {workload.cpu_cores} cores; when "
                      "they fill them, communication runs after backward, not under it")
     return lines + [f"  {key}: {text}" for key, text in ceilings.source.items()]
-
-
-def _describe(strategy: Strategy) -> str:
-    if strategy.name in ("allreduce", "gradient_allreduce"):
-        where = {"backward": "buckets overlapped with backward", "none": "after backward", "step": "overlapped"}
-        buckets = (f"fused every {1e3 * strategy.fusion_cycle_s:g} ms up to {strategy.bucket_cap_bytes / MIB:g} MiB"
-                   if strategy.fusion_cycle_s else f"{strategy.bucket_cap_bytes / MIB:g} MiB buckets")
-        return f"{strategy.name}, {strategy.algorithm} algorithm, {buckets}, {where[strategy.overlap]}"
-    return f"{strategy.name} on {strategy.topology}, {strategy.schedule} exchange, overlap {strategy.overlap}"
 
 
 def _validate(args: argparse.Namespace) -> int:

@@ -9,29 +9,36 @@ from pathlib import Path
 
 from dlscale.explain.context import Context, Result
 from dlscale.explain.findings import UNEXPLAINED, Explanation, Finding
+from dlscale.explain.host import host
 from dlscale.explain.machine import device
 from dlscale.explain.measured import communication, input_bound, measurement, stragglers
 from dlscale.explain.network import network as network_against_platform
 from dlscale.explain.recipe import recipe, software
-from dlscale.explain.target import choose
+from dlscale.explain.target import NoMatchingReference, choose
 from dlscale.predict.network import Network
 from dlscale.predict.platforms import Platform
 from dlscale.rundir import CommRun, Run, read_comm_run, read_run, read_runs
 
-CAUSES: tuple[Callable[[Context], Result], ...] = (recipe, device, input_bound, communication,
+CAUSES: tuple[Callable[[Context], Result], ...] = (recipe, device, host, input_bound, communication,
                                                    network_against_platform, stragglers, software, measurement)
 """Each cause is one function of the context returning findings and what it ruled out."""
 
 
 def explain_run(run: Run, reference: str | None = None, *, baseline: Run | None = None,
                 network: Network | None = None, comm_run: CommRun | None = None,
-                platform: Platform | None = None) -> Explanation:
-    target = choose(run, reference)
-    ctx = Context(run, target, baseline, network, comm_run, platform)
+                platform: Platform | None = None, others: tuple[Run, ...] = ()) -> Explanation:
+    """One run against `reference` (default: the matching one; none matching: nothing, with a note why).
+    others: the runs explained beside it, whose rates may show a setting faster on the same device."""
+    note = ""
+    try:
+        target = choose(run, reference)
+    except NoMatchingReference as missing:
+        target, note = None, str(missing)
+    ctx = Context(run, target, baseline, network, comm_run, platform, others)
     explanation = Explanation(run=str(run.path), describe_run=describe(run), run_ips=run.per_device_ips,
                               reference=target.spec if target else None,
                               describe_reference=target.describe() if target else None,
-                              reference_ips=target.per_device_ips if target else None)
+                              reference_ips=target.per_device_ips if target else None, note=note)
     for cause in CAUSES:
         for item in cause(ctx):
             (explanation.findings if isinstance(item, Finding) else explanation.ruled_out).append(item)
@@ -47,8 +54,9 @@ def explain(path: str | Path, reference: str | None = None, *, baseline: str | P
     runs = read_runs(path)
     base = read_run(baseline) if baseline else next((r for r in runs if r.world_size == 1), None)
     comm = read_comm_run(comm_run) if comm_run is not None else None
+    others = tuple(runs) + ((base,) if base is not None and base not in runs else ())
     return [explain_run(run, reference, baseline=base if run.world_size > 1 else None, network=network,
-                        comm_run=comm, platform=platform) for run in runs]
+                        comm_run=comm, platform=platform, others=others) for run in runs]
 
 
 def describe(run: Run) -> str:

@@ -11,7 +11,7 @@ UNEXPLAINED = 1.10
 """A remainder of the gap above 10% is called unexplained: dlscale's own threshold, twice the +-5% by
 which repeated runs of one benchmark spread on the development machine (docs/benchmarks.md)."""
 
-CATEGORIES = ("recipe", "device", "input", "communication", "stragglers", "software", "measurement")
+CATEGORIES = ("recipe", "device", "host", "input", "communication", "stragglers", "software", "measurement")
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,8 @@ class Explanation:
     reference: str | None = None
     describe_reference: str | None = None
     reference_ips: float | None = None
+    note: str = ""
+    """Why the run is compared with nothing although no --reference none was given (no reference matched)."""
     findings: list[Finding] = field(default_factory=list)
     ruled_out: list[RuledOut] = field(default_factory=list)
     next_step: str = ""
@@ -94,6 +96,7 @@ class Explanation:
     def as_dict(self) -> dict:
         return {"run": self.run, "describe_run": self.describe_run, "run_img_per_s_per_device": self.run_ips,
                 "reference": self.reference, "describe_reference": self.describe_reference,
-                "reference_img_per_s_per_device": self.reference_ips, "gap": self.gap, "explained": self.explained,
+                "reference_img_per_s_per_device": self.reference_ips, "note": self.note, "gap": self.gap,
+                "explained": self.explained,
                 "unexplained": self.unexplained, "findings": [f.as_dict() for f in self.ranked()],
                 "ruled_out": [asdict(r) for r in self.ruled_out], "next_step": self.next_step}

@@ -148,8 +148,7 @@ def communication(ctx: Context) -> Result:
                            f"the strategy's own timer ({where}): {comm:.1f} ms of a {step:.1f} ms step, "
                            f"{(sent or 0) / 1e6:.1f} MB sent per rank",
                            Effect(step / max(step - comm, 1e-9), f"{OWN}: the step without its communication"),
-                           "overlap it (--dist-optimizer allreduce), exchange less often "
-                           "(--num-steps-per-communication) or on a faster network"))
+                           communication_change(ctx)))
     if ctx.baseline is not None and ctx.baseline.per_device_ips and per_device:
         out.append(_against_baseline(ctx, per_device))
     if not out:
@@ -158,12 +157,33 @@ def communication(ctx: Context) -> Result:
     return out
 
 
+NEIGHBOUR_STRATEGIES = ("neighbor_allreduce", "hierarchical_neighbor_allreduce")
+
+
+def communication_change(ctx: Context) -> str:
+    """What would communicate less or hide more, leaving out what the run already does: DDP's overlap for
+    a run that is not DDP, fewer neighbour exchanges than the run's, a larger batch than its own."""
+    run = ctx.run
+    strategy = run.summary.get("dist_optimizer") or run.config.get("strategy", {}).get("dist_optimizer") or "allreduce"
+    options = []
+    if strategy != "allreduce":
+        options.append("overlap it with backward (--dist-optimizer allreduce: DDP's buckets)")
+    if strategy in NEIGHBOUR_STRATEGIES:
+        every = int(run.config.get("strategy", {}).get("num_steps_per_communication") or 1)
+        options.append(f"exchange less often (--num-steps-per-communication {2 * every})")
+    if run.batch:
+        larger = 2 * run.batch
+        options.append(f"a larger batch per rank ({ctx.change(f'--batch-size {larger}', f'batch_size={larger}')}, "
+                       "if it fits)")
+    return "; ".join([*options, "a faster network"])
+
+
 def _against_baseline(ctx: Context, per_device: float) -> Finding:
     run, base = ctx.run, ctx.baseline
     loss = base.per_device_ips / per_device
     evidence = (f"{per_device:.1f} img/s per rank on {run.world_size} ranks against {base.per_device_ips:.1f} on one "
                 f"({base.name}): {100 / loss:.1f}% scaling efficiency")
-    change = "a faster network, larger batches per rank, or overlap (--dist-optimizer allreduce)"
+    change = communication_change(ctx)
     if ctx.network is None:
         return Finding("communication", f"scaling loss {loss:.2f}x against one rank", evidence,
                        Effect(loss, f"{OWN}: the sweep's 1-rank run; communication, stragglers and shared cores "
@@ -200,14 +220,15 @@ def _interval(ctx: Context) -> Result:
     evidence = (f"{iters} timed iterations of {s.get('num_batches_per_iter')} steps after "
                 f"{s.get('num_warmup_batches')} warm-up steps: {mean:.1f} +-{ci:.1f} img/s (95%, +-{100 * rel:.1f}%)")
     target = ctx.target.per_device_ips * run.world_size if ctx.target else None
+    more = f"more iterations (--num-iters {max(20, 2 * (iters or 0))}) on a quiet machine"
     if target and target <= mean + ci:
         return [Finding("measurement", "the published figure lies inside this run's 95% interval", evidence,
                         Effect(target / mean, f"{OWN}: 1.96 x std over iterations (docs/references.md#horovod-ci95)",
-                               bound=True), "more iterations (--num-iters) on a quiet machine")]
+                               bound=True), more)]
     if rel >= 0.05 or (iters or 0) < 10:
         return [Finding("measurement", f"a wide interval: +-{100 * rel:.1f}% over {iters} iterations", evidence,
                         Effect(1.0 + rel, f"{OWN}: the upper end of the 95% interval over the mean", bound=True),
-                        "more iterations (--num-iters 20 or more) on a quiet machine")]
+                        more)]
     return [RuledOut("measurement", evidence)]
 
 
@@ -223,8 +244,9 @@ def _warm_up(ctx: Context) -> Result:
     evidence = (f"{len(windows)} log windows; the epochs' first windows (loader start-up) take {100 * share:.0f}% "
                 f"of the time; {steady_rate:.1f} img/s after them against {run.total_ips:.1f} over the epochs")
     if steady_rate > 1.05 * run.total_ips:
+        persistent = "" if run.data_settings.get("persistent_workers", True) else \
+            ", persistent loader workers (--set data.persistent_workers=true)"
         return [Finding("measurement", "start-up in the measured time", evidence,
                         Effect(steady_rate / run.total_ips, f"{OWN}: the rate after the epochs' first windows"),
-                        "longer epochs, persistent loader workers (data.persistent_workers=true), or compare "
-                        "steady-state rates (metrics.jsonl)")]
+                        f"longer epochs{persistent}, or compare steady-state rates (metrics.jsonl)")]
     return [RuledOut("measurement", evidence)]

@@ -1,6 +1,6 @@
 """Causes in what was run: the recipe against the reference's (precision, channels_last, batch per rank,
-cuDNN autotuning, fused SGD, compile or CUDA graphs, the input pipeline, threads per rank), and the
-software against the reference's."""
+cuDNN autotuning, fused SGD, compile or CUDA graphs, the input pipeline), and the software against the
+reference's. Threads per rank are the host's (host.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ from dlscale.explain.target import precision_family
 from dlscale.metrics.input_bound import INPUT_BOUND_SHARE
 from dlscale.predict.layers import forward_macs, model_parameters
 
+OWN_RUNS = "the runs' own measurements"
+
 
 def recipe(ctx: Context) -> Result:
     if ctx.target is None:
-        return []
+        return _faster_precision(ctx) if ctx.run.device == "cpu" else []
     return [*_workload(ctx), *_precision(ctx), *_channels_last(ctx), *_batch(ctx), *_speed_options(ctx),
-            *_input_pipeline(ctx), *_threads(ctx)]
+            *_input_pipeline(ctx)]
 
 
 def _workload(ctx: Context) -> Result:
@@ -50,16 +52,53 @@ def _workload(ctx: Context) -> Result:
 def _precision(ctx: Context) -> Result:
     run, recipe = ctx.run, ctx.target.recipe
     theirs = str(recipe.get("precision") or "").split(" ")[0]
+    if run.device == "cpu":
+        return _precision_on_cpu(ctx, theirs)
     if not theirs or theirs == run.precision:
         return [RuledOut("recipe", f"precision: {run.precision}, as the reference")]
     if precision_family(theirs) == precision_family(run.precision) or precision_family(theirs) != "amp":
         effect = Effect(None, f"no published figure compares {run.precision} with {theirs}")
     else:
         effect = effects.precision(ctx.target, run.precision, run.device_name)
-    gpu = " (AMP fp16 needs a GPU; on the CPU amp_bf16)" if run.device == "cpu" else ""
     return [Finding("recipe", f"precision {run.precision}, the reference {theirs}",
                     f"run: {run.precision}; reference: {recipe.get('precision')} ({ctx.target.cite()})", effect,
-                    ctx.change(f"--precision {theirs}", f"precision={theirs}") + gpu)]
+                    ctx.change(f"--precision {theirs}", f"precision={theirs}"))]
+
+
+CPU_PRECISIONS = ("fp32", "amp_bf16", "amp_fp16")
+"""The precisions a CPU runs (tf32 is NVIDIA's)."""
+
+
+def _precision_on_cpu(ctx: Context, theirs: str) -> Result:
+    """A CPU run is told to change its precision only where another run of the same work on the same CPU
+    ran faster in it: the reference's AMP speed-up is a GPU's tensor cores, and autocast on a CPU can be
+    many times slower than fp32 (docs/explain.md)."""
+    run = ctx.run
+    faster = _faster_precision(ctx)
+    if faster:
+        return faster
+    if not theirs or theirs == run.precision:
+        return [RuledOut("recipe", f"precision: {run.precision}, as the reference")]
+    return [RuledOut("recipe", f"precision: {run.precision} on a CPU against the reference's {theirs} on "
+                               f"{ctx.target.device}: its AMP speed-up is a GPU's; no run explained here shows another "
+                               "precision faster on this CPU (measure them side by side: dlscale scale --nproc 1 "
+                               "--precision fp32,amp_bf16 -- bench ...)")]
+
+
+def _faster_precision(ctx: Context) -> Result:
+    """Another precision that ran the same work faster on the same CPU (a run explained beside this one)."""
+    run = ctx.run
+    faster = [o for o in (ctx.faster(p) for p in CPU_PRECISIONS if p != run.precision) if o is not None]
+    if not faster:
+        return []
+    best = max(faster, key=lambda o: o.per_device_ips)
+    ratio = best.per_device_ips / run.per_device_ips
+    reference = f"; reference: {ctx.target.recipe.get('precision')} on {ctx.target.device}" if ctx.target else ""
+    return [Finding("recipe", f"precision {run.precision}; {best.precision} ran {ratio:.2f}x faster on this CPU",
+                    f"run {best.name}: {best.precision}, {best.per_device_ips:.1f} img/s per device against this "
+                    f"run's {run.per_device_ips:.1f} (same model, batch, ranks and CPU){reference}",
+                    Effect(ratio, f"{OWN_RUNS}: {best.name} over this run"),
+                    ctx.change(f"--precision {best.precision}", f"precision={best.precision}"))]
 
 
 def _channels_last(ctx: Context) -> Result:
@@ -130,24 +169,6 @@ def _input_pipeline(ctx: Context) -> Result:
                     f"{recipe.get('data_backend') or 'backend not stated'} ({ctx.target.cite(recipe=True)})",
                     Effect(None, "matters only where the run waits for data: see the input finding"),
                     f"--set data.num_workers={theirs}")]
-
-
-def _threads(ctx: Context) -> Result:
-    """CPU ranks share the machine's cores: more compute threads than cores slow every rank."""
-    env, run = ctx.run.env, ctx.run
-    threads, cores = env.get("torch_threads"), env.get("cpu_available") or env.get("cpu_count")
-    if run.device != "cpu" or not threads or not cores:
-        return [RuledOut("recipe", f"threads per rank: {threads or 'not recorded'} (GPU runs compute on the GPU)")]
-    per_node = max(run.world_size // max(run.num_nodes, 1), 1)
-    busy = per_node * int(threads)
-    if busy <= int(cores):
-        return [RuledOut("recipe", f"threads per rank: {threads} x {per_node} rank(s) on {cores} cores")]
-    return [Finding("recipe", f"{busy} compute threads on {cores} cores",
-                    f"{per_node} rank(s) per node x {threads} threads (env.json torch_threads, "
-                    f"OMP_NUM_THREADS={env.get('env_vars', {}).get('OMP_NUM_THREADS', 'unset')}) on {cores} cores",
-                    Effect(busy / int(cores), "threads over cores: the ranks share the cores (dlscale predict's "
-                                              "CPU model, docs/prediction.md)", bound=True),
-                    f"OMP_NUM_THREADS={max(int(cores) // per_node, 1)}")]
 
 
 VERSIONS = ("torch", "cuda", "cudnn", "nccl")

@@ -1,6 +1,7 @@
 """Which published figure a run is compared with: the shipped reference series that ran the same model,
 precision and device (`dlscale explain` picks the fastest of them: the figure to reach), or the one
-named with --reference NAME[:SERIES]; `--reference none` compares with nothing.
+named with --reference NAME[:SERIES]; `--reference none` compares with nothing, and so does a run that no
+shipped reference matches (NoMatchingReference says why; explain goes on without one).
 """
 
 from __future__ import annotations
@@ -11,6 +12,10 @@ from dataclasses import dataclass
 from dlscale.errors import ConfigError
 from dlscale.report.references import Reference, RefSeries, load_reference, named_series, reference_names
 from dlscale.rundir import Run
+
+
+class NoMatchingReference(ConfigError):
+    """No shipped reference ran the run's model, precision and device (none was named)."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +88,8 @@ def _compared_point(series: RefSeries, devices: int) -> tuple[int, float] | None
 
 
 def choose(run: Run, spec: str | None) -> Target | None:
-    """The reference series to compare with; None for `none`; a ConfigError of one line when none matches."""
+    """The reference series to compare with; None for `none`; NoMatchingReference when none matches, a
+    ConfigError of one line for a named one that does not exist."""
     if spec is not None and spec.strip().lower() == "none":
         return None
     if spec:
@@ -102,9 +108,9 @@ def choose(run: Run, spec: str | None) -> Target | None:
                 found.append(((exact, device_score(run.device_name, device), point[1]),
                               Target(ref, series, point[0], point[1])))
     if not found:
-        raise ConfigError(f"no published reference ran {run.model} in {run.precision} on {run.device_name}; name "
-                          "one with --reference NAME[:SERIES] (e.g. ngc:v100_16gb_amp; dlscale report --reference all "
-                          "lists them), or --reference none for what the run shows by itself")
+        raise NoMatchingReference(f"no published reference ran {run.model} in {run.precision} on {run.device_name}, "
+                                  "so the run is compared with nothing (--reference none); name one with --reference "
+                                  "NAME[:SERIES] (e.g. ngc:v100_16gb_amp; dlscale report --reference all lists them)")
     return max(found, key=lambda item: item[0])[1]
 
 

@@ -27,6 +27,8 @@ def lines(explanation: Explanation) -> list[str]:
     if e.reference:
         out += _wrapped("Reference: ", e.describe_reference or e.reference, "")
         out.append(_gap(e.gap))
+    elif e.note:
+        out += _wrapped("Reference: none: ", e.note, "")
     else:
         out.append("Reference: none (what the run shows by itself)")
     ranked = e.ranked()

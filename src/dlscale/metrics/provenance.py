@@ -21,9 +21,11 @@ import dlscale
 
 ENV_PREFIXES = ("OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "BLIS_", "NUMEXPR_", "VECLIB_", "TORCH_",
                 "PYTORCH_", "NCCL_", "CUDA_", "CUDNN_", "CUBLAS_", "NVIDIA_", "GLOO_", "TORCHELASTIC_",
-                "SLURM_CPUS", "SLURM_JOB_NUM_NODES", "SLURM_NTASKS", "LD_PRELOAD", "MALLOC_", "PYTHONHASHSEED")
+                "SLURM_CPUS", "SLURM_JOB_NUM_NODES", "SLURM_NTASKS", "LD_PRELOAD", "MALLOC_", "PYTHONHASHSEED",
+                "DLSCALE_")
 """Environment variables a run records: threads, affinity, allocators and the libraries' settings (OMP,
-MKL, NCCL, CUDA, torch...). Only these prefixes: an environment also holds credentials."""
+MKL, NCCL, CUDA, torch..., dlscale's own: DLSCALE_LOADAVG_FILE). Only these prefixes: an environment also holds
+credentials."""
 
 
 def _git(*args: str) -> str | None:

@@ -177,3 +177,34 @@ def fixed_for_device(device: str | None) -> Fixed:
         return curve.fixed()
     what = f"no step curve of {device} ships" if device else "the device is not named"
     return Fixed(0.0, f"{what} (references/device_steps.json)", known=False)
+
+
+# ----------------------------------------------------------------------- shipped measured MFU
+
+
+@dataclass(frozen=True)
+class MeasuredMfu:
+    """The highest MFU dlscale measured on a device type at one peak precision (references/device_mfu.json)."""
+
+    device: str
+    mfu: float
+    peak_dtype: str
+    what: str
+    """The run: model, batch, settings, command, date, machine and where its record is kept."""
+
+
+def measured_mfu(device: str | None, peak_dtype: str) -> MeasuredMfu | None:
+    """The highest MFU shipped for this device type ("H100", "NVIDIA H100 80GB HBM3") at `peak_dtype`, else None."""
+    if not device:
+        return None
+    data = json.loads((resources.files("dlscale") / "references" / "device_mfu.json").read_text())
+    for key, entries in data["devices"].items():
+        if key.lower() not in device.lower():
+            continue
+        found = [e for e in entries if e["peak_dtype"] == peak_dtype]
+        if found:
+            best = max(found, key=lambda e: e["mfu"])
+            what = (f"{best['model']} at batch {best['batch_size']}, {best['what']}; `{best['command']}`, "
+                    f"{best['date']}, {best['machine']}; {best['source']}")
+            return MeasuredMfu(key, best["mfu"], peak_dtype, what)
+    return None

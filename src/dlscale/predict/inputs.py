@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dlscale.errors import ConfigError
 from dlscale.metrics.hardware import PEAK_TFLOPS
 from dlscale.predict.compute import Fixed, fixed_for_device, from_one_point, from_points
 from dlscale.predict.layers import forward_macs, model_parameters
-from dlscale.predict.model import GradSpec, Workload, expected_max_standard_normal, workload_for_model
+from dlscale.predict.model import GradSpec, Workload, workload_for_model
 from dlscale.predict.network import Level, Network
-from dlscale.report.references import named_series
+from dlscale.report.references import RefSeries, named_series
 from dlscale.rundir import read_comm_run, read_run, read_summary
 
 BACKWARD_FORWARD_RATIO = 2.0
@@ -112,11 +113,63 @@ def step_spread(summary: dict) -> float | None:
     return statistics.pstdev(times) / mean * math.sqrt(int(summary.get("num_batches_per_iter") or 1))
 
 
-def workload_from_reference(spec: str, *, model: str = "resnet50",
-                            fixed: Fixed | None = None) -> tuple[Workload, float | None]:
-    """NAME[:SERIES] of a shipped reference: its smallest published point, per device; where the series
-    publishes two batch sizes per device or more, the fit over them (each at its fewest devices). Also the
-    per-step spread its published interval implies, or None (reference_spread)."""
+@dataclass(frozen=True)
+class PublishedStep:
+    """One published point a compute figure starts from."""
+
+    batch: int
+    devices: int
+    nodes: int | None
+    step_s: float
+    """batch x devices / the published img/s: one device's step, with its run's own communication and waits."""
+
+
+@dataclass(frozen=True)
+class ReferenceFigure:
+    """A shipped reference series as a compute figure: per batch per device, its point with the fewest devices."""
+
+    spec: str
+    """NAME:SERIES."""
+    series: RefSeries
+    steps: tuple[PublishedStep, ...]
+    """The first is the series' smallest published point."""
+    device: str
+    text: str
+    """Where the figure comes from, in words (the series, its rate per device, its sources)."""
+    source: str
+    """The series' sources (repository:path@commit)."""
+    spread: float | None
+    """The per-step spread its published interval implies (reference_spread), or None."""
+    grad_bytes: int
+
+    @property
+    def global_batch(self) -> int | None:
+        """The global batch every published point kept (strong scaling), else None: several points, one
+        global batch among them."""
+        batches = {p.get("global_batch") or (p.get("batch_per_device") or self.series.meta.get("batch_per_device") or 0)
+                   * p["devices"] for p in self.series.points if p.get("devices")}
+        return int(batches.pop()) if len(self.series.points) >= 2 and len(batches) == 1 else None
+
+    def workload(self, steps: Sequence[tuple[int, float]], *, model: str, fixed: Fixed | None = None,
+                 grad_bytes: int | None = None, note: str = "") -> Workload:
+        """The compute over these (batch, step seconds): the fit over two batch sizes or more, else the one
+        step with `fixed` (default: the shipped curve of the device, else unknown)."""
+        if len(steps) >= 2:
+            at = ", ".join(f"{p.batch} at {p.devices} devices" for p in self.steps)
+            said = note or "their own communication included"
+            step_time = from_points(steps, f"published: {self.series.label}, batches {at} ({said}; {self.source})")
+            step_time = replace(step_time, fixed_source=f"fitted to the series' {len(steps)} batch sizes per device")
+        else:
+            batch, seconds = steps[0]
+            step_time = from_one_point(batch, seconds, fixed or fixed_for_device(self.device),
+                                       self.text + (f"; {note}" if note else ""))
+        return workload_for_model(model, batch_per_device=self.steps[0].batch, step_time=step_time,
+                                  grad_bytes_per_element=grad_bytes or self.grad_bytes, source=step_time.source)
+
+
+def reference_figure(spec: str) -> ReferenceFigure:
+    """NAME[:SERIES] of a shipped reference (without SERIES: its first series that publishes images/s, a
+    sample's where it has no scaling series)."""
     ref, series, _ = named_series(spec)
     name = spec.partition(":")[0]
     points = sorted((p for p in series.points if series.value(p, "img_per_s") and p.get("devices")),
@@ -127,29 +180,28 @@ def workload_from_reference(spec: str, *, model: str = "resnet50",
     batch = first.get("batch_per_device") or series.meta.get("batch_per_device")
     if not batch:
         raise ConfigError(f"{name}:{series.id} publishes no batch per device; give --batch-size")
-    spread, waited = reference_spread(series, first)
-    # The published rate includes its own stragglers: the compute alone is the step without them.
-    deflate = 1 + (spread or 0.0) * expected_max_standard_normal(waited)
     per_batch: dict[int, dict] = {}
     for p in points:
         per_batch.setdefault(int(p.get("batch_per_device") or batch), p)
-    steps = [(b, b * p["devices"] / series.value(p, "img_per_s") / deflate) for b, p in per_batch.items()]
+    steps = tuple(PublishedStep(b, p["devices"], p.get("nodes"), b * p["devices"] / series.value(p, "img_per_s"))
+                  for b, p in per_batch.items())
     rate = series.value(first, "img_per_s") / first["devices"]
     note = "" if first["devices"] == 1 else " (its own communication included)"
     text = (f"published: {series.label}, {rate:.1f} img/s per device at {first['devices']} device(s){note}, "
             f"batch {batch} ({ref.source_text(series)})")
-    if len(steps) >= 2:
-        at = ", ".join(f"{b} at {p['devices']} devices" for b, p in per_batch.items())
-        step_time = from_points(steps, f"published: {series.label}, batches {at} (their own communication "
-                                       f"included; {ref.source_text(series)})")
-        step_time = replace(step_time, fixed_source=f"fitted to the series' {len(steps)} batch sizes per device")
-    else:
-        device = series.meta.get("device") or ref.hardware.get("device")
-        step_time = from_one_point(int(batch), steps[0][1], fixed or fixed_for_device(device), text)
-    workload = workload_for_model(model, batch_per_device=int(batch), step_time=step_time,
-                                  grad_bytes_per_element=_grad_bytes(series.meta.get("precision")),
-                                  source=step_time.source)
-    return workload, spread
+    device = series.meta.get("device") or ref.hardware.get("device")
+    return ReferenceFigure(f"{name}:{series.id}", series, steps, device, text, ref.source_text(series),
+                           reference_spread(series, first)[0], _grad_bytes(series.meta.get("precision")))
+
+
+def workload_from_reference(spec: str, *, model: str = "resnet50",
+                            fixed: Fixed | None = None) -> tuple[Workload, float | None]:
+    """NAME[:SERIES] of a shipped reference: its smallest published point, per device, as published (its own
+    communication and stragglers included: anchor.py takes them out); where the series publishes two batch
+    sizes per device or more, the fit over them (each at its fewest devices). Also the per-step spread its
+    published interval implies, or None (reference_spread)."""
+    figure = reference_figure(spec)
+    return figure.workload([(p.batch, p.step_s) for p in figure.steps], model=model, fixed=fixed), figure.spread
 
 
 def reference_spread(series, point: dict) -> tuple[float | None, int]:

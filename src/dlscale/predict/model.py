@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from dlscale.errors import ConfigError
 from dlscale.predict import graphs, timeline
@@ -143,6 +143,24 @@ class Strategy:
             raise ConfigError(f"unknown strategy {self.name!r}; choose one of {', '.join(STRATEGIES)}")
         if self.overlap not in OVERLAPS:
             raise ConfigError(f"unknown overlap {self.overlap!r}; choose one of {', '.join(OVERLAPS)}")
+
+    def describe(self) -> str:
+        if self.name in ("allreduce", "gradient_allreduce"):
+            where = {"backward": "buckets overlapped with backward", "none": "after backward", "step": "overlapped"}
+            where = where if self.name == "allreduce" else dict.fromkeys(where, "after backward")
+            cap = f"{self.bucket_cap_bytes / (1 << 20):g} MiB"
+            buckets = f"fused every {1e3 * self.fusion_cycle_s:g} ms up to {cap}" if self.fusion_cycle_s else \
+                f"{cap} buckets"
+            return f"{self.name}, {self.algorithm} algorithm, {buckets}, {where[self.overlap]}"
+        return f"{self.name} on {self.topology}, {self.schedule} exchange, overlap {self.overlap}"
+
+    def communicates_as(self, other: Strategy) -> bool:
+        """Alike in every field the model's communication reads for this strategy (gradient_allreduce runs
+        after backward whatever its overlap; the allreduce kinds have no graph; the exchanges no buckets)."""
+        unread = {"allreduce": ("topology", "schedule"),
+                  "gradient_allreduce": ("topology", "schedule", "overlap", "first_bucket_bytes", "fusion_cycle_s"),
+                  }.get(self.name, ("bucket_cap_bytes", "first_bucket_bytes", "fusion_cycle_s"))
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self) if f.name not in unread)
 
 
 @dataclass(frozen=True)

@@ -131,9 +131,10 @@ def reference_dir():
     return resources.files("dlscale") / "references"
 
 
-NOT_REFERENCES = frozenset({"platforms", "device_steps"})
+NOT_REFERENCES = frozenset({"platforms", "device_steps", "device_mfu"})
 """Shipped data files beside the references that are not one: platforms.json is `dlscale predict`'s machines,
-device_steps.json its per-device step curves measured by `dlscale bench --batch-size`."""
+device_steps.json its per-device step curves measured by `dlscale bench --batch-size`, device_mfu.json the
+MFU dlscale measured per device (what `--mfu` is checked against)."""
 
 
 def reference_names() -> list[str]:
@@ -164,10 +165,12 @@ def load_reference(name_or_path: str) -> Reference:
 
 def named_series(spec: str, choose=None) -> tuple[Reference, RefSeries, list[RefSeries]]:
     """NAME[:SERIES] of a reference -> the reference, the scaling series named (or, without :SERIES, the
-    one `choose` picks from those that publish images/s, the first without `choose`), and those series."""
+    one `choose` picks from those that publish images/s, the first without `choose`), and those series. A
+    reference with no scaling series in images/s offers its samples that have them (BlueFog's 16-GPU one)."""
     name, _, series_id = spec.partition(":")
     ref = load_reference(name)
-    candidates = [s for s in ref.of_kind("scaling") if s.curve("img_per_s")]
+    candidates = [s for s in ref.of_kind("scaling") if s.curve("img_per_s")] or \
+        [s for s in ref.of_kind("sample") if s.curve("img_per_s")]
     if series_id:
         try:
             return ref, ref.get(series_id), candidates

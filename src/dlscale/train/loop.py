@@ -29,6 +29,7 @@ from dlscale.metrics.compile import describe as describe_compile
 from dlscale.metrics.cost import train_costs
 from dlscale.metrics.energy import device_energy_meter, energy_summary
 from dlscale.metrics.hardware import available_cores
+from dlscale.metrics.host_load import HostLoad
 from dlscale.metrics.input_bound import input_bound_warning
 from dlscale.metrics.records import Records
 from dlscale.metrics.run import environment_info
@@ -133,11 +134,13 @@ def _claim(run_dir: RunDir, env: DistEnv, raport_file: str | None) -> RunDir | N
 
 def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, preemption: PreemptionHandler, *,
          run_name: str, resume: str, raport_file: str | None, tracking: TrackingTarget | None) -> dict:
+    host = HostLoad.start(env.local_world_size, torch.get_num_threads())  # before the work: the others' load
     run = build_run(cfg, env, device, run_dir)
     progress = _resume(run, run_dir, resume)
     if env.is_main:
         run_dir.write_setup({"kind": "train", "preset": run_name, **to_jsonable(cfg), "plan": asdict(run.plan),
-                             "changes": run.state.changes}, environment_info(env.world_size, device, env.launcher))
+                             "changes": run.state.changes}, {**environment_info(env.world_size, device, env.launcher),
+                                                             "host_load": host.at_start()})
     run.records = Records(run_dir, enabled=env.is_main, resume_step=progress.step, raport_file=raport_file,
                           steps_per_epoch=run.plan.steps_per_epoch, epochs=run.plan.epochs, tracking=tracking)
     run.records.parameters({**convnets_parameters(cfg, run.plan, env, run.info, raport_file=raport_file,
@@ -145,18 +148,20 @@ def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, 
                                                   loss_scale=run.parts.precision.scaler.get_scale()),
                             "preset": run_name, **asdict(run.plan), "precision": cfg.precision,
                             "model": cfg.model.name, "world_size": env.world_size})
-    note = precision_note(cfg.precision, device.type)
-    if note:
-        run.records.message(note)
+    for note in (host.warning(), precision_note(cfg.precision, device.type)):
+        if note:
+            run.records.message(note)
     run.clock_origin = (time.perf_counter(), progress.elapsed_s)
     meter, first_step = device_energy_meter(device), progress.step  # NVML, sampled off this thread
     try:
         run.preemption = preemption
         if meter:
             meter.start()
+        host.timed()
         with counting_replays(run.compiling):
             preempted = _epochs(run, progress)
         summary = _summary(run, progress, preempted=preempted, signal=run.stop_signal or preemption.signal_name)
+        summary["host_load"] = host.finish()  # rank 0's: the load at the end, its CPU time over the training
         summary["compile_facts"] = _compile_facts(run, summary, steps=progress.step - first_step)
         # Energy of this attempt's training (validation and checkpoints included) per image it trained.
         summary.update(energy_summary(meter.stop() if meter else None,
