@@ -295,3 +295,12 @@ def test_predictions_stay_with_the_run_they_come_from(tmp_path):
     predict(tmp_path / "runs", "pred", [1, 2, 4], 50.0, model="resnet18", from_run="cpu1")
     report = build_report([tmp_path / "runs"], tmp_path / "out")
     assert [p.name for _, p in report.drawn["throughput_vs_devices.png"]] == ["throughput_vs_devices.png"]
+
+
+def test_the_epoch_line_gives_the_epoch_its_own_time(capsys):
+    """SC20's log: "Time taken for epoch 2 is 78.5 sec", beside the time since the start."""
+    from dlscale.metrics.records import Records
+
+    records = Records(None, enabled=False)
+    times = [records._epoch_time({"epoch": e, "elapsed_s": t}) for e, t in ((0, 79.9), (1, 158.4), (3, 300.0))]
+    assert times == ["time taken 79.9 s, ", "time taken 78.5 s, ", ""]  # epoch 3 follows a gap (a resume)

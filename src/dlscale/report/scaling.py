@@ -25,8 +25,8 @@ from dlscale.report.flags import above_ideal
 from dlscale.report.load import Collection, FailedPoint
 from dlscale.rundir import Run
 
-PART_ORDER = ("source", "device", "kind", "model", "image_size", "precision", "options", "dist_optimizer", "group",
-              "epochs", "batch", "run")
+PART_ORDER = ("source", "device", "kind", "model", "image_size", "precision", "options", "dist_optimizer", "swept",
+              "group", "epochs", "batch", "run")
 DEFAULT_LABEL_PARTS = ("kind", "model", "precision", "options", "dist_optimizer", "group")
 
 
@@ -81,6 +81,8 @@ def run_parts(run: Run) -> dict:
         "image_size": f"{s.get('image_size')}px" if run.kind == "bench" else run.data,
         "precision": s.get("precision"), "options": "+".join(run.options),
         "dist_optimizer": s.get("dist_optimizer"), "group": run.point.get("group", ""),
+        "swept": " ".join(f"{k}={v}" for k, v in run.point.get("settings", {}).items()
+                          if k not in ("dist_optimizer", "precision")),
         "epochs": f"{s['epochs_planned']} epochs" if run.kind == "train" and s.get("epochs_planned") else "",
     }
 
