@@ -6,6 +6,7 @@ import re
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,8 @@ TINY = ["--model", "resnet18", "--width", "8", "--image-size", "32", "--batch-si
 TRAIN = ["--config", "cpu:digits", "--set", "schedule.epochs=2", "--set", "max_steps_per_epoch=5",
          "--set", "batch_size=16", "--set", "model.width=8", "--pg-timeout", "60"]
 TIMEOUT_S = 240
-ENV = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+ENV = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": SRC}  # this checkout's package
 OTHER_STRATEGY = "neighbor_allreduce" if "neighbor_allreduce" in STRATEGIES else next(
     (s for s in sorted(STRATEGIES) if s != "allreduce"), None)
 

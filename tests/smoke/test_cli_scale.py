@@ -5,6 +5,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,11 +17,12 @@ from dlscale.sweep import plan, run
 
 TINY = ["--model", "resnet18", "--width", "8", "--image-size", "32", "--batch-size", "4", "--num-classes", "10",
         "--num-warmup-batches", "2", "--num-batches-per-iter", "2", "--num-iters", "3", "--pg-timeout", "60"]
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 TIMEOUT_S = 240  # two or three torchrun launches on two shared cores take 20-60 s
 
 
 def _scale(tmp_path, *args):
-    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": SRC}  # this checkout's package
     command = [sys.executable, "-m", "dlscale", "scale", "--output-dir", "runs", "--name", "sw", *args]
     return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
 

@@ -9,9 +9,9 @@ import re
 from importlib import resources
 
 import pytest
-from report_runs import CPU_ENV, bench, many_runs, predict, sweep, train
+from report_runs import CPU_ENV, bench, many_runs, predict, sweep, train, write_run
 
-from dlscale.report import accuracy, build_report, epoch_plot, plots, reference_plots
+from dlscale.report import accuracy, build_report, epoch_plot, plots, reference_plots, workers
 from dlscale.report.build import compute, figures_of
 from dlscale.report.figure import MAX_LEGEND, MAX_TICKS, figure, layout_problems, legend, log2_axis
 from dlscale.report.load import load
@@ -130,17 +130,25 @@ def test_epoch_times_as_sc20_logs_them_and_marconi100_draws_them(tmp_path):
 
 
 def test_epoch_time_against_loader_workers_beside_the_loader(tmp_path):
-    for workers, per_epoch in ((0, 40.0), (2, 22.0), (4, 12.0)):
-        train(tmp_path / "w", f"workers{workers}", 1, 32, [10.0, 20.0], seconds_per_epoch=per_epoch,
-              workers=workers, env=CPU_ENV)
+    for count, per_epoch in ((0, 40.0), (2, 22.0), (4, 12.0)):
+        train(tmp_path / "w", f"workers{count}", 1, 32, [10.0, 20.0], seconds_per_epoch=per_epoch,
+              workers=count, env=CPU_ENV)
+    settings = [{"workers": w, "images_per_s": r, "speedup": r / 500.0, "files_per_s": r, "file_read_gb_per_s": 0.0,
+                 "storage_read_gb_per_s": 0.0, "cpu_cores_busy": 1.0} for w, r in ((0, 500.0), (2, 900.0), (4, 1500.0))]
+    write_run(tmp_path / "w", "loader", kind="loader", decode="fast", settings=settings)
     report = build_report([tmp_path / "w"], tmp_path / "out", ["marconi100"])
     assert "loader_workers.png" in report.drawn
-    from dlscale.report import workers
-    fig = workers.plot([], load([tmp_path / "w"]).runs, [load_reference("marconi100")])
-    drawn = lines(fig)
+    collection = load([tmp_path / "w"])
+    fig = workers.plot(collection.loaders, collection.runs, [load_reference("marconi100")])
+    loader, training = fig.axes
+    assert [list(line.get_ydata()) for line in loader.get_lines()] == [[1.0, 1.8, 3.0]]
+    drawn = lines(fig, 1)
     ours = next(line for label, line in drawn.items() if "resnet18_cifar" in label)
     assert list(ours.get_xdata()) == [0, 2, 4] and list(ours.get_ydata()) == [40.0, 22.0, 12.0]
-    assert fig.axes[0].get_ylabel() == "epoch time (s)"
+    # Marconi100's epoch times, one factor: its 16-worker 1,926 s on our 4-worker 12 s (the nearest count).
+    marconi = next(line for label, line in drawn.items() if "Marconi100" in label)
+    assert list(marconi.get_ydata()) == pytest.approx([t * 12.0 / 1926 for t in (7704, 4882, 2854, 2015, 1926)])
+    assert training.get_ylabel() == "epoch time (s)" and layout_problems(fig) == []
 
 
 def test_wide_precision_table_as_paddle_prints_it(tmp_path):

@@ -139,13 +139,17 @@ def figures_of(f: Figures, refs: list[Reference], tolerance_pts: float,
                io_epochs: tuple[int, int] | None = None) -> Iterator[tuple[str, str, Figure | str]]:
     """(plot name, group or reference title, the Figure or why none) of every figure of the report, drawn one
     at a time; the title is '' for plots drawn once per report."""
-    progressions = 0
+    drew: set[str] = set()
     for g in f.groups:
         for name, title, drawn in _group_figures(g, f, refs):
-            progressions += name == "progression.png" and not isinstance(drawn, str)
+            drew |= {name} if not isinstance(drawn, str) else set()
             yield name, title, drawn
-    if not progressions and refs:  # the published progressions alone, once
-        yield "progression.png", "", plots.progression([], refs)
+    alone = {"throughput_vs_devices.png": lambda: plots.throughput([], refs, set()),
+             "efficiency_vs_devices.png": lambda: plots.efficiency([], refs),
+             "progression.png": lambda: plots.progression([], refs)}
+    for name, draw in alone.items():
+        if name not in drew and refs:  # the published figures alone, once: no group of ours has them
+            yield name, "", draw()
     runs = f.collection.runs
     yield "accuracy_vs_batch.png", "", accuracy.vs_batch(f.accuracy, tolerance_pts, refs)
     yield "loader_workers.png", "", worker_plots.plot(f.collection.loaders, runs, refs)
@@ -162,8 +166,8 @@ def _group_figures(g: Group, f: Figures, refs: list[Reference]) -> Iterator[tupl
     progression = [r for r in f.progression if r.run.path in paths]
     strategies = [r for r in f.strategies if r.run.path in paths]
     drawers = (
-        ("throughput_vs_devices.png", plots.throughput, (g.series, refs, flagged, g.predictions)),
-        ("efficiency_vs_devices.png", plots.efficiency, (g.series, refs, g.predictions)),
+        ("throughput_vs_devices.png", plots.throughput, (g.series, refs, flagged, g.predictions, False)),
+        ("efficiency_vs_devices.png", plots.efficiency, (g.series, refs, g.predictions, False)),
         ("time_to_solution_vs_devices.png", plots.time_to_solution, (g.series, refs)),
         ("epoch_time_vs_devices.png", epoch_plot.plot, (g.series, refs)),
         ("accuracy_vs_epoch.png", accuracy.curves, (g.runs, flagged, "epoch")),

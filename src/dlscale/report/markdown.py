@@ -192,7 +192,7 @@ def _plots(made, captions: dict) -> list[str]:
     out = ["## Plots", ""]
     for name, caption in captions.items():
         if name in made.not_drawn:
-            out.append(f"- {caption}: not drawn ({made.not_drawn[name]}).")
+            out += [f"- {caption}: not drawn ({made.not_drawn[name]}).", ""]
             continue
         drawn = made.drawn.get(name, [])
         out += [f"### {caption}", ""]

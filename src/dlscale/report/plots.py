@@ -107,10 +107,12 @@ def predicted(ax, predictions, key: str, scale: float = 1.0) -> list[int]:
 # -------------------------------------------------------------------------------------- plots
 
 
-def throughput(series: list[Series], references: list[Reference], flagged: set, predictions=()) -> Figure | str:
+def throughput(series: list[Series], references: list[Reference], flagged: set, predictions=(),
+               alone: bool = True) -> Figure | str:
+    """alone=False: only with a run or prediction of ours (a report draws the references alone once)."""
     drawn = [s for s in series if s.ok_rows]
     found = overlay.curves(references, "img_per_s")
-    if not drawn and not found and not predictions:
+    if not drawn and not predictions and (not found or not alone):
         return "no run with a measured or predicted throughput"
     main = main_series(drawn)
     refs = overlay.scaled(found, (main.base.world_size, main.base.total_ips) if main else None, overlay.PER_DEVICE)
@@ -145,12 +147,13 @@ def throughput(series: list[Series], references: list[Reference], flagged: set, 
     return fig
 
 
-def efficiency(series: list[Series], references: list[Reference], predictions=()) -> Figure | str:
+def efficiency(series: list[Series], references: list[Reference], predictions=(), alone: bool = True) -> Figure | str:
+    """alone=False: only with a series or prediction of ours (a report draws the references alone once)."""
     drawn = [s for s in series if len(s.ok_rows) >= 2]
     curves = [(s, s.efficiency_curve()) for ref in references for s in ref.series
               if s.kind in ("scaling", "efficiency") and s.meta.get("overlay", True)]
     curves = [(s, c) for s, c in curves if len(c) >= 2 or (c and s.kind == "efficiency")]
-    if not drawn and not curves and not predictions:
+    if not drawn and not predictions and (not curves or not alone):
         return "needs one series with two or more world sizes"
     fig, (ax,) = figure("Scaling efficiency vs devices", "efficiency = (T_N / N) / (T_base / N_base), "
                          "T = total images/s, base = each series' smallest world size (report.md names it)")

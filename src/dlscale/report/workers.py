@@ -13,6 +13,7 @@ from dlscale.report.epochs import epoch_time
 from dlscale.report.figure import figure, legend
 from dlscale.report.loader import LoaderRun
 from dlscale.report.overlay import style
+from dlscale.report.plots import log_y, rank_word
 from dlscale.report.references import Reference
 from dlscale.rundir import Run, number
 
@@ -34,7 +35,7 @@ def plot(loaders: list[LoaderRun], train_runs: list[Run], references: list[Refer
         ax.set_xscale("symlog", linthresh=1)
         ax.set_xticks(ticks)
         ax.set_xticklabels([str(t) for t in ticks])
-        ax.set_xlabel("DataLoader worker processes (0: in the main process)")
+        ax.set_xlabel("loader workers per rank (0: main process)")
         legend(ax)
     return fig
 
@@ -80,14 +81,14 @@ def worker_sweeps(runs: list[Run]) -> dict[str, list[tuple[int, float, Run]]]:
     out = {}
     for (sweep, model, data, setting, _, world, batch, _), members in groups.items():
         if len({w for w, _, _ in members}) >= 2:
-            label = (f"{sweep}: " if sweep else "") + f"{model} / {data}, {setting}, {world} ranks x {batch}"
+            label = (f"{sweep}: " if sweep else "") + f"{model} / {data}, {setting}, {rank_word(world)} x {batch}"
             out[label] = sorted(members, key=lambda m: (m[0], m[2].name))
     return out
 
 
 def _epoch_times(ax, sweeps: dict, references: list[Reference]) -> list[int]:
-    """Epoch time against workers per training sweep, Marconi100's worker series scaled to our epoch time at
-    the worker count nearest its own largest; returns the worker counts drawn."""
+    """Epoch time against workers per training sweep, Marconi100's worker series scaled by one factor (first in
+    its label) to our epoch time at the worker count nearest its own largest; returns the worker counts drawn."""
     drawn = []
     for label, members in sweeps.items():
         ax.plot([w for w, _, _ in members], [t for _, t, _ in members], marker="o", label=label)
@@ -104,9 +105,9 @@ def _epoch_times(ax, sweeps: dict, references: list[Reference]) -> list[int]:
                 mine = min(ours, key=lambda o: (abs(o[0] - top_w), o[1]))
                 factor = mine[1] / top_t
             ax.plot([w for w, _ in points], [t * factor for _, t in points], **style(series, references),
-                    label=f"{series.label} (x{factor:.3g})")
+                    label=f"x{factor:.3g}: {series.label}")
             drawn += [w for w, _ in points]
-    ax.set_yscale("log")
+    log_y(ax)
     ax.set_ylabel("epoch time (s)")
     ax.set_title("training: mean epoch after the first", fontsize=8)
     return drawn
