@@ -19,11 +19,6 @@ def report(figures, refs: list[Reference], tables: dict, made, tolerance: float,
     """figures: build.Figures; made: build.Report (the files written, the plots drawn and not); captions: plot
     file name -> its heading, in the order report.md shows them."""
     collection = figures.collection
-
-    def table(name: str, headers: list[str]) -> str:
-        shown = tables[name][0]
-        return t.markdown(headers, shown) if shown else "_No runs for this table._"
-
     sweeps = ", ".join(f"`{Path(s['path']).name}` ({s.get('mode', '?')} scaling, {s.get('command', '?')})"
                        for s in collection.sweeps) or "none"
     out = [
@@ -35,31 +30,9 @@ def report(figures, refs: list[Reference], tables: dict, made, tolerance: float,
         "",
         "## Runs",
         "",
-        table("runs", t.RUNS_HEADERS),
+        _table(tables, "runs", t.RUNS_HEADERS),
         "",
-        "## Scaling",
-        "",
-        "T is the total measured images/s over all ranks (benchmark: mean ± 1.96 x std over timed "
-        "iterations; train: the whole run). speedup = T_N / T_base; efficiency = (T_N / N) / "
-        "(T_base / N_base), with N_base the smallest world size of each series. Time to target: seconds until "
-        "validation top-1 first reached the run's --target-accuracy.",
-        "",
-        "Baseline of each series (what its speedup and efficiency are against):",
-        "",
-        *(f"- {line}" for line in t.baselines(figures.series)),
-        "",
-        *_impossible(figures),
-        table("scaling", t.SCALING_HEADERS),
-        "",
-        "## Speedup in Marconi100's form: T_base / T_N",
-        "",
-        "T is the time of the whole training run (train), or the time for 1000 images at the measured "
-        "rate (benchmark), so T_base / T_N is the speedup and N / N_base the ideal; the baseline is each "
-        f"series' smallest world size, as above. An efficiency marked{MARK} is above 100%: its cause is in the "
-        "scaling table's status.",
-        "",
-        table("speedup", t.TIME_HEADERS),
-        "",
+        *_scaling(figures, tables),
         *_precision_section(figures.precisions),
         "## Epochs",
         "",
@@ -77,15 +50,15 @@ def report(figures, refs: list[Reference], tables: dict, made, tolerance: float,
         "",
         *(f"- **FLAG** {line}" for line in made.flagged),
         *([""] if made.flagged else []),
-        table("accuracy", t.ACCURACY_HEADERS),
+        _table(tables, "accuracy", t.ACCURACY_HEADERS),
         "",
         "## Precision and speed settings",
         "",
-        table("progression", t.COMPARE_HEADERS),
+        _table(tables, "progression", t.COMPARE_HEADERS),
         "",
         "## Gradient synchronisation: allreduce vs neighbor-allreduce",
         "",
-        table("dist_optimizers", t.COMPARE_HEADERS),
+        _table(tables, "dist_optimizers", t.COMPARE_HEADERS),
         "",
         *_rest(tables, findings),
     ]
@@ -96,6 +69,40 @@ def report(figures, refs: list[Reference], tables: dict, made, tolerance: float,
     if collection.skipped:
         out += ["Skipped: " + "; ".join(collection.skipped), ""]
     return "\n".join(out)
+
+
+def _scaling(figures, tables: dict) -> list[str]:
+    """The scaling table with each series' baseline and every efficiency above 100%, then Marconi100's form."""
+    return [
+        "## Scaling",
+        "",
+        "T is the total measured images/s over all ranks (benchmark: mean ± 1.96 x std over timed "
+        "iterations; train: the whole run). speedup = T_N / T_base; efficiency = (T_N / N) / "
+        "(T_base / N_base), with N_base the smallest world size of each series. Time to target: seconds until "
+        "validation top-1 first reached the run's --target-accuracy.",
+        "",
+        "Baseline of each series (what its speedup and efficiency are against):",
+        "",
+        *(f"- {line}" for line in t.baselines(figures.series)),
+        "",
+        *_impossible(figures),
+        _table(tables, "scaling", t.SCALING_HEADERS),
+        "",
+        "## Speedup in Marconi100's form: T_base / T_N",
+        "",
+        "T is the time of the whole training run (train), or the time for 1000 images at the measured "
+        "rate (benchmark), so T_base / T_N is the speedup and N / N_base the ideal; the baseline is each "
+        f"series' smallest world size, as above. An efficiency marked{MARK} is above 100%: its cause is in the "
+        "scaling table's status.",
+        "",
+        _table(tables, "speedup", t.TIME_HEADERS),
+        "",
+    ]
+
+
+def _table(tables: dict, name: str, headers: list[str]) -> str:
+    shown = tables[name][0]
+    return t.markdown(headers, shown) if shown else "_No runs for this table._"
 
 
 def _groups(groups) -> str:
@@ -134,10 +141,6 @@ def _epochs(tables: dict) -> list[str]:
 
 
 def _rest(tables: dict, findings: dict | None) -> list[str]:
-    def table(name: str, headers: list[str]) -> str:
-        shown = tables[name][0]
-        return t.markdown(headers, shown) if shown else "_No runs for this table._"
-
     return [
         "## Input pipeline (dlscale loader)",
         "",
@@ -145,14 +148,14 @@ def _rest(tables: dict, findings: dict | None) -> list[str]:
         "the first; bytes from the processes' own I/O counters (file GB/s: bytes of the image files "
         "read; storage GB/s: reads that reached storage, so page-cache hits are not in it).",
         "",
-        table("loader", loader.HEADERS),
+        _table(tables, "loader", loader.HEADERS),
         "",
         "## Predictions (dlscale predict)",
         "",
         "Each predicted point beside the measured run of the same model at the same world size, if there is one; "
         "error = predicted / measured - 1. How the model works: docs/prediction.md.",
         "",
-        table("predictions", predictions.HEADERS),
+        _table(tables, "predictions", predictions.HEADERS),
         "",
         "## I/O throughout training",
         "",
@@ -160,7 +163,7 @@ def _rest(tables: dict, findings: dict | None) -> list[str]:
         "/proc read bytes and read() calls; files the data sets opened), averaged over the epochs chosen with "
         "--io-epochs (HAL's report averages epochs 10 to 60).",
         "",
-        table("io", io_rates.HEADERS),
+        _table(tables, "io", io_rates.HEADERS),
         "",
         "## Why below the reference (dlscale explain)",
         "",
