@@ -209,6 +209,30 @@ def test_efficiency_above_100_percent_is_marked_with_its_cause(tmp_path):
     assert any(t.get_text().startswith("108%: ") for t in fig.axes[0].texts)
 
 
+def test_progression_labels_never_overlap(tmp_path):
+    """SC20's progression as settings: long precision and option names side by side stay readable."""
+    options = ({}, {"channels_last": True}, {"channels_last": True, "cudnn_benchmark": True},
+               {"channels_last": True, "cudnn_benchmark": True, "fused_optimizer": True, "compile": True})
+    for world in (1, 2):
+        for i, extra in enumerate(options):
+            bench(tmp_path, f"w{world}-{i}", world, 100.0 * world * (1 + i), precision="amp_bf16", **extra)
+        bench(tmp_path, f"w{world}-fp32", world, 50.0 * world)
+    figures = compute(load([tmp_path]), 1.0)
+    fig = plots.progression(figures.progression, [load_reference("sc20"), load_reference("ngc")])
+    assert len(fig.axes[0].get_xticklabels()) == 5
+    assert layout_problems(fig) == []
+
+
+def test_efficiency_above_100_percent_is_an_mlflow_metric_too(tmp_path):
+    from dlscale.report.scaling import scaling_metrics
+
+    bench(tmp_path, "one", 1, 100.0)
+    bench(tmp_path, "two", 2, 215.0)
+    metrics = dict(scaling_metrics(compute(load([tmp_path]), 1.0).series))
+    assert metrics[2]["efficiency_pct"] == pytest.approx(107.5) and metrics[2]["efficiency_above_100pct"] == 1.0
+    assert "efficiency_above_100pct" not in metrics[1]
+
+
 def test_different_work_per_rank_is_named(tmp_path):
     bench(tmp_path, "a", 1, 100.0, batch=64)
     bench(tmp_path, "b", 2, 230.0, batch=32)

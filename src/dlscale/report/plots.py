@@ -224,9 +224,9 @@ def _bars(ax, groups: list, labels: list, values: dict, notes: dict, errors: dic
     texts = [str(g).replace(" +", "\n+") for g in groups]
     longest = max((len(line) for t in texts for line in t.splitlines()), default=0)
     slot_px = ax.get_position().width * ax.figure.bbox.width / max(len(groups), 1)
-    turned = longest * 4.5 > 0.9 * slot_px  # about 4.5 pixels per character at 7 pt
-    ax.set_xticks(range(len(groups)), [t.replace("\n", " ") if turned else t for t in texts], fontsize=7,
-                  rotation=25 if turned else 0, ha="right" if turned else "center")
+    turned = longest * 6 > 0.8 * slot_px  # about 6 pixels per character at 7 pt
+    # turned: each label stands on its side, its lines side by side, a line's height (10 px) each
+    ax.set_xticks(range(len(groups)), texts, fontsize=7, rotation=90 if turned else 0, linespacing=1.0)
 
 
 def progression(rows: list[CompareRow], references: list[Reference], alone: bool = True) -> Figure | str:

@@ -148,14 +148,16 @@ def _rows(runs: list[Run]) -> list[Row]:
 
 def scaling_metrics(series: list[Series]) -> list[tuple[int, dict[str, float]]]:
     """Per world size (the step), each series' figures as metrics: total_img_per_s, per_rank_img_per_s,
-    speedup, efficiency_pct, prefixed by the series' label when there are several (for MLflow)."""
+    speedup, efficiency_pct (and efficiency_above_100pct = 1 where it cannot be true), prefixed by the series'
+    label when there are several (for MLflow)."""
     by_size: dict[int, dict[str, float]] = defaultdict(dict)
     for s in series:
         prefix = "_".join(s.label.split()) + "/" if len(series) > 1 else ""
         for row in s.ok_rows:
             efficiency_pct = None if row.efficiency is None else 100 * row.efficiency
             values = {"total_img_per_s": row.total_ips, "per_rank_img_per_s": row.total_ips / row.world_size,
-                      "speedup": row.speedup, "efficiency_pct": efficiency_pct}
+                      "speedup": row.speedup, "efficiency_pct": efficiency_pct,
+                      "efficiency_above_100pct": 1.0 if row.flag else None}
             by_size[row.world_size].update({prefix + k: v for k, v in values.items() if v is not None})
     return sorted(by_size.items())
 
