@@ -195,7 +195,7 @@ def test_efficiency_above_100_percent_is_marked_with_its_cause(tmp_path):
     assert "above 100%, impossible for the same work per rank" in row
     for cause in ("oversubscription at the baseline: 1 rank(s) x 2 threads on 1 cores",
                   "a loaded host at the baseline: load average 3.00 on 1 cores",
-                  "different work per rank: 2 threads per rank at the baseline, 1 here"):
+                  "different threads per rank: 2 at the baseline, 1 here"):
         assert cause in row
     assert "- bench resnet18 fp32 allreduce: one (1 rank, 1 node, 100.0 img/s)" in text  # the baseline named
     scaling = csv.DictReader((out / "scaling.csv").open())

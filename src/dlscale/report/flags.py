@@ -5,8 +5,9 @@ ranks per second. With the same work per rank on idle, equal devices that cannot
 measured, the baseline was slow (a loaded host, more threads than cores) or the runs did not do the
 same work. `above_ideal` names what the two runs' own records show, most telling first:
 
-- different work per rank: another batch per rank (strong scaling) or another number of threads per
-  rank (torchrun sets OMP_NUM_THREADS=1 for several ranks per node and leaves one rank alone);
+- different work per rank: another batch per rank (strong scaling);
+- different threads per rank (torchrun sets OMP_NUM_THREADS=1 for several ranks per node and leaves one
+  rank alone): the baseline's threads contend where cores are short;
 - oversubscription at the baseline: its ranks x threads above the cores it could use (env.json);
 - a loaded host at the baseline: a load average at or above those cores (env.json, where recorded);
 - noise: the two measurements' 95% intervals reach the ideal;
@@ -49,8 +50,8 @@ def likely_causes(run: Run, base: Run) -> list[tuple[str, str]]:
                                                   f"at the baseline ({base.name}), {run.per_rank_batch} here"))
     threads, cores = _threads(base), _cores(base)
     if base.device == "cpu" and threads and _threads(run) and threads != _threads(run):
-        causes.append(("different threads per rank", f"different work per rank: {threads} threads per rank at the "
-                                                     f"baseline, {_threads(run)} here"))
+        causes.append(("different threads per rank", f"different threads per rank: {threads} at the baseline, "
+                                                     f"{_threads(run)} here (a slower baseline where they contend)"))
     if base.device == "cpu" and threads and cores and threads * base.world_size > cores:
         causes.append(("oversubscribed baseline", f"oversubscription at the baseline: {base.world_size} rank(s) x "
                                                   f"{threads} threads on {cores} cores"))
@@ -77,11 +78,12 @@ def _cores(run: Run) -> int | None:
 
 
 def _load(run: Run) -> float | None:
-    """The host's load average when the run started, where its env.json or summary.json recorded one (any
-    `load*` field: a number, a list of the 1-, 5- and 15-minute averages, or a start/end pair)."""
+    """The host's load average when the run started, where its env.json or summary.json recorded one (a
+    `load_average*`, `load_avg*` or `loadavg*` field: a number, a list of the 1-, 5- and 15-minute averages,
+    or a start/end pair)."""
     for record in (run.env, run.summary):
         for key, value in record.items():
-            if key.startswith("load"):
+            if key.startswith(("load_average", "load_avg", "loadavg")):
                 found = _first_number(value)
                 if found is not None:
                     return found
