@@ -104,6 +104,10 @@ def test_accuracy_figure_has_top1_and_top5(tmp_path):
     fig = accuracy.curves(runs, set(), "epoch")
     top1, top5 = fig.axes
     assert (top1.get_ylabel(), top5.get_ylabel()) == ("validation top-1 (%)", "validation top-5 (%)")
+    build_report([tmp_path / "hal-like"], tmp_path / "out", ["hal"])
+    may64 = next(r for r in csv.DictReader((tmp_path / "out" / "references.csv").open())
+                 if r["series"].startswith("HAL May") and r["devices"] == "64")
+    assert (float(may64["final_top1_pct"]), float(may64["final_top5_pct"])) == (71.93, 90.41)  # HAL's finals
     assert {tuple(line.get_ydata()) for line in top5.get_lines()} == {(80.0, 90.0)}
     assert {tuple(line.get_ydata()) for line in top1.get_lines()} == {(50.0, 70.0)}
 
