@@ -36,7 +36,7 @@ def train(root, name, world, global_batch, top1s, seconds_per_epoch=10.0, ips=10
                      train_time_s=seconds_per_epoch * len(top1s), total_ips=ips, history=history)
 
 
-NO_LOADER = {"loader_workers.png": "needs runs of dlscale loader",
+NO_LOADER = {"loader_workers.png": "needs runs of dlscale loader, or train runs that differ only in data.num_workers",
              "io_over_time.png": "needs train runs that recorded their reads (io_* in metrics.jsonl)"}
 """Plots these hand-made runs cannot feed; tests/smoke/test_cli_loader.py and test_train_io.py draw them."""
 
@@ -109,9 +109,17 @@ def test_report_writes_every_table_and_plot(tmp_path):
     out = tmp_path / "report"
     report = build_report(full_set(tmp_path), out, ["hal", "bluefog", "sc20"], tolerance_pts=1.0)
     assert report.not_drawn == NO_LOADER  # tests/smoke/test_cli_loader.py draws that one
-    for name in set(PLOTS) - set(NO_LOADER):
-        assert png_size(out / name) == (800, 500), name
-        assert (out / name).stat().st_size > 10_000, name  # a drawn figure, not a blank canvas
+    assert set(report.drawn) == set(PLOTS) - set(NO_LOADER)
+    for drawn in report.drawn.values():
+        for _, path in drawn:
+            assert png_size(path) == (800, 500), path
+            assert path.stat().st_size > 10_000, path  # a drawn figure, not a blank canvas
+    # Two groups, one figure each: the loose runs and the sweep (its one point draws a throughput plot).
+    assert [path.name for _, path in report.drawn["throughput_vs_devices.png"]] == [
+        "throughput_vs_devices-runs-on-cpu.png", "throughput_vs_devices-sweep-cpu.png"]
+    assert [path.name for _, path in report.drawn["reference.png"]] == [
+        "reference-hal.png", "reference-sc20.png"]
+    assert report.passed["reference.png"] == [("bluefog", "bluefog publishes no images/s per device count")]
     text = (out / "report.md").read_text()
     for name in ("runs", "scaling", "speedup", "accuracy", "progression", "dist_optimizers", "references", "epochs"):
         assert (out / f"{name}.csv").stat().st_size > 0
@@ -138,7 +146,8 @@ def test_report_without_references_and_with_all(tmp_path):
     paths = full_set(tmp_path)
     plain = build_report(paths, tmp_path / "plain")
     everything = build_report(paths, tmp_path / "all", ["all"])
-    assert plain.not_drawn == everything.not_drawn == NO_LOADER
+    assert everything.not_drawn == NO_LOADER
+    assert plain.not_drawn == {**NO_LOADER, "reference.png": "no --reference selected"}
 
 
 def test_plots_without_data_are_named_not_faked(tmp_path):

@@ -49,6 +49,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--dist-optimizer", default=None, metavar="NAME,NAME",
                    help="strategies to sweep, e.g. allreduce,neighbor_allreduce")
     p.add_argument("--precision", default=None, metavar="NAME,NAME", help="precisions to sweep, e.g. fp32,amp_bf16")
+    p.add_argument("--set-sweep", action="append", default=[], metavar="KEY=V,V,...",
+                   help="a training setting to sweep, passed to each point as --set KEY=VALUE (repeatable), e.g. "
+                        "--set-sweep data.num_workers=1,2,4,8,16 (Marconi100's epoch time against loader workers)")
     p.add_argument("--launcher", choices=sorted(LAUNCHER_SPECS), default="torchrun",
                    help="how points start: torchrun on this host (default), or slurm: one sbatch job per point")
     p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
@@ -91,6 +94,20 @@ def parse_names(text: str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(v.strip() for v in (text or "").split(",") if v.strip()))
 
 
+def parse_set_sweeps(values: list[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """`--set-sweep data.num_workers=0,2,4` (repeatable) -> (("data.num_workers", ("0", "2", "4")),)."""
+    out = {}
+    for text in values:
+        key, sep, listed = text.partition("=")
+        names = parse_names(listed)
+        if not sep or not key.strip() or not names:
+            raise ConfigError(f"--set-sweep {text!r}: give KEY=V,V,... e.g. --set-sweep data.num_workers=0,2,4")
+        if key.strip() in out:
+            raise ConfigError(f"--set-sweep {key.strip()} is given twice; list all its values in one")
+        out[key.strip()] = names
+    return tuple(out.items())
+
+
 def split_command(rest: list[str]) -> tuple[str, tuple[str, ...]]:
     """`bench --model resnet18 ...` -> ('bench', (...)); flags alone mean bench."""
     if rest and rest[0] == "--":
@@ -102,7 +119,7 @@ def split_command(rest: list[str]) -> tuple[str, tuple[str, ...]]:
     return rest[0], tuple(rest[1:])
 
 
-def command_facts(command: str, args: tuple[str, ...]) -> CommandFacts:
+def command_facts(command: str, args: tuple[str, ...], sets: tuple = ()) -> CommandFacts:
     """What the swept command's flags resolve to, checked by its own parser (and for train, by
     resolving its configuration) before anything starts."""
     ns = parse_command_flags(command, args, where="the arguments after --")
@@ -114,6 +131,9 @@ def command_facts(command: str, args: tuple[str, ...]) -> CommandFacts:
         bench_config_from_args(ns, has_gpu=False)  # its values are checked here, not at every point
         return CommandFacts(batch_size=single_batch_size(ns.batch_size), fixed=fixed)
     cfg, _ = resolve_config(ns)
+    for key, values in sets:  # every swept value checked by the config's own rules, before any point starts
+        for value in values:
+            resolve_config(argparse.Namespace(**{**vars(ns), "overrides": [*ns.overrides, f"{key}={value}"]}))
     return CommandFacts(batch_size=cfg.batch_size, global_batch_size=cfg.global_batch_size,
                         accumulation_steps=cfg.optim.accumulation_steps, fixed=fixed)
 
@@ -123,7 +143,8 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
     if args.timeout <= 0:
         raise ConfigError(f"--timeout must be positive seconds, got {args.timeout:g}")
     common = dict(command=command, args=rest, mode=args.mode, dist_optimizers=parse_names(args.dist_optimizer),
-                  precisions=parse_names(args.precision), launcher=args.launcher, timeout_s=args.timeout)
+                  precisions=parse_names(args.precision), sets=parse_set_sweeps(args.set_sweep),
+                  launcher=args.launcher, timeout_s=args.timeout)
     return LAUNCHER_SPECS[args.launcher](args, common)
 
 
@@ -138,10 +159,21 @@ def _torchrun_spec(args: argparse.Namespace, common: dict) -> SweepSpec:
 
 
 def _slurm_spec(args: argparse.Namespace, common: dict) -> SweepSpec:
+    # the CPUs a job asks for follow the most loader workers any point runs (a --set-sweep of them included)
+    most = [("--set", f"data.num_workers={max(values, key=_number)}") for key, values in common["sets"]
+            if key == "data.num_workers"]
+    workers = loader_workers(common["command"], [*common["args"], *(w for pair in most for w in pair)],
+                             where="the arguments after --")
     return SweepSpec(nproc=_slurm_worlds(args), **common, launcher_options={
         "gpus_per_node": args.gpus_per_node, "wait": not args.no_wait, "poll_s": args.poll,
-        "job": {**job_options(args), "loader_workers": loader_workers(common["command"], common["args"],
-                                                                      where="the arguments after --")}})
+        "job": {**job_options(args), "loader_workers": workers}})
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
 
 
 LAUNCHER_SPECS = {"torchrun": _torchrun_spec, "slurm": _slurm_spec}
@@ -180,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     check_spec(spec)  # the sweep's own flags first, then the swept command's
     tracking = tracking_from_args(args, args.output_dir)
-    points = plan_points(spec, command_facts(spec.command, spec.args))
+    points = plan_points(spec, command_facts(spec.command, spec.args, spec.sets))
     sweep_dir = args.output_dir / (args.name or time.strftime("sweep-%Y%m%d-%H%M%S"))
     points = run_sweep(spec, points, sweep_dir, out=lambda line: print(line, flush=True))
     submitted = [p for p in points if p.status == "submitted"]

@@ -98,6 +98,8 @@ class Records:
         self._shown_epoch: int | None = None
         self._first_log: tuple[float, int] | None = None
         """(time, step) of this attempt's first log step: the run's wall time per step counts from it."""
+        self._epoch_end: tuple[int, float] | None = None
+        """(epoch, elapsed_s) of the last epoch this attempt printed: the next epoch's own time counts from it."""
         self.tracker = Tracker(None, run_name="")
         self.ended = "FAILED"
         """How the MLflow run ends if close() comes before a summary: the run raised."""
@@ -178,10 +180,19 @@ class Records:
         self._scalars(TB_EPOCH_TAGS, record, record["step"])
         self._dlll("LOG", step=[record["epoch"]], data=self._dlll_data(record))
         print(f"epoch {record['epoch']}: val top1 {record['val_top1_pct']:.2f}% top5 {record['val_top5_pct']:.2f}% "
-              f"loss {record['val_loss']:.4f} | {record['throughput_img_per_s']:.1f} img/s, "
-              f"{record['elapsed_s']:.1f} s", flush=True)
+              f"loss {record['val_loss']:.4f} | {record['throughput_img_per_s']:.1f} img/s | "
+              f"{self._epoch_time(record)}elapsed {record['elapsed_s']:.1f} s", flush=True)
         if self.writer is not None:
             self.writer.flush()
+
+    def _epoch_time(self, record: dict) -> str:
+        """'time taken 79.9 s, ': the epoch's own seconds (training and validation), as SC20's log prints "Time
+        taken for epoch N"; '' for the first epoch after a resume, whose start this attempt did not see."""
+        epoch, elapsed = record["epoch"], record["elapsed_s"]
+        last, self._epoch_end = self._epoch_end, (epoch, elapsed)
+        if epoch == 0:
+            return f"time taken {elapsed:.1f} s, "
+        return f"time taken {elapsed - last[1]:.1f} s, " if last and last[0] == epoch - 1 else ""
 
     def summary(self, summary: dict) -> None:
         if not self.enabled:

@@ -26,11 +26,13 @@ class CompareRow:
     ratio: float | None
     """Throughput over the first setting's at the same world size."""
     efficiency: float | None = None
+    flag: str = ""
+    """Why the efficiency cannot be true, when it is above 100% (report/flags.py)."""
 
 
 def progression_rows(runs: list[Run], efficiencies: dict | None = None) -> list[CompareRow]:
     """Precision and speed options side by side; efficiencies maps a run's path to its scaling
-    efficiency (from its own series)."""
+    efficiency (from its own series) and the mark of one above 100% (efficiency, flag)."""
     def fixed(run: Run) -> tuple:
         return _common(run) + (run.summary.get("dist_optimizer"),)
 
@@ -51,7 +53,7 @@ def dist_optimizer_rows(runs: list[Run], efficiencies: dict | None = None) -> li
 
 
 def _with_efficiency(rows: list[CompareRow], efficiencies: dict) -> list[CompareRow]:
-    return [CompareRow(r.group, r.world_size, r.setting, r.run, r.ratio, efficiencies.get(r.run.path))
+    return [CompareRow(r.group, r.world_size, r.setting, r.run, r.ratio, *efficiencies.get(r.run.path, (None, "")))
             for r in rows]
 
 
@@ -91,3 +93,40 @@ def _compare(runs, fixed, value, order) -> list[CompareRow]:
                 run = members[(world, v)]
                 rows.append(CompareRow(label, world, v, run, run.total_ips / base if base else None))
     return rows
+
+
+# ------------------------------------------------------------------ precisions side by side (NGC, Paddle)
+
+
+@dataclass(frozen=True)
+class PrecisionGrid:
+    """Runs that differ only in precision: img/s per (world size, precision), as NGC's and PaddlePaddle's
+    tables print them (devices x {FP32, AMP})."""
+
+    group: str
+    precisions: tuple[str, ...]
+    per_rank_batch: int | None
+    cells: dict
+    """(world size, precision) -> Run."""
+
+    @property
+    def world_sizes(self) -> list[int]:
+        return sorted({w for w, _ in self.cells})
+
+
+def precision_grids(runs: list[Run]) -> list[PrecisionGrid]:
+    """One grid per set of runs that share everything but their precision (speed options included)."""
+    groups: dict[tuple, dict[tuple[int, str], Run]] = defaultdict(dict)
+    for run in sorted(_throughput_runs(runs), key=lambda r: r.name):
+        fixed = _common(run) + (" ".join(f"+{o}" for o in run.options), run.summary.get("dist_optimizer"),
+                                run.device_name)
+        groups[fixed].setdefault((run.world_size, run.precision), run)
+    grids = []
+    for key, cells in groups.items():
+        precisions = sorted({p for _, p in cells}, key=lambda p: _setting_order(p))
+        if len(precisions) < 2:
+            continue
+        source, kind, model, where, batch, options, dist, device = key
+        label = (f"{source}: " if source else "") + f"{kind} {model} {where} {options}".rstrip() + f", {dist}, {device}"
+        grids.append(PrecisionGrid(label, tuple(precisions), next(iter(cells.values())).per_rank_batch, cells))
+    return grids

@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from matplotlib.figure import Figure
+
 from dlscale.errors import ConfigError
-from dlscale.report.figure import figure, legend, save
+from dlscale.report.figure import figure, legend
 from dlscale.rundir import Run
 
 HEADERS = ["run", "epochs", "read GB/s", "read ops/s", "files/s", "file GB/s", "storage GB/s", "windows"]
@@ -83,7 +85,7 @@ def table(runs: list[IORun], epochs: tuple[int, int] | None) -> tuple[list, list
     return shown, raw
 
 
-def plot(path: Path, runs: list[IORun], epochs: tuple[int, int] | None) -> str | None:
+def plot(runs: list[IORun], epochs: tuple[int, int] | None) -> Figure | str:
     """Read GB/s (solid, left axis) and read operations/s (dashed, right axis) per log window against
     the run's elapsed time; the chosen epoch range shaded, its averages in the legend."""
     if not runs:
@@ -105,5 +107,4 @@ def plot(path: Path, runs: list[IORun], epochs: tuple[int, int] | None) -> str |
     ax.set_ylabel("read GB/s (solid)")
     ops.set_ylabel("read operations per second (dashed)")
     legend(ax)
-    save(fig, path)
-    return None
+    return fig

@@ -86,7 +86,7 @@ def _add_run(path: Path, found: Collection, seen: set[Path], sweep: str | None =
     if run.kind == "loader":
         found.loaders.append(LoaderRun(path, run.summary))
     elif run.kind == "predict":
-        found.predictions.append(PredictRun(path, run.summary))
+        found.predictions.append(PredictRun(path, run.summary, run.config))
     elif run.kind == "comm":
         found.skipped.append(f"{path}: a dlscale comm run (its fits are dlscale predict --comm-run's input)")
     elif run.kind not in THROUGHPUT_KINDS:

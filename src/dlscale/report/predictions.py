@@ -3,7 +3,7 @@ model at the same world size, and their curves on the throughput and efficiency 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HEADERS = ["prediction", "devices", "predicted img/s", "measured img/s", "error", "efficiency", "limited by",
@@ -16,6 +16,8 @@ CSV = ["prediction", "devices", "predicted_img_per_s", "measured_img_per_s", "er
 class PredictRun:
     path: Path
     summary: dict
+    config: dict = field(default_factory=dict)
+    """config.json: the command's settings and argv (its --from-run)."""
 
     @property
     def name(self) -> str:

@@ -6,11 +6,14 @@ world size of a series that produced a number):
     speedup(N)    = T_N / T_base
     efficiency(N) = (T_N / N) / (T_base / N_base)      1.0 = every rank as fast as at the base
 
-Time to solution (train runs) uses Marconi100's form, time_base / time_N, against the ideal
-N / N_base. A run is flagged when its final top-1 is more than a stated tolerance below the
-run with the smallest global batch of the same model and data: HAL's May run at global batch
-16,384 finished 90 epochs faster than any other (3,379 s) yet ended at 71.93% top-1, 4.66 points
-below the series' smallest batch (references/hal.json), which is not a win.
+An efficiency above 100% cannot be true for the same work per rank: its row carries the mark and
+its likely cause (report/flags.py). Time to solution (train runs) uses Marconi100's form, time_base /
+time_N, against the ideal N / N_base. A run is flagged when its final top-1 is more than a stated
+tolerance below the run with the smallest global batch of the same model, data and schedule: HAL's May
+run at global batch 16,384 finished 90 epochs faster than any other (3,379 s) yet ended at 71.93% top-1,
+4.66 points below the series' smallest batch (references/hal.json), which is not a win. Runs of other
+schedules (epochs, LR schedule, steps per epoch) are not compared: a 2-epoch run below a 90-epoch one
+says nothing about its batch.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from dlscale.report.flags import above_ideal
 from dlscale.report.load import Collection, FailedPoint
 from dlscale.rundir import Run
 
-PART_ORDER = ("source", "kind", "model", "image_size", "precision", "options", "dist_optimizer", "group",
-              "batch", "run")
+PART_ORDER = ("source", "device", "kind", "model", "image_size", "precision", "options", "dist_optimizer", "swept",
+              "group", "epochs", "batch", "run")
 DEFAULT_LABEL_PARTS = ("kind", "model", "precision", "options", "dist_optimizer", "group")
 
 
@@ -39,6 +43,10 @@ class Row:
     efficiency: float | None = None
     status: str = "ok"
     error: str = ""
+    base: Run | None = None
+    """The run this row's speedup and efficiency are against (its series' smallest world size)."""
+    flag: str = ""
+    """Why the efficiency cannot be true, when it is above 100% (report/flags.py); '' otherwise."""
 
     @property
     def total_ips(self) -> float | None:
@@ -69,11 +77,21 @@ def run_parts(run: Run) -> dict:
     """What identifies a run's series: everything but the world size (and its batch)."""
     s = run.summary
     return {
-        "source": run.sweep or "", "kind": run.kind, "model": s.get("model"),
+        "source": run.sweep or "", "device": device_label(run), "kind": run.kind, "model": s.get("model"),
         "image_size": f"{s.get('image_size')}px" if run.kind == "bench" else run.data,
         "precision": s.get("precision"), "options": "+".join(run.options),
         "dist_optimizer": s.get("dist_optimizer"), "group": run.point.get("group", ""),
+        "swept": " ".join(f"{k}={v}" for k, v in run.point.get("settings", {}).items()
+                          if k not in ("dist_optimizer", "precision")),
+        "epochs": f"{s['epochs_planned']} epochs" if run.kind == "train" and s.get("epochs_planned") else "",
     }
+
+
+def device_label(run: Run) -> str:
+    """'CPU (x86_64)' or the accelerator's name: runs on other kinds of device are never one curve."""
+    if run.device != "cpu":
+        return run.device_name
+    return "CPU" if run.device_name in ("cpu", "") else f"CPU ({run.device_name})"
 
 
 def build_series(collection: Collection) -> list[Series]:
@@ -122,23 +140,24 @@ def _rows(runs: list[Run]) -> list[Row]:
         if base is None or run.total_ips is None:
             rows.append(Row(run.world_size, run.num_nodes, run))
             continue
-        rows.append(Row(
-            run.world_size, run.num_nodes, run, speedup=run.total_ips / base.total_ips,
-            efficiency=efficiency(run.total_ips, run.world_size, base.total_ips, base.world_size),
-        ))
+        value = efficiency(run.total_ips, run.world_size, base.total_ips, base.world_size)
+        rows.append(Row(run.world_size, run.num_nodes, run, speedup=run.total_ips / base.total_ips,
+                        efficiency=value, base=base, flag=above_ideal(run, base, value)))
     return rows
 
 
 def scaling_metrics(series: list[Series]) -> list[tuple[int, dict[str, float]]]:
     """Per world size (the step), each series' figures as metrics: total_img_per_s, per_rank_img_per_s,
-    speedup, efficiency_pct, prefixed by the series' label when there are several (for MLflow)."""
+    speedup, efficiency_pct (and efficiency_above_100pct = 1 where it cannot be true), prefixed by the series'
+    label when there are several (for MLflow)."""
     by_size: dict[int, dict[str, float]] = defaultdict(dict)
     for s in series:
         prefix = "_".join(s.label.split()) + "/" if len(series) > 1 else ""
         for row in s.ok_rows:
             efficiency_pct = None if row.efficiency is None else 100 * row.efficiency
             values = {"total_img_per_s": row.total_ips, "per_rank_img_per_s": row.total_ips / row.world_size,
-                      "speedup": row.speedup, "efficiency_pct": efficiency_pct}
+                      "speedup": row.speedup, "efficiency_pct": efficiency_pct,
+                      "efficiency_above_100pct": 1.0 if row.flag else None}
             by_size[row.world_size].update({prefix + k: v for k, v in values.items() if v is not None})
     return sorted(by_size.items())
 
@@ -172,10 +191,15 @@ class TimeRow:
     """time_base / time_N (Marconi100's form)."""
     ideal: float
     """N / N_base."""
+    base: Run | None = None
 
     @property
     def efficiency(self) -> float:
         return self.speedup / self.ideal
+
+    @property
+    def flag(self) -> str:
+        return above_ideal(self.run, self.base, self.efficiency) if self.base else ""
 
 
 def time_rows(series: list[Series]) -> list[TimeRow]:
@@ -190,7 +214,7 @@ def time_rows(series: list[Series]) -> list[TimeRow]:
         base_row, base_time = timed[0]
         for row, time in timed:
             rows.append(TimeRow(s.label, row.world_size, row.run, time, base_time / time,
-                                row.world_size / base_row.world_size))
+                                row.world_size / base_row.world_size, base_row.run))
     return rows
 
 
@@ -212,12 +236,29 @@ class AccuracyRow:
     flagged: bool
 
 
+def schedule_of(run: Run) -> tuple:
+    """What a run's accuracy depends on besides its batch: epochs, LR schedule and warm-up, steps per epoch
+    (config.json's schedule and max_steps_per_epoch; the summary's epochs_planned)."""
+    config = getattr(run, "config", None) or {}
+    schedule = config.get("schedule") or {}
+    epochs = run.summary.get("epochs_planned") or schedule.get("epochs")
+    return (epochs, schedule.get("name"), schedule.get("warmup_epochs"), config.get("max_steps_per_epoch"))
+
+
+def schedule_text(run: Run) -> str:
+    """'30 epochs, cosine LR, 5 steps per epoch': what schedule_of compares, in words."""
+    epochs, name, _, steps = schedule_of(run)
+    words = [f"{epochs} epochs" if epochs else "", f"{name} LR" if name else "",
+             f"{steps} steps per epoch" if steps else ""]
+    return ", ".join(w for w in words if w) or "schedule not recorded"
+
+
 def accuracy_rows(runs: list[Run], tolerance_pts: float) -> list[AccuracyRow]:
-    """Every train run with a final top-1, against the smallest global batch of its model and data."""
+    """Every train run with a final top-1, against the smallest global batch of its model, data and schedule."""
     groups: dict[tuple, list[Run]] = defaultdict(list)
     for run in runs:
         if run.kind == "train" and run.final_top1 is not None and run.global_batch:
-            groups[(run.summary.get("model"), run.data)].append(run)
+            groups[(run.summary.get("model"), run.data, schedule_of(run))].append(run)
     rows = []
     for members in groups.values():
         smallest = min(r.global_batch for r in members)

@@ -10,7 +10,9 @@ import csv
 from pathlib import Path
 
 from dlscale.metrics.cost import imagenet_epoch_cost, train_costs
-from dlscale.report.compare import CompareRow
+from dlscale.report.compare import CompareRow, PrecisionGrid
+from dlscale.report.epochs import epoch_times
+from dlscale.report.flags import MARK
 from dlscale.report.references import Reference
 from dlscale.report.scaling import AccuracyRow, Series, TimeRow
 
@@ -48,14 +50,30 @@ def write_csv(path: Path, headers: list[str], rows: list[list]) -> Path:
 
 
 SCALING_HEADERS = ["series", "world size", "nodes", "total img/s ± 95%", "per-rank img/s ± 95%",
-                   "speedup", "efficiency", "final top-1 %", "status", "run"]
+                   "speedup", "efficiency", "final top-1 %", "time to target", "status", "run"]
 SCALING_CSV = ["series", "world_size", "nnodes", "total_img_per_s", "total_img_per_s_ci95",
                "per_rank_img_per_s", "per_rank_img_per_s_ci95", "speedup", "efficiency",
-               "final_top1_pct", "accuracy_flag", "status", "error", "run_dir"]
+               "final_top1_pct", "target_top1_pct", "time_to_target_s", "accuracy_flag", "efficiency_flag",
+               "baseline_run", "status", "error", "run_dir"]
+
+
+def efficiency_cell(value: float | None, flag: str = "") -> str:
+    """'90.0%', or '152.7% (!)' for an efficiency that cannot be true (its cause is in the row's status)."""
+    return fmt(None if value is None else 100 * value, ".1f", "%") + (MARK if flag else "")
+
+
+def time_to_target(run) -> str:
+    """'412.0 s to 75.00%', 'not reached (75.00%)' for a run that had a target, else —."""
+    target = run.summary.get("target_top1_pct")
+    if target is None:
+        return NONE
+    seconds = run.summary.get("time_to_target_s")
+    return f"not reached ({target:.2f}%)" if seconds is None else f"{seconds:.1f} s to {target:.2f}%"
 
 
 def scaling_table(series: list[Series], flags: dict | None = None) -> tuple[list, list]:
-    """flags maps a run path to a short note (the accuracy flag)."""
+    """flags maps a run path to a short note (the accuracy flag). An efficiency above 100% is marked, and
+    the status says why it cannot be true."""
     flags = flags or {}
     shown, raw = [], []
     for s in series:
@@ -63,21 +81,33 @@ def scaling_table(series: list[Series], flags: dict | None = None) -> tuple[list
             run = row.run
             if run is None:
                 status = f"{row.status}: {row.error}".strip(": ")
-                shown.append([s.label, row.world_size, row.nnodes, NONE, NONE, NONE, NONE, NONE, status, NONE])
-                raw.append([s.label, row.world_size, row.nnodes, *[None] * 8, row.status, row.error, None])
+                shown.append([s.label, row.world_size, row.nnodes, *[NONE] * 6, status, NONE])
+                raw.append([s.label, row.world_size, row.nnodes, *[None] * 12, row.status, row.error, None])
                 continue
             flag = flags.get(run.path, "")
-            status = "ok" + (f"; {flag}" if flag else "")
+            status = "; ".join(["ok", *(note for note in (flag, row.flag) if note)])
             shown.append([
                 s.label, row.world_size, row.nnodes, with_ci(run.total_ips, run.total_ci95),
                 with_ci(run.per_rank_ips, run.per_rank_ci95), fmt(row.speedup, ".2f", "x"),
-                fmt(None if row.efficiency is None else 100 * row.efficiency, ".1f", "%"),
-                fmt(run.final_top1, ".2f"), status, run.name,
+                efficiency_cell(row.efficiency, row.flag), fmt(run.final_top1, ".2f"), time_to_target(run), status,
+                run.name,
             ])
             raw.append([s.label, row.world_size, row.nnodes, run.total_ips, run.total_ci95, run.per_rank_ips,
-                        run.per_rank_ci95, row.speedup, row.efficiency, run.final_top1, flag or None, "ok",
-                        None, str(run.path)])
+                        run.per_rank_ci95, row.speedup, row.efficiency, run.final_top1,
+                        run.summary.get("target_top1_pct"), run.summary.get("time_to_target_s"), flag or None,
+                        row.flag or None, row.base.name if row.base else None, "ok", None, str(run.path)])
     return shown, raw
+
+
+def baselines(series: list[Series]) -> list[str]:
+    """One line per series: the run its speedup and efficiency are against."""
+    lines = []
+    for s in series:
+        base = s.base
+        if base is not None:
+            lines.append(f"{s.label}: {base.run.name} ({base.world_size} rank{'' if base.world_size == 1 else 's'}, "
+                         f"{base.nnodes} node{'' if base.nnodes == 1 else 's'}, {base.total_ips:,.1f} img/s)")
+    return lines
 
 
 RUNS_HEADERS = ["run", "kind", "model", "precision + options", "dist optimizer", "world size", "global batch",
@@ -115,9 +145,11 @@ def time_table(rows: list[TimeRow]) -> tuple[list, list]:
     shown, raw = [], []
     for r in rows:
         unit = "s" if r.run.kind == "train" else "s per 1000 img"
+        flag = r.flag
         shown.append([r.series, r.world_size, f"{r.time_s:.2f} {unit}", f"{r.speedup:.2f}",
-                      f"{r.ideal:.2f}", f"{100 * r.efficiency:.1f}%", r.run.name])
-        raw.append([r.series, r.world_size, r.time_s, r.speedup, r.ideal, r.efficiency, str(r.run.path)])
+                      f"{r.ideal:.2f}", efficiency_cell(r.efficiency, flag), r.run.name])
+        raw.append([r.series, r.world_size, r.time_s, r.speedup, r.ideal, r.efficiency, flag or None,
+                    str(r.run.path)])
     return shown, raw
 
 
@@ -144,29 +176,80 @@ COMPARE_HEADERS = ["runs compared", "world size", "setting", "total img/s ± 95%
 def compare_table(rows: list[CompareRow]) -> tuple[list, list]:
     shown, raw = [], []
     for c in rows:
-        eff = None if c.efficiency is None else 100 * c.efficiency
         shown.append([c.group, c.world_size, c.setting, with_ci(c.run.total_ips, c.run.total_ci95),
-                      fmt(c.ratio, ".2f", "x"), fmt(eff, ".1f", "%"), c.run.name])
-        raw.append([c.group, c.world_size, c.setting, c.run.total_ips, c.ratio, c.efficiency, str(c.run.path)])
+                      fmt(c.ratio, ".2f", "x"), efficiency_cell(c.efficiency, c.flag), c.run.name])
+        raw.append([c.group, c.world_size, c.setting, c.run.total_ips, c.ratio, c.efficiency, c.flag or None,
+                    str(c.run.path)])
     return shown, raw
 
 
+PRECISION_CSV = ["runs_compared", "world_size", "per_rank_batch", "precision", "total_img_per_s",
+                 "total_img_per_s_ci95", "ratio_to_first", "path"]
+
+
+def precision_tables(grids: list[PrecisionGrid]) -> list[tuple[str, list[str], list[list]]]:
+    """One wide table per grid, as NGC's and PaddlePaddle's pages print them: a row per device count, a column
+    of total img/s per precision (batch per rank in the header), and the last precision over the first."""
+    out = []
+    for grid in grids:
+        first, last = grid.precisions[0], grid.precisions[-1]
+        headers = ["devices", *(f"{p} img/s (batch {grid.per_rank_batch}/rank)" for p in grid.precisions),
+                   f"{last} / {first}"]
+        rows = []
+        for world in grid.world_sizes:
+            runs = [grid.cells.get((world, p)) for p in grid.precisions]
+            ratio = runs[-1].total_ips / runs[0].total_ips if runs[0] and runs[-1] else None
+            rows.append([world, *(with_ci(r.total_ips, r.total_ci95) if r else NONE for r in runs),
+                         fmt(ratio, ".2f", "x")])
+        out.append((grid.group, headers, rows))
+    return out
+
+
+def precision_csv(grids: list[PrecisionGrid]) -> list[list]:
+    raw = []
+    for grid in grids:
+        for world in grid.world_sizes:
+            first = grid.cells.get((world, grid.precisions[0]))
+            for precision in grid.precisions:
+                run = grid.cells.get((world, precision))
+                if run:
+                    ratio = run.total_ips / first.total_ips if first and first.total_ips else None
+                    raw.append([grid.group, world, grid.per_rank_batch, precision, run.total_ips, run.total_ci95,
+                                ratio, str(run.path)])
+    return raw
+
+
 EPOCH_CSV = ["run", "world_size", "global_batch", "epoch", "val_top1_pct", "val_top5_pct", "val_loss",
-             "elapsed_s", "throughput_img_per_s"]
+             "epoch_time_s", "elapsed_s", "throughput_img_per_s"]
+EPOCH_HEADERS = ["run", "epoch", "epoch time s", "elapsed s", "img/s", "val top-1 %", "val top-5 %"]
 
 
 def epochs_rows(runs) -> list[list]:
+    """Every epoch record with its own time (SC20's "Time taken for epoch N"), beside the time since the start."""
     rows = []
     for r in runs:
+        own = dict(epoch_times(r))
         for e in r.epochs:
             rows.append([r.name, r.world_size, e.get("global_batch", r.global_batch), e.get("epoch"),
-                         e.get("val_top1_pct"), e.get("val_top5_pct"), e.get("val_loss"), e.get("elapsed_s"),
-                         e.get("throughput_img_per_s")])
+                         e.get("val_top1_pct"), e.get("val_top5_pct"), e.get("val_loss"), own.get(e.get("epoch")),
+                         e.get("elapsed_s"), e.get("throughput_img_per_s")])
     return rows
 
 
+def epochs_table(runs) -> list[list[str]]:
+    """The epoch lines of report.md: each epoch's own time first, as SC20's log prints it."""
+    shown = []
+    for r in runs:
+        own = dict(epoch_times(r))
+        for e in r.epochs:
+            shown.append([r.name, e.get("epoch"), fmt(own.get(e.get("epoch")), ".2f"), fmt(e.get("elapsed_s"), ".2f"),
+                          fmt(e.get("throughput_img_per_s")), fmt(e.get("val_top1_pct"), ".2f"),
+                          fmt(e.get("val_top5_pct"), ".2f")])
+    return shown
+
+
 REFERENCE_HEADERS = ["reference", "series", "devices", "img/s", "time s", "efficiency", "final top-1 %",
-                     "read off plot"]
+                     "final top-5 %", "read off plot"]
 
 
 def reference_table(references: list[Reference]) -> tuple[list, list]:
@@ -177,12 +260,13 @@ def reference_table(references: list[Reference]) -> tuple[list, list]:
             for p in s.points:
                 devices = p.get("devices")
                 values = [ref.name, s.label, devices, s.value(p, "img_per_s"), s.value(p, "time_s"),
-                          eff.get(devices), s.value(p, "final_top1_pct"), s.read_off_plot]
+                          eff.get(devices), s.value(p, "final_top1_pct"), s.value(p, "final_top5_pct"),
+                          s.read_off_plot]
                 raw.append(values)
                 shown.append([ref.name, s.label, fmt(devices, "d") if devices else p.get("setting", NONE),
                               fmt(values[3], ",.1f"), fmt(values[4], ",.2f"),
                               fmt(None if values[5] is None else 100 * values[5], ".1f", "%"),
-                              fmt(values[6], ".2f"), "yes" if s.read_off_plot else "no"])
+                              fmt(values[6], ".2f"), fmt(values[7], ".2f"), "yes" if s.read_off_plot else "no"])
     return shown, raw
 
 
@@ -191,13 +275,15 @@ CSV_HEADERS = {
              "total_img_per_s", "final_top1_pct", "train_time_s", "avg_power_w", "joules_per_image",
              "cost_per_epoch", "path"],
     "scaling": SCALING_CSV,
-    "speedup": ["series", "world_size", "time_s", "speedup_time_base_over_time_n", "ideal", "efficiency", "path"],
+    "speedup": ["series", "world_size", "time_s", "speedup_time_base_over_time_n", "ideal", "efficiency",
+                "efficiency_flag", "path"],
     "accuracy": ["run", "model_data", "world_size", "global_batch", "final_top1_pct", "best_top1_pct",
                  "delta_pts_vs_smallest_batch", "flagged"],
-    "progression": ["group", "world_size", "setting", "total_img_per_s", "ratio_to_first", "efficiency", "path"],
+    "progression": ["group", "world_size", "setting", "total_img_per_s", "ratio_to_first", "efficiency",
+                    "efficiency_flag", "path"],
     "dist_optimizers": ["group", "world_size", "dist_optimizer", "total_img_per_s", "ratio_to_first",
-                        "efficiency", "path"],
+                        "efficiency", "efficiency_flag", "path"],
     "references": ["reference", "series", "devices", "img_per_s", "time_s", "efficiency", "final_top1_pct",
-                   "read_off_plot"],
+                   "final_top5_pct", "read_off_plot"],
 }
 """Column names of each CSV file: machine-friendly, units in the name."""

@@ -10,6 +10,7 @@ configuration) and never an argparse namespace.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -38,6 +39,9 @@ class SweepSpec:
     dist_optimizers: tuple[str, ...] = ()
     """--dist-optimizer values to sweep; empty: whatever the command's flags say."""
     precisions: tuple[str, ...] = ()
+    sets: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Training settings to sweep, each a config key and its values (`--set-sweep data.num_workers=0,2,4`): every
+    point gets `--set KEY=VALUE` (Marconi100's epoch time against loader workers)."""
     launcher: str = "torchrun"
     """A name in dlscale.sweep.run.LAUNCHERS."""
     timeout_s: float = 3600.0
@@ -67,7 +71,7 @@ class Point:
     nproc_per_node: int
     nnodes: int
     settings: dict
-    """The swept settings of this point (dist_optimizer, precision)."""
+    """The swept settings of this point (dist_optimizer, precision, and each --set-sweep key)."""
     per_rank_batch: int | None
     global_batch: int | None
     series: str = ""
@@ -112,6 +116,13 @@ def check_spec(spec: SweepSpec) -> None:
     for flag, why in OWNED_FLAGS.items():
         if given(spec.args, flag):
             raise ConfigError(f"remove {flag} after --: {why}")
+    if spec.sets and spec.command != "train":
+        raise ConfigError("--set-sweep sweeps a training setting (`-- train ...`); bench takes its settings as flags")
+    overridden = {a.partition("=")[0] for flag, a in zip(spec.args, spec.args[1:], strict=False) if flag == "--set"}
+    overridden |= {a.removeprefix("--set=").partition("=")[0] for a in spec.args if a.startswith("--set=")}
+    for key, _ in spec.sets:
+        if key in overridden:
+            raise ConfigError(f"{key} is swept by --set-sweep; remove --set {key}=... after --")
 
 
 def check_swept(spec: SweepSpec, facts: CommandFacts) -> None:
@@ -181,24 +192,34 @@ def plan_points(spec: SweepSpec, facts: CommandFacts) -> list[Point]:
     check_swept(spec, facts)
     rule = batch_rule(spec, facts)
     both_vary = len(spec.nnodes) > 1 and len(spec.nproc) > 1
+    swept = [[(key, value) for value in values] for key, values in spec.sets]
     points = []
-    for dist, precision, nnodes, nproc in itertools.product(
-        spec.dist_optimizers or (None,), spec.precisions or (None,), sorted(spec.nnodes), sorted(spec.nproc)
+    for dist, precision, *chosen, nnodes, nproc in itertools.product(
+        spec.dist_optimizers or (None,), spec.precisions or (None,), *swept, sorted(spec.nnodes), sorted(spec.nproc)
     ):
-        settings = {k: v for k, v in (("dist_optimizer", dist), ("precision", precision)) if v}
+        settings = {k: v for k, v in (("dist_optimizer", dist), ("precision", precision), *chosen) if v}
         group = f"{nproc}/node" if both_vary else ""
         world = nproc * nnodes
         per_rank, total, batch_flags = rule(world)
-        name = "-".join([f"world{world}", *([f"nodes{nnodes}"] if nnodes > 1 else []), *settings.values()])
+        words = [_word(key, value) for key, value in settings.items()]
+        name = "-".join([f"world{world}", *([f"nodes{nnodes}"] if nnodes > 1 else []), *words])
         point = Point(name, nproc, nnodes, settings, per_rank, total,
-                      series=" ".join([*settings.values(), group]).strip(), group=group)
+                      series=" ".join([*words, group]).strip(), group=group)
         point.argv = [spec.command, *spec.args, *batch_flags, *_setting_flags(spec.command, settings)]
         points.append(point)
     return points
+
+
+def _word(key: str, value: str) -> str:
+    """A swept value in point names: the value of a strategy or precision, else the key's last part and the value
+    (num_workers4)."""
+    if key in ("dist_optimizer", "precision"):
+        return value
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", key.rsplit(".", 1)[-1] + value)
 
 
 def _setting_flags(command: str, settings: dict) -> list[str]:
     if command == "bench":
         return [x for k, v in settings.items() for x in (f"--{k.replace('_', '-')}", v)]
     keys = {"dist_optimizer": "strategy.dist_optimizer", "precision": "precision"}
-    return [x for k, v in settings.items() for x in ("--set", f"{keys[k]}={v}")]
+    return [x for k, v in settings.items() for x in ("--set", f"{keys.get(k, k)}={v}")]

@@ -266,6 +266,7 @@ def _header(spec: SweepSpec) -> dict:
         "kind": "sweep", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": spec.command, "args": list(spec.args), "mode": spec.mode, "launcher": spec.launcher,
         "nproc": list(spec.nproc), "nnodes": list(spec.nnodes), "dist_optimizers": list(spec.dist_optimizers),
-        "precisions": list(spec.precisions), "timeout_s": spec.timeout_s,
+        "precisions": list(spec.precisions), "sets": {key: list(values) for key, values in spec.sets},
+        "timeout_s": spec.timeout_s,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
     }
