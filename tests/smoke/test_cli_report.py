@@ -110,8 +110,8 @@ def test_report_writes_every_plot_and_table(runs):
 
 def _assert_explained(runs, text):
     """The CPU fp32 bench against NVIDIA's AMP figure on a V100 16GB: the gap is NVIDIA's per-device rate
-    over the run's, precision comes first at NVIDIA's own AMP / FP32 ratio, the device is named, and every
-    finding `dlscale explain` makes is listed with its effect and change."""
+    over the run's, no precision is advised on a CPU, the device is named, and every finding `dlscale
+    explain` makes is listed with its effect and change."""
     from dlscale.explain.build import explain_run
     from dlscale.report.references import load_reference
     from dlscale.rundir import read_run
@@ -123,11 +123,13 @@ def _assert_explained(runs, text):
     gap = published["img_per_s"] / summary["img_per_sec_total_mean"]
     assert block[0].startswith(f"against ngc:v100_16gb_amp ({published['img_per_s']:.1f} img/s per device): "
                                f"gap {gap:.2f}x"), block[0]
-    assert block[1] == f"  1. [recipe] precision fp32, the reference amp_fp16: effect {published['amp_over_fp32']:.2f}x"
+    # on a CPU no precision is advised (AMP runs there at a fraction of fp32 unless a run shows otherwise:
+    # explain's advice, issue of right advice); the device is named, every finding listed with its change
+    numbered = [line for line in block if re.match(r"  \d+\. ", line)]
+    assert not any("[recipe] precision" in line for line in numbered), numbered
     device = f"[device] another device: {summary['device_name']}, the reference V100 16GB: effect unknown"
     assert any(re.fullmatch(r"  \d+\. " + re.escape(device), line) for line in block), block
     explanation = explain_run(read_run(runs / "runs" / "bench-fp32"), "ngc:v100_16gb_amp")
-    numbered = [line for line in block if re.match(r"  \d+\. ", line)]
     assert len(numbered) == len(explanation.findings) > 3  # every finding, not the top three
     for finding in explanation.findings:
         assert f"     - change: {finding.change}" in block
