@@ -107,7 +107,7 @@ def stand_in_launcher(spec, point, sweep_dir):
 
 
 def test_failed_and_stuck_points_are_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(run.LAUNCHERS, "stand-in", run.PointByPoint(stand_in_launcher))
+    monkeypatch.setitem(run.SWEEP_LAUNCHERS, "stand-in", run.PointByPoint(stand_in_launcher))
     monkeypatch.setattr(local, "TERM_GRACE_S", 2.0)
     monkeypatch.setenv("DLSCALE_PROGRESS", "plain")  # as in a CI log, with a progress line at every change
     monkeypatch.setenv("DLSCALE_PROGRESS_EVERY", "0")

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dlscale.bench.graphs import WARMUP_STEPS, capture_train_step, check_ranks
+from dlscale.bench.cuda_graphs import WARMUP_STEPS, capture_train_step, check_ranks
 from dlscale.config.sections import BenchConfig, OptimConfig
 from dlscale.distributed import DistEnv, init_process_group, select_device
 from dlscale.errors import DeviceError

@@ -23,8 +23,8 @@ from dlscale.report.load import load
 from dlscale.report.scaling import build_series, scaling_metrics
 from dlscale.report.tables import SCALING_HEADERS, markdown, scaling_table
 from dlscale.sweep.plan import (
-    COMMANDS,
     MODES,
+    SWEEPABLE_COMMANDS,
     SWEPT,
     CommandFacts,
     SweepSpec,
@@ -32,7 +32,7 @@ from dlscale.sweep.plan import (
     given,
     plan_points,
 )
-from dlscale.sweep.run import LAUNCHERS, run_sweep
+from dlscale.sweep.run import SWEEP_LAUNCHERS, run_sweep
 
 
 def add_parser(subparsers) -> None:
@@ -53,7 +53,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--dist-optimizer", default=None, metavar="NAME,NAME",
                    help="strategies to sweep, e.g. allreduce,neighbor_allreduce")
     p.add_argument("--precision", default=None, metavar="NAME,NAME", help="precisions to sweep, e.g. fp32,amp_bf16")
-    p.add_argument("--launcher", choices=sorted(LAUNCHERS), default="torchrun",
+    p.add_argument("--launcher", choices=sorted(SWEEP_LAUNCHERS), default="torchrun",
                    help="how points start: torchrun on this host (default), or slurm: one sbatch job per point")
     p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                    help="how long one point may run before it is stopped and recorded as a timeout (3600); "
@@ -100,7 +100,7 @@ def split_command(rest: list[str]) -> tuple[str, tuple[str, ...]]:
         rest = rest[1:]
     if not rest or rest[0].startswith("-"):
         return "bench", tuple(rest)
-    if rest[0] not in COMMANDS:
+    if rest[0] not in SWEEPABLE_COMMANDS:
         raise ConfigError(f"`dlscale scale -- {rest[0]} ...`: the command to sweep must be bench or train")
     return rest[0], tuple(rest[1:])
 
@@ -147,7 +147,7 @@ def _slurm_spec(args: argparse.Namespace, common: dict) -> SweepSpec:
 
 
 LAUNCHER_SPECS = {"torchrun": _torchrun_spec, "slurm": _slurm_spec}
-"""--launcher -> how its flags become a SweepSpec (one line per launcher in dlscale.sweep.run.LAUNCHERS)."""
+"""--launcher -> how its flags become a SweepSpec (one line per launcher in dlscale.sweep.run.SWEEP_LAUNCHERS)."""
 
 
 def _differs(args: argparse.Namespace, flag: str) -> bool:

@@ -33,8 +33,10 @@ from pathlib import Path
 
 from dlscale.errors import ConfigError
 
-LAUNCHERS = ("torchrun", "srun")
-COMMANDS = ("bench", "train", "scale")
+JOB_LAUNCHERS = ("torchrun", "srun")
+"""How an sbatch script starts its workers: one torchrun agent per node, or one srun task per rank."""
+JOB_COMMANDS = ("bench", "train", "scale")
+"""The dlscale commands an sbatch script can run."""
 PORT_BASE, PORT_SPAN = 20000, 20000
 """MASTER_PORT = PORT_BASE + job id % PORT_SPAN: two jobs sharing a node rarely collide, and a
 requeued job (same id) gets the same port. DistEnv derives the same port under plain srun."""
@@ -91,9 +93,9 @@ class SlurmJob:
         return self.command == "train"
 
     def check(self) -> None:
-        if self.command not in COMMANDS:
-            raise ConfigError(f"the job must run dlscale {' or '.join(COMMANDS)}, not {self.command!r}")
-        if self.launcher not in LAUNCHERS:
+        if self.command not in JOB_COMMANDS:
+            raise ConfigError(f"the job must run dlscale {' or '.join(JOB_COMMANDS)}, not {self.command!r}")
+        if self.launcher not in JOB_LAUNCHERS:
             raise ConfigError(f"--launcher {self.launcher!r}: choose torchrun or srun")
         if self.nodes < 1 or self.procs_per_node < 1:
             raise ConfigError("--nodes and --gpus-per-node must be at least 1")

@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass, field
 from dlscale.errors import ConfigError
 
 MODES = ("weak", "strong")
-COMMANDS = ("bench", "train")
+SWEEPABLE_COMMANDS = ("bench", "train")
+"""The dlscale commands a sweep runs at each point."""
 OWNED_FLAGS = {"--output-dir": "the sweep names run directories; use `dlscale scale --output-dir/--name`",
                "--name": "the sweep names run directories; use `dlscale scale --output-dir/--name`",
                "--json": "each point's summary.json is in its run directory inside the sweep"}
@@ -39,7 +40,7 @@ class SweepSpec:
     """--dist-optimizer values to sweep; empty: whatever the command's flags say."""
     precisions: tuple[str, ...] = ()
     launcher: str = "torchrun"
-    """A name in dlscale.sweep.run.LAUNCHERS."""
+    """A name in dlscale.sweep.run.SWEEP_LAUNCHERS."""
     timeout_s: float = 3600.0
     """Seconds one point may run before it is stopped and recorded as a timeout."""
     launcher_options: dict = field(default_factory=dict)
@@ -107,7 +108,7 @@ def check_spec(spec: SweepSpec) -> None:
     """What can be checked before the swept command's flags are parsed."""
     if spec.mode not in MODES:
         raise ConfigError(f"--mode {spec.mode!r}: choose weak or strong")
-    if spec.command not in COMMANDS:
+    if spec.command not in SWEEPABLE_COMMANDS:
         raise ConfigError(f"`dlscale scale -- {spec.command} ...`: the command to sweep must be bench or train")
     for flag, why in OWNED_FLAGS.items():
         if given(spec.args, flag):
