@@ -4,12 +4,12 @@ The tiny CPU rehearsal of the whole command is in tests/smoke/test_gpu_rehearsal
 import dataclasses
 import io
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from commands import run_process
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -27,9 +27,8 @@ EVERYTHING = P.Features(device="cuda", bench_flags=frozenset({"--compile-mode", 
 
 
 def test_dry_run_prints_both_plans_and_runs_nothing(tmp_path):
-    out = subprocess.run([sys.executable, "benchmarks/gpu.py", "--dry-run", "--device", "cuda", "--cores", "16",
-                          "--timm-benchmark", ".peers/timm_benchmark.py", "--combined", "--stem-channels 4"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = run_process([sys.executable, "benchmarks/gpu.py", "--dry-run", "--device", "cuda", "--cores", "16",
+                       "--timm-benchmark", ".peers/timm_benchmark.py", "--combined", "--stem-channels 4"], ROOT)
     assert out.returncode == 0, out.stderr
     text = out.stdout
     one, two = text.split("=== part 2 (--part 2)")
