@@ -106,13 +106,15 @@ def run_ranks(
 
 
 def run_torchrun_agents(program: list[str], log_dir: Path, *, nnodes: int = 2, nproc_per_node: int = 2,
-                        timeout_s: float = 120.0) -> tuple[list[int] | None, str]:
+                        timeout_s: float | None = None) -> tuple[list[int] | None, str]:
     """Start nnodes torchrun agents on this host that form one job, as on nnodes machines.
 
     They meet at a c10d rendezvous on a free loopback port (docs/references.md#cpu-ddp-testing). program is
     what torchrun runs (a script and its arguments). Returns the agents' exit codes (None if they
-    outlived timeout_s; each agent is then killed with the workers it started) and their output.
+    outlived timeout_s, by default hang_guard_s of all their workers; each agent is then killed with the
+    workers it started) and their output.
     """
+    timeout_s = hang_guard_s(nnodes * nproc_per_node) if timeout_s is None else timeout_s
     import os
     import signal
     import subprocess
