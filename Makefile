@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 CONSTRAINTS := constraints/$(if $(HAS_GPU),gpu,cpu).txt
 
-.PHONY: bench test lint install install-dev clean gpu-bench
+.PHONY: bench test test-fast lint install install-dev clean gpu-bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,10 +29,15 @@ bench: install
 
 # Two pytest-xdist workers, a test file each (its module fixtures run once): most tests wait on
 # subprocesses (torchrun, SLURM jobs, ReFrame), so two workers keep a 2-core machine busy.
-# TEST_WORKERS=0 runs the suite in one process.
+# TEST_WORKERS=0 runs the suite in one process. tests/README.md lists the tiers and their times.
 TEST_WORKERS ?= 2
 test: install-dev
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+# The unit tier without its slow tests (marked `slow`: inductor compiles, spawned ranks, subprocesses):
+# what a change to one module needs first, in under a minute on 2 cores.
+test-fast: install-dev
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests/unit -m "not slow"
 
 # ruff over every Python file of src/, tests/ and benchmarks/ (`ruff check --show-files` lists them),
 # then the layout's import contracts (pyproject.toml, [tool.importlinter]).

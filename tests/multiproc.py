@@ -46,19 +46,34 @@ def _child(fn, rank, world_size, args, workdir, pg_timeout_s, env):
         raise SystemExit(1) from None
 
 
+SPAWN_S_PER_RANK = 30.0
+"""A spawned rank's start (an interpreter, torch's import: about 2 s of one core) on CI's two cores at a load
+of 10-12, with a margin: the hang guard grows by this much per rank, so that 8 ranks are not held to the
+deadline of 2."""
+
+
+def hang_guard_s(world_size: int, work_s: float = 120.0) -> float:
+    """How long world_size spawned ranks may take before they count as hung: work_s for what they do, plus
+    SPAWN_S_PER_RANK for each rank's start. Generous on purpose: a hang guard, never a speed test."""
+    return work_s + SPAWN_S_PER_RANK * world_size
+
+
 def run_ranks(
     fn: Callable[..., Any],
     world_size: int,
     *args: Any,
-    timeout_s: float = 120.0,
-    pg_timeout_s: float = 30.0,
+    timeout_s: float | None = None,
+    pg_timeout_s: float = 120.0,
     env: dict[str, str] | None = None,
 ) -> list[Any]:
     """Run fn(rank, world_size, *args) on world_size gloo ranks; return each rank's result.
 
     fn must be a module-level function and return JSON-serialisable data. A rank that raises,
-    exits non-zero or outlives timeout_s fails the calling test with that rank's traceback.
+    exits non-zero or outlives timeout_s (by default hang_guard_s(world_size)) fails the calling test
+    with that rank's traceback. pg_timeout_s bounds each collective's wait for the other ranks (a
+    mismatched collective fails after it); ranks that start seconds apart on a busy machine wait too.
     """
+    timeout_s = hang_guard_s(world_size) if timeout_s is None else timeout_s
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="dlscale-ranks-") as workdir:
         procs = [
@@ -91,13 +106,15 @@ def run_ranks(
 
 
 def run_torchrun_agents(program: list[str], log_dir: Path, *, nnodes: int = 2, nproc_per_node: int = 2,
-                        timeout_s: float = 120.0) -> tuple[list[int] | None, str]:
+                        timeout_s: float | None = None) -> tuple[list[int] | None, str]:
     """Start nnodes torchrun agents on this host that form one job, as on nnodes machines.
 
     They meet at a c10d rendezvous on a free loopback port (docs/references.md#cpu-ddp-testing). program is
     what torchrun runs (a script and its arguments). Returns the agents' exit codes (None if they
-    outlived timeout_s; each agent is then killed with the workers it started) and their output.
+    outlived timeout_s, by default hang_guard_s of all their workers; each agent is then killed with the
+    workers it started) and their output.
     """
+    timeout_s = hang_guard_s(nnodes * nproc_per_node) if timeout_s is None else timeout_s
     import os
     import signal
     import subprocess

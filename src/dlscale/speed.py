@@ -53,7 +53,7 @@ class SpeedOptions:
     channels. The weights stay 3-channel, so checkpoints load into an unpadded model."""
     cuda_graphs: bool = False
     """`dlscale bench` only: capture the whole eager train step (forward, loss, backward, optimizer step) in
-    one torch.cuda.CUDAGraph after warm-up and replay it every step (dlscale.bench.graphs). One CUDA rank,
+    one torch.cuda.CUDAGraph after warm-up and replay it every step (dlscale.bench.cuda_graphs). One CUDA rank,
     not with compile (whose reduce-overhead mode records CUDA graphs of its own)."""
 
     def __post_init__(self) -> None:

@@ -2,12 +2,10 @@
 CPU under torchrun: DDP's weights equal those of one process accumulating both ranks' batches."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from commands import run_process, torchrun
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,10 +14,7 @@ pytestmark = pytest.mark.distributed
 
 def test_the_equality_script_on_two_cpu_ranks(tmp_path):
     out = tmp_path / "equality.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           str(ROOT / "benchmarks" / "ddp_equality.py"), "--device", "cpu", "--json", str(out)],
-                          capture_output=True, text=True, timeout=180, env=env)
+    done = run_process([*torchrun(2), ROOT / "benchmarks" / "ddp_equality.py", "--device", "cpu", "--json", out])
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     cases = json.loads(out.read_text())
     assert list(cases) == ["eager_fp32", "amp_bf16_channels_last"]  # the CPU's default: no compiled cases

@@ -238,12 +238,12 @@ def _eight_ranks(rank, size):
 
 @pytest.fixture(scope="module")
 def four():
-    return run_ranks(_four_ranks, 4, env={"LOCAL_WORLD_SIZE": "2"}, timeout_s=60, pg_timeout_s=20)
+    return run_ranks(_four_ranks, 4, env={"LOCAL_WORLD_SIZE": "2"})  # hang guards: multiproc.hang_guard_s
 
 
 @pytest.fixture(scope="module")
 def eight():
-    return run_ranks(_eight_ranks, 8, env={"LOCAL_WORLD_SIZE": "2"}, timeout_s=60, pg_timeout_s=20)
+    return run_ranks(_eight_ranks, 8, env={"LOCAL_WORLD_SIZE": "2"})  # hang guards: multiproc.hang_guard_s
 
 
 def _assert_all(values, expected, tol=EPSILON):

@@ -5,26 +5,22 @@ run's weights. A failing rank's one-line error is what the job reports as its ca
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from commands import DLSCALE, HANG_S, run_process, start_process, torchrun
 
 from dlscale.launch.local import descendants
 
 pytestmark = pytest.mark.distributed
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-DLSCALE_TORCHRUN = [sys.executable, "-m", "dlscale", "torchrun", "--standalone", "--nproc_per_node", "2"]
+TORCHRUN = torchrun(2)
+DLSCALE_TORCHRUN = [*DLSCALE, "torchrun", "--standalone", "--nproc_per_node", "2"]
 TRAIN = ["-m", "dlscale", "train", "--config", "cpu:digits", "--set", "model.width=8", "--set", "schedule.epochs=2",
          "--set", "max_steps_per_epoch=8", "--set", "log_every=2", "--set", "checkpoint.keep_last=10",
          "--pg-timeout", "60"]
-TIMEOUT_S = 180
-
-
-def _env():
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+UNBUFFERED = {"PYTHONUNBUFFERED": "1"}
 
 
 def _weights(run_dir: Path) -> dict:
@@ -44,17 +40,16 @@ def _alive(pid: int) -> bool:
 
 def _interrupt(launcher: list[str], out: Path, sig: int) -> tuple[subprocess.CompletedProcess, list[int]]:
     """Start training, send sig to the agent once training has logged, wait for the agent to end."""
-    proc = subprocess.Popen([*launcher, *TRAIN, "--output-dir", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env())
+    proc = start_process([*launcher, *TRAIN, "--output-dir", out], env=UNBUFFERED)
     metrics = out / "cpu-digits" / "metrics.jsonl"
-    deadline = time.monotonic() + TIMEOUT_S
+    deadline = time.monotonic() + HANG_S
     while not (metrics.is_file() and '"train"' in metrics.read_text()):
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         assert time.monotonic() < deadline, "training never logged"
         time.sleep(0.2)
     workers = [pid for pid in descendants(proc.pid) if "dlscale" in Path(f"/proc/{pid}/cmdline").read_text()]
     os.kill(proc.pid, sig)
-    stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+    stdout, stderr = proc.communicate(timeout=HANG_S)
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), workers
 
 
@@ -70,15 +65,13 @@ def _no_worker_left(workers: list[int], within_s: float = 30.0) -> bool:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     out = tmp_path_factory.mktemp("clean")
-    done = subprocess.run([*TORCHRUN, *TRAIN, "--output-dir", str(out)], capture_output=True, text=True,
-                          timeout=TIMEOUT_S, env=_env())
+    done = run_process([*TORCHRUN, *TRAIN, "--output-dir", out], env=UNBUFFERED)
     assert done.returncode == 0, done.stderr[-3000:]
     return _weights(out / "cpu-digits")
 
 
 def _resume_and_compare(launcher: list[str], out: Path, expected: dict) -> None:
-    done = subprocess.run([*launcher, *TRAIN, "--output-dir", str(out)], capture_output=True, text=True,
-                          timeout=TIMEOUT_S, env=_env())
+    done = run_process([*launcher, *TRAIN, "--output-dir", out], env=UNBUFFERED)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "resumed at epoch" in done.stdout
     actual = _weights(out / "cpu-digits")
@@ -102,7 +95,7 @@ def test_sigterm_to_dlscale_torchrun_checkpoints_and_exits_0_with_one_line(tmp_p
     out = tmp_path / "term"
     ended, workers = _interrupt(DLSCALE_TORCHRUN, out, signal.SIGTERM)
     assert ended.returncode == 0, ended.stderr[-3000:]
-    assert _no_worker_left(workers, within_s=5.0)
+    assert _no_worker_left(workers)
     last = ended.stdout.strip().splitlines()[-1]
     assert last.startswith("dlscale torchrun: stopped by SIGTERM") and "run the same command to resume" in last
     assert "Traceback" not in ended.stderr
@@ -126,8 +119,7 @@ def test_a_failing_rank_is_the_jobs_cause_and_the_last_line(tmp_path):
     args = ["-m", "dlscale", "train", "--config", "cpu:digits", "--set", "data.name=imagefolder", "--set",
             "data.image_size=16", "--set", "global_batch_size=8", "--set", "model.width=8", "--data", str(data),
             "--on-bad-sample", "error", "--pg-timeout", "30"]
-    ours = subprocess.run([*DLSCALE_TORCHRUN, *args, "--output-dir", str(tmp_path / "a")], capture_output=True,
-                          text=True, timeout=TIMEOUT_S, env=_env())
+    ours = run_process([*DLSCALE_TORCHRUN, *args, "--output-dir", tmp_path / "a"], env=UNBUFFERED)
     assert ours.returncode != 0
     last = ours.stderr.strip().splitlines()[-1]
     assert last.startswith("dlscale torchrun: rank") and "0.JPEG: cannot decode" in last, ours.stderr[-2000:]
@@ -154,10 +146,9 @@ def test_a_signal_that_reaches_one_rank_is_named_by_the_job(tmp_path):
     """SIGUSR1 to rank 1 alone: the ranks agree to stop at the next log step, and rank 0, which got
     no signal, names the one that stopped the job (not 'stopped by None')."""
     out = tmp_path / "one"
-    proc = subprocess.Popen([*TORCHRUN, *TRAIN, "--output-dir", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env())
+    proc = start_process([*TORCHRUN, *TRAIN, "--output-dir", out], env=UNBUFFERED)
     metrics = out / "cpu-digits" / "metrics.jsonl"
-    deadline = time.monotonic() + TIMEOUT_S
+    deadline = time.monotonic() + HANG_S
     while not (metrics.is_file() and '"train"' in metrics.read_text()):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
         time.sleep(0.2)
@@ -168,6 +159,6 @@ def test_a_signal_that_reaches_one_rank_is_named_by_the_job(tmp_path):
         if rank is not None and "dlscale" in Path(f"/proc/{pid}/cmdline").read_text():
             ranks[rank] = pid
     os.kill(ranks["1"], signal.SIGUSR1)
-    stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+    stdout, stderr = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 0, stderr[-3000:]
     assert "stopped by SIGUSR1 at epoch" in stdout and "stopped by None" not in stdout

@@ -1,26 +1,20 @@
 """Training on several gloo ranks: the README's digits run, equivalences, torchrun restarts."""
 
 import json
-import os
 import statistics
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from commands import run_process, torchrun
 from multiproc import run_ranks
 
 from dlscale.launch.local import free_port
 
 pytestmark = pytest.mark.distributed
 HERE = Path(__file__).parent
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-
-
-def _env():
-    return {**os.environ, "OMP_NUM_THREADS": "1"}
+TORCHRUN = torchrun(2)
 
 
 def _weights(run_dir):
@@ -29,16 +23,14 @@ def _weights(run_dir):
     return CheckpointManager(Path(run_dir) / "checkpoints").load_latest()["model"]
 
 
-def test_digits_on_two_ranks_reaches_95_percent_within_two_minutes(tmp_path):
-    started = time.perf_counter()
-    out = subprocess.run([*TORCHRUN, "-m", "dlscale", "train", "--config", "cpu:digits", "--target-accuracy",
-                          "0.95", "--output-dir", str(tmp_path), "--raport-file", str(tmp_path / "raport.json")],
-                         capture_output=True, text=True, timeout=240, env=_env())
-    wall_s = time.perf_counter() - started
+def test_digits_on_two_ranks_reaches_95_percent(tmp_path):
+    """The README's digits run. How long it takes is measured by benchmarks/digits_time.py, not here."""
+    out = run_process([*TORCHRUN, "-m", "dlscale", "train", "--config", "cpu:digits", "--target-accuracy", "0.95",
+                       "--output-dir", tmp_path, "--raport-file", tmp_path / "raport.json"])
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "cpu-digits" / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["best_top1_pct"] >= 95.0
-    assert summary["time_to_target_s"] is not None and wall_s < 120
+    assert summary["time_to_target_s"] is not None
     assert "### Time to 95.00% top-1:" in out.stdout
     # 359 validation images on 2 ranks with 32 per batch: each counted exactly once.
     assert {h["val_count"] for h in summary["history"]} == {359}
@@ -128,18 +120,16 @@ RESTART_ARGS = ["train", "--config", "cpu:digits", "--set", "schedule.epochs=2",
                 "--pg-timeout", "20"]
 
 
-def _torchrun_restart(tmp_path, *, timeout: float):
-    env = {**_env(), "CRASH_AT_STEP": "10"}
-    args = [*TORCHRUN, "--max-restarts", "1", str(HERE / "crash_train.py"), *RESTART_ARGS,
-            "--output-dir", str(tmp_path)]
+def _torchrun_restart(tmp_path):
+    args = [*TORCHRUN, "--max-restarts", "1", HERE / "crash_train.py", *RESTART_ARGS, "--output-dir", tmp_path]
     try:
-        return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
+        return run_process(args, env={"CRASH_AT_STEP": "10"})
     except subprocess.TimeoutExpired:
         return None
 
 
 def test_torchrun_restart_after_a_killed_worker_resumes_from_the_checkpoint(tmp_path):
-    out = _torchrun_restart(tmp_path / "cut", timeout=180)
+    out = _torchrun_restart(tmp_path / "cut")
     assert out is not None, "hung"
     assert out.returncode == 0, out.stderr[-3000:]
     # Checkpoints at steps 4, 6 (end of epoch 0) and 8; rank 1 dies after step 10.
@@ -153,8 +143,7 @@ def test_torchrun_restart_after_a_killed_worker_resumes_from_the_checkpoint(tmp_
     loss_steps = [e.step for e in events.Scalars("loss/train")]
     assert loss_steps == [3, 6, 9, 12]  # step 9 was logged twice (before the crash and after); one kept
     # The same job without the crash ends with the same weights.
-    clean = subprocess.run([*TORCHRUN, "-m", "dlscale", *RESTART_ARGS, "--output-dir", str(tmp_path / "clean")],
-                           capture_output=True, text=True, timeout=180, env=_env())
+    clean = run_process([*TORCHRUN, "-m", "dlscale", *RESTART_ARGS, "--output-dir", tmp_path / "clean"])
     assert clean.returncode == 0, clean.stderr[-3000:]
     expected, actual = _weights(tmp_path / "clean" / "cpu-digits"), _weights(tmp_path / "cut" / "cpu-digits")
     for key in expected:
@@ -205,10 +194,9 @@ def test_canary_torch_env_rendezvous_hides_keys_of_the_previous_attempt(monkeypa
 def test_neighbor_allreduce_trains_digits_within_a_few_points_of_allreduce(tmp_path):
     top1 = {}
     for optimizer in ("allreduce", "neighbor_allreduce"):
-        out = subprocess.run([*TORCHRUN[:-1], "4", "-m", "dlscale", "train", "--config", "cpu:digits",
-                              "--dist-optimizer", optimizer, "--output-dir", str(tmp_path), "--name", optimizer,
-                              "--set", "schedule.epochs=4"],  # 97.5% and 96.7% here, 25 s each
-                             capture_output=True, text=True, timeout=240, env=_env())
+        out = run_process([*torchrun(4), "-m", "dlscale", "train", "--config", "cpu:digits",
+                           "--dist-optimizer", optimizer, "--output-dir", tmp_path, "--name", optimizer,
+                           "--set", "schedule.epochs=4"])  # 97.5% and 96.7% here, 25 s each
         assert out.returncode == 0, out.stderr[-3000:]
         top1[optimizer] = json.loads((tmp_path / optimizer / "summary.json").read_text())["final_top1_pct"]
     assert top1["allreduce"] >= 90 and abs(top1["neighbor_allreduce"] - top1["allreduce"]) <= 3, top1

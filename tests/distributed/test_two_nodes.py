@@ -14,11 +14,10 @@ from multiproc import run_torchrun_agents
 pytestmark = pytest.mark.distributed
 
 SCRIPT = Path(__file__).with_name("two_node_script.py")
-TIMEOUT_S = 120  # rendezvous plus four workers on two busy cores takes 6-30 s
 
 
 def test_hierarchical_average_across_two_torchrun_nodes(tmp_path):
-    codes, output = run_torchrun_agents([str(SCRIPT), str(tmp_path)], tmp_path, timeout_s=TIMEOUT_S)
+    codes, output = run_torchrun_agents([str(SCRIPT), str(tmp_path)], tmp_path)
     assert codes == [0, 0], f"torchrun agents exited with {codes}:\n{output}"
 
     results = sorted((json.loads(p.read_text()) for p in tmp_path.glob("rank*.json")), key=lambda r: r["rank"])

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from dlscale import cli
-from dlscale.bench.graphs import WARMUP_STEPS
+from dlscale.bench.cuda_graphs import WARMUP_STEPS
 from dlscale.predict import inputs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore:Unable to enable fault handler")]

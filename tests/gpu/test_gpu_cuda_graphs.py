@@ -1,4 +1,4 @@
-"""`dlscale bench --cuda-graphs` (dlscale.bench.graphs): replaying the captured train step equals running
+"""`dlscale bench --cuda-graphs` (dlscale.bench.cuda_graphs): replaying the captured train step equals running
 it eagerly, step by step, from the same weights on the same batches; the fp16 loss scale moves inside the
 graph as it does eagerly; and the bench runs with it and reports img/s.
 
@@ -18,7 +18,7 @@ import torch
 from gpu_helpers import assert_learns
 
 from dlscale import cli
-from dlscale.bench.graphs import WARMUP_STEPS, capture_train_step
+from dlscale.bench.cuda_graphs import WARMUP_STEPS, capture_train_step
 from dlscale.config import OptimConfig, StrategyConfig
 from dlscale.distributed import DistEnv
 from dlscale.models.resnet import BasicBlock, ResNet

@@ -2,11 +2,9 @@
 
 import json
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from commands import dlscale_here, run_process, torchrun
 
 TINY = ["--model", "resnet18", "--width", "8", "--image-size", "32", "--batch-size", "4",
         "--num-classes", "10", "--num-warmup-batches", "2", "--num-batches-per-iter", "2", "--num-iters", "3"]
@@ -16,14 +14,6 @@ SUMMARY_KEYS = {
     "img_per_sec_total_mean", "img_per_sec_total_ci95", "img_per_sec_per_rank_mean",
     "img_per_sec_per_rank_ci95", "compute_ips", "total_ips", "iterations",
 }
-
-
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-
-
-def _run(args, tmp_path, timeout=180):
-    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": SRC}  # this checkout's package
-    return subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def _check_output(stdout, world, iters=3):
@@ -39,8 +29,7 @@ def _check_output(stdout, world, iters=3):
 
 
 def test_single_process(tmp_path):
-    out = _run([sys.executable, "-m", "dlscale", "bench", *TINY, "--json", "result.json",
-                "--output-dir", "runs", "--name", "one"], tmp_path)
+    out = dlscale_here("bench", *TINY, "--json", "result.json", "--output-dir", "runs", "--name", "one", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     _check_output(out.stdout, 1)
     summary = json.loads((tmp_path / "result.json").read_text())
@@ -57,9 +46,8 @@ def test_single_process(tmp_path):
 
 @pytest.mark.distributed
 def test_two_ranks_under_torchrun(tmp_path):
-    out = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                "-m", "dlscale", "bench", *TINY, "--json", "result.json", "--output-dir", "runs",
-                "--pg-timeout", "60"], tmp_path)
+    out = run_process([*torchrun(2), "-m", "dlscale", "bench", *TINY, "--json", "result.json", "--output-dir", "runs",
+                       "--pg-timeout", "60"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     _check_output(out.stdout, 2)
     assert out.stdout.count("Running benchmark...") == 1  # rank 0 prints, rank 1 does not
@@ -84,7 +72,7 @@ def test_two_ranks_under_torchrun(tmp_path):
      "needs the fused optimizer"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, message):
-    out = _run([sys.executable, "-m", "dlscale", "bench", *args, "--output-dir", "runs"], tmp_path)
+    out = dlscale_here("bench", *args, "--output-dir", "runs", cwd=tmp_path)
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert message in out.stderr
@@ -92,9 +80,8 @@ def test_bad_input_is_one_line(tmp_path, args, message):
 
 @pytest.mark.distributed
 def test_neighbor_allreduce_reports_communication(tmp_path):
-    out = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                "-m", "dlscale", "bench", *TINY, "--dist-optimizer", "neighbor_allreduce", "--json", "result.json",
-                "--output-dir", "runs", "--pg-timeout", "60"], tmp_path)
+    out = run_process([*torchrun(2), "-m", "dlscale", "bench", *TINY, "--dist-optimizer", "neighbor_allreduce",
+                       "--json", "result.json", "--output-dir", "runs", "--pg-timeout", "60"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"Communication \(neighbor_allreduce\): \d+\.\d\d ms per step \(slowest rank\), "
                      r"\d+\.\d\d MB sent per rank per step", out.stdout)
@@ -105,8 +92,8 @@ def test_neighbor_allreduce_reports_communication(tmp_path):
 
 def test_batch_list_writes_a_curve(tmp_path):
     args = [a for a in TINY if a not in ("--batch-size", "4")]
-    out = _run([sys.executable, "-m", "dlscale", "bench", *args, "--batch-size", "4,2", "--json", "result.json",
-                "--output-dir", "runs", "--name", "curve"], tmp_path)
+    out = dlscale_here("bench", *args, "--batch-size", "4,2", "--json", "result.json", "--output-dir", "runs",
+                       "--name", "curve", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("Running warmup...") == 2  # each batch size has its own warm-up
     assert out.stdout.index("Batch size: 4") < out.stdout.index("Batch size: 2")  # in the order given
@@ -125,9 +112,8 @@ def test_batch_list_writes_a_curve(tmp_path):
 @pytest.mark.distributed
 def test_batch_list_on_two_ranks(tmp_path):
     args = [a for a in TINY if a not in ("--batch-size", "4")]
-    out = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                "-m", "dlscale", "bench", *args, "--batch-size", "2,4", "--json", "result.json",
-                "--output-dir", "runs", "--pg-timeout", "60"], tmp_path)
+    out = run_process([*torchrun(2), "-m", "dlscale", "bench", *args, "--batch-size", "2,4", "--json", "result.json",
+                       "--output-dir", "runs", "--pg-timeout", "60"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "result.json").read_text())
     assert summary["world_size"] == 2 and [c["batch_size"] for c in summary["batch_curve"]] == [2, 4]
@@ -137,8 +123,7 @@ def test_batch_list_on_two_ranks(tmp_path):
 
 
 def test_one_batch_size_writes_no_curve(tmp_path):
-    out = _run([sys.executable, "-m", "dlscale", "bench", *TINY, "--json", "result.json", "--output-dir", "runs"],
-               tmp_path)
+    out = dlscale_here("bench", *TINY, "--json", "result.json", "--output-dir", "runs", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "batch_curve" not in json.loads((tmp_path / "result.json").read_text())
     assert "Batch curve" not in out.stdout
@@ -151,16 +136,15 @@ def test_one_batch_size_writes_no_curve(tmp_path):
     ("16,x", "give whole numbers separated by commas"),
 ])
 def test_bad_batch_list_is_one_line(tmp_path, sizes, message):
-    out = _run([sys.executable, "-m", "dlscale", "bench", "--model", "resnet18", "--batch-size", sizes,
-                "--output-dir", "runs"], tmp_path)
+    out = dlscale_here("bench", "--model", "resnet18", "--batch-size", sizes, "--output-dir", "runs", cwd=tmp_path)
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert message in out.stderr
 
 
 def test_a_sweep_takes_one_batch_size(tmp_path):
-    out = _run([sys.executable, "-m", "dlscale", "scale", "--nproc", "1,2", "--output-dir", "runs", "--",
-                "bench", "--model", "resnet18", "--batch-size", "16,32"], tmp_path)
+    out = dlscale_here("scale", "--nproc", "1,2", "--output-dir", "runs", "--", "bench", "--model", "resnet18",
+                       "--batch-size", "16,32", cwd=tmp_path)
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "give one batch size here" in out.stderr

@@ -6,10 +6,9 @@ the same MLflow run. (`dlscale scale --mlflow`: tests/smoke/test_cli_scale.py.)"
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
+from commands import dlscale_process, run_process, torchrun
 
 pytest.importorskip("mlflow")
 from mlflow.tracking import MlflowClient  # noqa: E402 - after the skip
@@ -25,18 +24,13 @@ BENCH = ["bench", "--model", "resnet18", "--width", "8", "--image-size", "32", "
          "--num-classes", "10", "--num-warmup-batches", "1", "--num-batches-per-iter", "2", "--num-iters", "3"]
 
 
-def _dlscale(args, tmp_path, *, launcher=(), env=None):
-    return subprocess.run([sys.executable, *launcher, "-m", "dlscale", *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=180, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", **(env or {})})
-
-
 def _history(client, run_id, key):
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
 
 
 def test_train_and_bench_read_back_as_their_run_directories(tmp_path):
-    out = _dlscale([*TRAIN, "--output-dir", "runs", "--name", "t", "--mlflow"], tmp_path,
-                   env={"DLSCALE_PROGRESS_EVERY": "0"})  # a plain progress line at every update
+    out = dlscale_process(*TRAIN, "--output-dir", "runs", "--name", "t", "--mlflow", cwd=tmp_path,
+                          env={"DLSCALE_PROGRESS_EVERY": "0"})  # a plain progress line at every update
     assert out.returncode == 0, out.stderr[-3000:]
     assert "warning" not in out.stderr and "INFO" not in out.stderr
     # In a pipe: beside each log step's line, a plain progress line with the time left.
@@ -79,9 +73,8 @@ def test_train_and_bench_read_back_as_their_run_directories(tmp_path):
 
     # bench on 2 ranks under torchrun into the same store: one MLflow run (rank 0's), every setting of
     # config.json as a parameter, each timed iteration at its index, the summary.
-    torchrun = ("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2")
-    out = _dlscale([*BENCH, "--pg-timeout", "60", "--output-dir", "runs", "--name", "b", "--mlflow",
-                    "--mlflow-experiment", "bench"], tmp_path, launcher=torchrun)
+    out = run_process([*torchrun(2), "-m", "dlscale", *BENCH, "--pg-timeout", "60", "--output-dir", "runs",
+                       "--name", "b", "--mlflow", "--mlflow-experiment", "bench"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Total img/sec on 2 CPU(s)" in out.stdout and "MLflow" not in out.stderr
     bench_dir = tmp_path / "runs" / "b"

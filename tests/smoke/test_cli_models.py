@@ -1,22 +1,12 @@
-"""`python -m dlscale models` runs end to end in a fresh process."""
+"""`dlscale models` end to end: the table of every model, and a bad flag in one line."""
 
-import subprocess
-import sys
+from commands import dlscale_here
 
 from dlscale.models import model_names
 
 
-def run_dlscale(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "dlscale", "models", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def test_models_lists_every_model_with_parameters_and_macs():
-    result = run_dlscale()
+    result = dlscale_here("models")
     assert result.returncode == 0, result.stderr
     rows = {line.split()[0]: line.split() for line in result.stdout.splitlines() if line}
     assert rows["resnet50"][1] == "25,557,032"
@@ -27,7 +17,7 @@ def test_models_lists_every_model_with_parameters_and_macs():
 
 
 def test_models_bad_image_size_is_a_one_line_error():
-    result = run_dlscale("--image-size", "0")
+    result = dlscale_here("models", "--image-size", "0")
     assert result.returncode == 2
     assert "--image-size" in result.stderr
     assert "Traceback" not in result.stderr

@@ -3,36 +3,27 @@ against every shipped published scaling point, the gloo-sweep check, one-line er
 
 import json
 import re
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
+from commands import dlscale_here, run_process, torchrun
 
 from dlscale.report.references import load_reference
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-ENV = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": SRC}  # this checkout's package
 SMALL = ["-b", "8", "-e", "4M", "-f", "8", "-w", "1", "-n", "3", "--pg-timeout", "60"]
-
-
-def _dlscale(*args, cwd, timeout=120):
-    return subprocess.run([sys.executable, "-m", "dlscale", *args], cwd=cwd, env=ENV, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def test_predict_writes_a_run_directory(tmp_path):
     start = time.perf_counter()
-    out = _dlscale("predict", "--gpus", "1,8,64,512,4096", "--from-reference", "ngc:v100_16gb_amp",
-                   "--platform", "dgx1-v100", "--no-run-dir", cwd=tmp_path)
+    out = dlscale_here("predict", "--gpus", "1,8,64,512,4096", "--from-reference", "ngc:v100_16gb_amp",
+                       "--platform", "dgx1-v100", "--no-run-dir", cwd=tmp_path)
     elapsed = time.perf_counter() - start
     assert out.returncode == 0, out.stderr
     assert "4096" in out.stdout and "img/s total" in out.stdout
     print(f"dlscale predict, 5 device counts up to 4096: {elapsed:.2f} s")  # goal < 1 s: reported, not asserted
-    out = _dlscale("predict", "--gpus", "1,2,4", "--from-reference", "hal:feb", "--platform", "hal-ac922",
-                   "--dist-optimizer", "gradient_allreduce", "--output-dir", "runs", "--name", "p",
-                   "--json", "p.json", cwd=tmp_path)
+    out = dlscale_here("predict", "--gpus", "1,2,4", "--from-reference", "hal:feb", "--platform", "hal-ac922",
+                       "--dist-optimizer", "gradient_allreduce", "--output-dir", "runs", "--name", "p",
+                       "--json", "p.json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     run = tmp_path / "runs" / "p"
     assert {f.name for f in run.iterdir()} >= {"config.json", "env.json", "summary.json", "predicted.png"}
@@ -54,7 +45,7 @@ def test_bad_input_is_one_line(tmp_path, args, message):
     run = tmp_path / "run"
     run.mkdir()
     (run / "summary.json").write_text(json.dumps({"kind": "comm"}))
-    out = _dlscale("predict", *[str(run) if a == "RUN" else a for a in args], "--no-run-dir", cwd=tmp_path)
+    out = dlscale_here("predict", *[str(run) if a == "RUN" else a for a in args], "--no-run-dir", cwd=tmp_path)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dlscale predict: error:") and message in lines[0], out.stderr
@@ -66,12 +57,12 @@ TINY_BENCH = ["--model", "resnet18", "--width", "8", "--image-size", "32", "--nu
 
 def test_a_bench_curve_is_read_back_by_predict(tmp_path):
     # Batch sizes far apart, so that the per-image part outweighs a loaded machine's noise.
-    bench = _dlscale("bench", *TINY_BENCH, "--batch-size", "4,16,64", "--output-dir", "runs", "--name", "curve",
-                     cwd=tmp_path, timeout=240)
+    bench = dlscale_here("bench", *TINY_BENCH, "--batch-size", "4,16,64", "--output-dir", "runs", "--name", "curve",
+                         cwd=tmp_path)
     assert bench.returncode == 0, bench.stderr
     curve = json.loads((tmp_path / "runs" / "curve" / "summary.json").read_text())["batch_curve"]
-    out = _dlscale("predict", "--from-run", "runs/curve", "--gpus", "1,4,16", "--global-batch", "256",
-                   "--intra-gbps", "100", "--inter-gbps", "100", "--json", "p.json", "--no-run-dir", cwd=tmp_path)
+    out = dlscale_here("predict", "--from-run", "runs/curve", "--gpus", "1,4,16", "--global-batch", "256",
+                       "--intra-gbps", "100", "--inter-gbps", "100", "--json", "p.json", "--no-run-dir", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     result = json.loads((tmp_path / "p.json").read_text())
     # Strong scaling: 256, 64, 16 images per device; 64 and 16 were measured, so their compute is the curve's
@@ -102,16 +93,16 @@ def test_bad_curve_input_is_one_line(tmp_path, args, message):
             "kind": "bench", "model": "resnet18", "batch_size": 8, "world_size": 1, "device": "cpu",
             "img_per_sec_total_mean": 800.0, **extra}))
     args = [{"RUN": str(run), "CURVE1": str(curve1)}.get(a, a) for a in args]
-    out = _dlscale("predict", *args, "--no-run-dir", cwd=tmp_path)
+    out = dlscale_here("predict", *args, "--no-run-dir", cwd=tmp_path)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], out.stderr
 
 
 def test_step_overhead_is_an_override_printed_as_such(tmp_path):
-    out = _dlscale("predict", "--from-reference", "ngc:v100_16gb_amp", "--platform", "dgx1-v100", "--gpus", "1,8",
-                   "--global-batch", "256", "--step-overhead-ms", "20", "--json", "p.json", "--no-run-dir",
-                   cwd=tmp_path)
+    out = dlscale_here("predict", "--from-reference", "ngc:v100_16gb_amp", "--platform", "dgx1-v100", "--gpus", "1,8",
+                       "--global-batch", "256", "--step-overhead-ms", "20", "--json", "p.json", "--no-run-dir",
+                       cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "t0 (fixed part): 20 ms, given: --step-overhead-ms (an override)" in out.stdout
     points = json.loads((tmp_path / "p.json").read_text())["points"]
@@ -121,9 +112,9 @@ def test_step_overhead_is_an_override_printed_as_such(tmp_path):
 
 def test_strong_scaling_to_4096_h100(tmp_path):
     # The MLPerf series publishes 400 and 50 per GPU: its fit carries the batch per device down to 16.
-    out = _dlscale("predict", "--from-reference", "mlperf:h100_strong", "--platform", "dgx-h100",
-                   "--gpus", "8,64,512,4096", "--global-batch", "65536", "--dist-optimizer", "gradient_allreduce",
-                   "--grad-bytes", "2", "--json", "p.json", "--no-run-dir", cwd=tmp_path)
+    out = dlscale_here("predict", "--from-reference", "mlperf:h100_strong", "--platform", "dgx-h100",
+                       "--gpus", "8,64,512,4096", "--global-batch", "65536", "--dist-optimizer", "gradient_allreduce",
+                       "--grad-bytes", "2", "--json", "p.json", "--no-run-dir", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     points = json.loads((tmp_path / "p.json").read_text())["points"]
     assert [p["batch_per_device"] for p in points] == [8192, 1024, 128, 16]
@@ -131,7 +122,7 @@ def test_strong_scaling_to_4096_h100(tmp_path):
 
 
 def test_validate_predicts_every_shipped_scaling_point(tmp_path):
-    out = _dlscale("predict", "--validate", "--json", "v.json", cwd=tmp_path)
+    out = dlscale_here("predict", "--validate", "--json", "v.json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     report = json.loads((tmp_path / "v.json").read_text())
     rows = report["rows"]
@@ -158,10 +149,8 @@ def test_validate_predicts_every_shipped_scaling_point(tmp_path):
 
 @pytest.mark.distributed
 def test_comm_then_predict_from_it(tmp_path):
-    comm = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", "dlscale", "comm", "--op", "all_reduce,broadcast", *SMALL, "--output-dir", "runs",
-                           "--name", "comm"], cwd=tmp_path, env={**ENV, "DLSCALE_PROGRESS_EVERY": "0"},
-                          capture_output=True, text=True, timeout=240)
+    comm = run_process([*torchrun(2), "-m", "dlscale", "comm", "--op", "all_reduce,broadcast", *SMALL,
+                        "--output-dir", "runs", "--name", "comm"], tmp_path, env={"DLSCALE_PROGRESS_EVERY": "0"})
     assert comm.returncode == 0, comm.stderr[-3000:]
     # In a pipe, a plain progress line after every size (DLSCALE_PROGRESS_EVERY=0), after that size's row.
     progress = [line for line in comm.stdout.splitlines() if line.startswith("progress: comm ")]
@@ -173,8 +162,8 @@ def test_comm_then_predict_from_it(tmp_path):
     summary = json.loads((tmp_path / "runs" / "comm" / "summary.json").read_text())
     assert summary["kind"] == "comm" and summary["wrong"] == 0 and summary["backend"] == "gloo"
     fit = summary["results"]["world"]["all_reduce"]["fit"]["in-place"]
-    out = _dlscale("predict", "--gpus", "1,2", "--peak-tflops", "1", "--mfu", "0.5", "--batch-size", "8",
-                   "--comm-run", "runs/comm", "--no-run-dir", cwd=tmp_path)
+    out = dlscale_here("predict", "--gpus", "1,2", "--peak-tflops", "1", "--mfu", "0.5", "--batch-size", "8",
+                       "--comm-run", "runs/comm", "--no-run-dir", cwd=tmp_path)
     if "latency_us" in fit:
         assert out.returncode == 0, out.stderr
         assert "dlscale comm run" in out.stdout
@@ -194,6 +183,6 @@ def test_comm_then_predict_from_it(tmp_path):
     (sweep / "sweep.json").write_text(json.dumps({"kind": "sweep", "points": [
         {"run_dir": f"world{w}", "world_size": w, "nnodes": 1, "status": "ok", "series": "s"} for w in (1, 2)]}))
     if "latency_us" in fit:
-        out = _dlscale("predict", "--validate", "--sweep", "sweep", "--comm-run", "runs/comm", cwd=tmp_path)
+        out = dlscale_here("predict", "--validate", "--sweep", "sweep", "--comm-run", "runs/comm", cwd=tmp_path)
         assert out.returncode == 0, out.stderr
         assert "sweep s 2 ranks: measured 180.0 img/s" in out.stdout

@@ -2,10 +2,9 @@
 the step time, the nsys line, the input-bound warning, per-rank rows under torchrun."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from commands import dlscale_here, run_process, torchrun
 
 from dlscale import cli
 from dlscale.cli import profile as profile_cli
@@ -13,11 +12,6 @@ from dlscale.cli import profile as profile_cli
 TINY = ["--model", "resnet18", "--width", "8", "--image-size", "32", "--batch-size", "4", "--num-classes", "10"]
 WINDOW = ["--warmup", "2", "--steps", "3", "--trace-steps", "1"]
 PARTS = ("data_ms", "forward_ms", "backward_ms", "optimizer_ms", "other_ms")
-
-
-def _run(args, cwd, timeout=240):
-    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def _check_breakdown(summary, world):
@@ -30,7 +24,7 @@ def _check_breakdown(summary, world):
 
 
 def test_profile_bench_writes_trace_breakdown_and_nsys_line(tmp_path):
-    out = _run([sys.executable, "-m", "dlscale", "profile", "bench", *TINY, *WINDOW, "--out", "prof"], tmp_path)
+    out = dlscale_here("profile", "bench", *TINY, *WINDOW, "--out", "prof", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     run = tmp_path / "prof"
     summary = json.loads((run / "summary.json").read_text())
@@ -50,7 +44,6 @@ def test_profile_bench_writes_trace_breakdown_and_nsys_line(tmp_path):
     assert nsys.endswith(rerun)
 
 
-@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
 def test_profile_train_warns_when_the_loader_is_slowed(tmp_path, monkeypatch, capsys):
     fetch = profile_cli.LoaderBatches.__call__
 
@@ -76,8 +69,8 @@ def test_profile_train_warns_when_the_loader_is_slowed(tmp_path, monkeypatch, ca
 
 @pytest.mark.distributed
 def test_profile_two_ranks_under_torchrun(tmp_path):
-    out = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                "-m", "dlscale", "profile", "bench", *TINY, *WINDOW, "--pg-timeout", "60", "--out", "prof"], tmp_path)
+    out = run_process([*torchrun(2), "-m", "dlscale", "profile", "bench", *TINY, *WINDOW, "--pg-timeout", "60",
+                       "--out", "prof"], tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "prof" / "summary.json").read_text())
     _check_breakdown(summary, 2)
@@ -96,7 +89,6 @@ def test_profile_two_ranks_under_torchrun(tmp_path):
     (["train", "--config", "cpu:nope"], "unknown preset 'nope'"),
     ([], "the following arguments are required: MODE"),
 ])
-@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
 def test_bad_input_is_one_line(args, message, capsys):
     try:
         code = cli.main(["profile", *args])

@@ -6,9 +6,8 @@ checked in tests/smoke/test_cli_mlflow.py (its train run), the Records behind th
 tests/unit/test_progress.py; the loader's plain lines in tests/smoke/test_cli_loader.py."""
 
 import re
-import sys
-from pathlib import Path
 
+from commands import DLSCALE, ENV
 from terminal import frames, run_on_pty, screen
 
 BENCH = ["bench", "--model", "resnet18", "--width", "8", "--image-size", "32", "--batch-size", "4",
@@ -16,15 +15,13 @@ BENCH = ["bench", "--model", "resnet18", "--width", "8", "--image-size", "32", "
 TRAIN = ["train", "--config", "cpu:synthetic", "--set", "model.width=8", "--set", "data.synthetic_size=64",
          "--set", "data.synthetic_val_size=32", "--set", "global_batch_size=16", "--set", "schedule.epochs=2",
          "--set", "schedule.warmup_epochs=0", "--set", "log_every=2", "--set", "checkpoint.enabled=false"]
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-ENV = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": SRC}  # this checkout's package
 HOROVOD = [r"Model: resnet18", r"Batch size: 4", r"Number of CPUs: 1", r"Running warmup\.\.\.",
            r"Running benchmark\.\.\.", *(rf"Iter #{i}: \d+\.\d img/sec per CPU" for i in range(3)),
            r"Img/sec per CPU: \d+\.\d \+-\d+\.\d", r"Total img/sec on 1 CPU\(s\): \d+\.\d \+-\d+\.\d"]
 
 
 def _pty(args, tmp_path, output=("--output-dir", "runs")):
-    code, text = run_on_pty([sys.executable, "-m", "dlscale", *args, *output], env=ENV, cwd=tmp_path, timeout_s=180)
+    code, text = run_on_pty([*DLSCALE, *args, *output], env=ENV, cwd=tmp_path, timeout_s=180)
     assert code == 0, text[-3000:]
     return text
 

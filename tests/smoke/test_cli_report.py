@@ -5,10 +5,9 @@ import json
 import re
 import struct
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from commands import DLSCALE, HANG_S, dlscale_here, start_process
 
 from dlscale.cli import main
 from dlscale.report import PLOTS
@@ -18,33 +17,24 @@ TINY = ["--model", "resnet18", "--width", "8", "--image-size", "32", "--batch-si
         "--num-warmup-batches", "2", "--num-batches-per-iter", "2", "--num-iters", "3"]
 TRAIN = ["--config", "cpu:digits", "--set", "schedule.epochs=2", "--set", "max_steps_per_epoch=5",
          "--set", "batch_size=16", "--set", "model.width=8", "--pg-timeout", "60"]
-TIMEOUT_S = 240
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-ENV = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": SRC}  # this checkout's package
 OTHER_STRATEGY = "neighbor_allreduce" if "neighbor_allreduce" in STRATEGIES else next(
     (s for s in sorted(STRATEGIES) if s != "allreduce"), None)
-
-
-def _dlscale(*args):
-    return [sys.executable, "-m", "dlscale", *args]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A weak-scaling train sweep over 1 and 2 ranks, and one-process benchmarks side by side."""
     root = tmp_path_factory.mktemp("report")
-    sweep = subprocess.Popen(_dlscale("scale", "--nproc", "1,2", "--output-dir", "runs", "--name", "train-sweep",
-                                      "--", "train", *TRAIN), cwd=root, env=ENV, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+    sweep = start_process([*DLSCALE, "scale", "--nproc", "1,2", "--output-dir", "runs", "--name", "train-sweep",
+                           "--", "train", *TRAIN], root, stderr=subprocess.STDOUT)
     benches = [("bench-fp32", ["--precision", "fp32"]), ("bench-amp_bf16", ["--precision", "amp_bf16"])]
     if OTHER_STRATEGY:
         benches.append((f"bench-{OTHER_STRATEGY}", ["--dist-optimizer", OTHER_STRATEGY]))
     try:
         for name, extra in benches:
-            out = subprocess.run(_dlscale("bench", *TINY, *extra, "--output-dir", "runs", "--name", name), cwd=root,
-                                 env=ENV, capture_output=True, text=True, timeout=TIMEOUT_S)
+            out = dlscale_here("bench", *TINY, *extra, "--output-dir", "runs", "--name", name, cwd=root)
             assert out.returncode == 0, out.stderr[-3000:]
-        log, _ = sweep.communicate(timeout=TIMEOUT_S)
+        log, _ = sweep.communicate(timeout=HANG_S)
     finally:
         if sweep.poll() is None:
             sweep.kill()
@@ -60,8 +50,7 @@ def _png_size(path):
 
 
 def _report(root, *args):
-    return subprocess.run(_dlscale("report", *args), cwd=root, env=ENV, capture_output=True, text=True,
-                          timeout=TIMEOUT_S)
+    return dlscale_here("report", *args, cwd=root)
 
 
 @pytest.mark.distributed
@@ -135,7 +124,6 @@ def _assert_explained(runs, text):
         assert f"     - change: {finding.change}" in block
 
 
-@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # main() under pytest's capture
 @pytest.mark.parametrize("args,message", [
     (["no-such-run"], "no-such-run: no such directory; give run or sweep directories"),
     (["."], "holds no summary.json or sweep.json"),

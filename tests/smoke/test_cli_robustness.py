@@ -4,17 +4,15 @@ changed on resume, checkpoints dlscale did not write, unreadable validation file
 import errno
 import json
 import pickle
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
+from commands import DLSCALE, HANG_S, dlscale_here, start_process
 from PIL import Image
 
 from dlscale.cli import main
 
-pytestmark = pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # main() under pytest's capture
 TINY = ["--config", "cpu:synthetic", "--set", "model.width=8", "--set", "max_steps_per_epoch=4", "--set",
         "schedule.epochs=1", "--set", "schedule.warmup_epochs=0", "--set", "log_every=2"]
 
@@ -61,23 +59,22 @@ def test_scale_checks_the_swept_commands_values_before_any_point(tmp_path, monke
 
 
 def test_two_runs_of_one_name_one_refuses_and_nothing_is_written_twice(tmp_path):
-    command = [sys.executable, "-m", "dlscale", "train", "--config", "cpu:synthetic", "--set", "model.width=8",
-               "--set", "schedule.epochs=2", "--set", "log_every=2", "--output-dir", str(tmp_path), "--name", "one"]
-    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    command = ["train", "--config", "cpu:synthetic", "--set", "model.width=8", "--set", "schedule.epochs=2",
+               "--set", "log_every=2", "--output-dir", tmp_path, "--name", "one"]
+    first = start_process([*DLSCALE, *command])  # a run of its own, in another process
     holder = tmp_path / "one" / ".lock.holder"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + HANG_S
     while not holder.is_file():
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-2000:]
         time.sleep(0.1)
-    second = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
-    assert first.wait(timeout=180) == 0
+    second = dlscale_here(*command)
+    assert first.wait(timeout=HANG_S) == 0
     assert second.returncode == 2 and len(second.stderr.strip().splitlines()) == 1, second.stderr
     assert "is in use by `dlscale train" in second.stderr and f"pid {first.pid}" in second.stderr
     records = [json.loads(line) for line in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
     steps = [(r["record"], r["step"]) for r in records]
     assert len(steps) == len(set(steps))  # every record once
-    again = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)  # the lock died with its run
+    again = dlscale_here(*command)  # the lock died with its run
     assert again.returncode == 0, again.stderr[-2000:]
 
 

@@ -3,11 +3,10 @@ of failed and stuck points (with a stand-in launcher, so those tests start no to
 
 import json
 import re
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from commands import dlscale_here
 
 from dlscale.cli import main
 from dlscale.cli.scale import command_facts
@@ -17,14 +16,11 @@ from dlscale.sweep import plan, run
 
 TINY = ["--model", "resnet18", "--width", "8", "--image-size", "32", "--batch-size", "4", "--num-classes", "10",
         "--num-warmup-batches", "2", "--num-batches-per-iter", "2", "--num-iters", "3", "--pg-timeout", "60"]
-SRC = str(Path(__file__).resolve().parents[2] / "src")
-TIMEOUT_S = 240  # two or three torchrun launches on two shared cores take 20-60 s
 
 
 def _scale(tmp_path, *args):
-    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": SRC}  # this checkout's package
-    command = [sys.executable, "-m", "dlscale", "scale", "--output-dir", "runs", "--name", "sw", *args]
-    return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+    """`dlscale scale` in this process; the torchrun launches of its points are processes of their own."""
+    return dlscale_here("scale", "--output-dir", "runs", "--name", "sw", *args, cwd=tmp_path)
 
 
 def _table(stdout):
@@ -110,7 +106,7 @@ def stand_in_launcher(spec, point, sweep_dir):
 
 
 def test_failed_and_stuck_points_are_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(run.LAUNCHERS, "stand-in", run.PointByPoint(stand_in_launcher))
+    monkeypatch.setitem(run.SWEEP_LAUNCHERS, "stand-in", run.PointByPoint(stand_in_launcher))
     monkeypatch.setattr(local, "TERM_GRACE_S", 2.0)
     monkeypatch.setenv("DLSCALE_PROGRESS", "plain")  # as in a CI log, with a progress line at every change
     monkeypatch.setenv("DLSCALE_PROGRESS_EVERY", "0")
@@ -152,7 +148,6 @@ def test_torchrun_command_lines():
     assert re.fullmatch(r"127\.0\.0\.1:\d+", endpoint) and "--nnodes" in two[0]
 
 
-@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # main() under pytest's capture
 @pytest.mark.parametrize("args,message", [
     (["--nproc", "0", "--", "bench"], "--nproc '0' must list positive numbers"),
     (["--nproc", "one"], "must be whole numbers separated by commas"),

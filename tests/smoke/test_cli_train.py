@@ -1,18 +1,11 @@
 """`dlscale train` and `dlscale config` as a user runs them."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from commands import dlscale_here
 from PIL import Image
-
-
-def _run(args, cwd, timeout=240):
-    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "dlscale", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
 
 
 def _jpeg(path, seed):
@@ -42,8 +35,8 @@ SMALL = ["--set", "model.name=resnet18", "--set", "model.width=8", "--set", "dat
 
 
 def test_imagefolder_with_bad_files_counts_the_skips(tmp_path, imagefolder):
-    out = _run(["train", "--config", "imagenet:hal-rn50", "--data", str(imagefolder), *SMALL,
-                "--output-dir", "runs"], tmp_path)
+    out = dlscale_here("train", "--config", "imagenet:hal-rn50", "--data", str(imagefolder), *SMALL,
+                       "--output-dir", "runs", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / "runs" / "imagenet-hal-rn50" / "summary.json").read_text())
     assert summary["steps"] == 3  # 12 training images, batch 4, one rank
@@ -53,8 +46,8 @@ def test_imagefolder_with_bad_files_counts_the_skips(tmp_path, imagefolder):
 
 
 def test_bad_sample_error_fails_at_once_with_one_line(tmp_path, imagefolder):
-    out = _run(["train", "--config", "imagenet:hal-rn50", "--data", str(imagefolder), *SMALL,
-                "--on-bad-sample", "error", "--output-dir", "runs"], tmp_path)
+    out = dlscale_here("train", "--config", "imagenet:hal-rn50", "--data", str(imagefolder), *SMALL,
+                       "--on-bad-sample", "error", "--output-dir", "runs", cwd=tmp_path)
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "JPEG" in out.stderr
@@ -68,14 +61,14 @@ def test_bad_sample_error_fails_at_once_with_one_line(tmp_path, imagefolder):
     (["--config", "cpu:digits", "--set", "global_batch_size=null"], "set batch_size (per rank) or global_batch_size"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, message):
-    out = _run(["train", *args, "--output-dir", "runs"], tmp_path)
+    out = dlscale_here("train", *args, "--output-dir", "runs", cwd=tmp_path)
     assert out.returncode == 2, out.stdout[-2000:]
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert message in out.stderr
 
 
 def test_config_prints_derived_values(tmp_path):
-    out = _run(["config", "imagenet:hal-rn50", "--world-size", "64"], tmp_path)
+    out = dlscale_here("config", "imagenet:hal-rn50", "--world-size", "64", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "global batch: 13312 images per optimizer step" in out.stdout
     assert "peak LR: 5.2 " in out.stdout

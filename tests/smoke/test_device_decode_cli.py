@@ -21,8 +21,6 @@ from dlscale.explain.measured import input_bound
 from dlscale.metrics.input_bound import input_bound_warning
 from dlscale.rundir import Run
 
-pytestmark = pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
-
 
 @pytest.fixture
 def device_path(monkeypatch):

@@ -4,16 +4,14 @@ env.json is a full reproducibility record."""
 import csv
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from commands import dlscale_here
 
 
 def _run(args, cwd):
-    env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "NCCL_DEBUG": "WARN"}
-    out = subprocess.run([sys.executable, "-m", "dlscale", *args], cwd=cwd, capture_output=True, text=True,
-                         timeout=300, env=env)
+    out = dlscale_here(*args, cwd=cwd, env={"OMP_NUM_THREADS": "1", "NCCL_DEBUG": "WARN"})
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 

@@ -2,12 +2,12 @@
 training run starved by its loader, --against between two runs, and bad input in one line."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from commands import dlscale_here, run_process
 from PIL import Image
 
 import dlscale
@@ -19,9 +19,7 @@ BENCH = ["bench", "--model", "resnet18", "--width", "8", "--image-size", "32", "
 
 
 def dlscale(args, cwd, *, ok=True):
-    out = subprocess.run([sys.executable, "-m", "dlscale", *map(str, args)], cwd=cwd, capture_output=True,
-                         text=True, timeout=300, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
-                                                      "PYTHONPATH": SOURCES})
+    out = dlscale_here(*args, cwd=cwd)
     if ok:
         assert out.returncode == 0, out.stderr[-3000:]
     return out
@@ -86,8 +84,7 @@ def test_explain_starts_without_torch(tmp_path):
     _seed_run(tmp_path / "run")
     code = ("import sys; from dlscale.cli import main; code = main(['explain', sys.argv[1]]); "
             "print(code, 'torch' in sys.modules, 'matplotlib' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")], capture_output=True, text=True,
-                         timeout=60)
+    out = run_process([sys.executable, "-c", code, tmp_path / "run"])  # a fresh interpreter: its imports
     assert out.stdout.splitlines()[-1] == "0 False False", out.stderr
 
 

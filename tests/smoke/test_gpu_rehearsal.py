@@ -4,10 +4,10 @@ no more than the three files it promises (the GPU machine hands back at most 8).
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
+
+from commands import run_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,9 +20,7 @@ def report_goals() -> dict:
 
 
 def _campaign(out: Path, *args: str) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "benchmarks/gpu.py", "--device", "cpu", "--out", str(out), *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240, env=env)
+    done = run_process([sys.executable, "benchmarks/gpu.py", "--device", "cpu", "--out", out, *args], ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == ["gpu.json", "gpu.log", "gpu.md"]
     document = json.loads((out / "gpu.json").read_text())

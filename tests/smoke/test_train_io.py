@@ -3,11 +3,10 @@ bytes, and the kernel's counters of the main process and its loader workers."""
 
 import csv
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from commands import dlscale_here
 from PIL import Image
 
 
@@ -35,8 +34,7 @@ def test_log_windows_add_up_to_the_files_each_epoch_read(tmp_path, persistent):
             "--set", "batch_size=4", "--set", "schedule.epochs=2", "--set", "precision=fp32",
             "--set", "data.num_workers=2", "--set", f"data.persistent_workers={str(persistent).lower()}",
             "--set", "log_every=1", "--set", "checkpoint.enabled=false", "--name", "io", "--output-dir", "runs"]
-    out = subprocess.run([sys.executable, "-m", "dlscale", *args], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=240, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    out = dlscale_here(*args, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     run = tmp_path / "runs" / "io"
     windows = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["record"] == "train"]
@@ -67,8 +65,7 @@ def test_log_windows_add_up_to_the_files_each_epoch_read(tmp_path, persistent):
     assert len(events.Scalars("io/read_ops_per_s")) == 8
 
     # dlscale report: the reads over time on twin axes, averaged over the epochs asked for (HAL's 10:60).
-    out = subprocess.run([sys.executable, "-m", "dlscale", "report", "runs", "-o", "report", "--io-epochs", "1:1"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    out = dlscale_here("report", "runs", "-o", "report", "--io-epochs", "1:1", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     (row,) = csv.DictReader((tmp_path / "report" / "io.csv").open())
     second = [w for w in windows if w["epoch"] == 1]

@@ -5,13 +5,13 @@ import logging
 import os
 import random
 import re
-import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
 import torch
+from commands import run_process
 from torch import nn
 
 from dlscale.config import OptimConfig, ScheduleConfig
@@ -143,9 +143,7 @@ CRASH_BETWEEN_WRITE_AND_RENAME = textwrap.dedent(
 
 
 def test_crash_between_tmp_write_and_rename_keeps_previous(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-c", CRASH_BETWEEN_WRITE_AND_RENAME, str(tmp_path)], timeout=120
-    )
+    result = run_process([sys.executable, "-c", CRASH_BETWEEN_WRITE_AND_RENAME, tmp_path])
     assert result.returncode == -9
     leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith("ckpt.tmp.")]
     assert len(leftovers) == 1  # the killed write, complete but never renamed

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from dlscale.cli import COMMANDS
+from dlscale.cli import COMMAND_MODULES
 
-HELPS = [[name, "--help"] for name in COMMANDS if name != "torchrun"] + [
+HELPS = [[name, "--help"] for name in COMMAND_MODULES if name != "torchrun"] + [
     ["--help"], ["profile", "bench", "--help"], ["profile", "train", "--help"], ["data", "check", "--help"],
     ["data", "make-jpegs", "--help"], ["data", "download", "--help"]]
 """`dlscale torchrun --help` is torchrun's own help (every flag is torchrun's): it loads torch by design."""
@@ -62,7 +62,7 @@ def test_the_scale_launchers_are_the_sweep_launchers():
     from dlscale.cli.scale import LAUNCHER_SPECS
     from dlscale.sweep import run
 
-    assert set(LAUNCHER_SPECS) == set(run.LAUNCHERS)
+    assert set(LAUNCHER_SPECS) == set(run.SWEEP_LAUNCHERS)
 
 
 def test_the_models_table_is_every_torch_model():

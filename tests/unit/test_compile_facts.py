@@ -52,6 +52,7 @@ def test_a_second_watch_counts_only_its_own_run():
     assert (facts["traced_graphs"], facts["graph_breaks"], facts["graph_break_reasons"]) == (1, 0, {})
 
 
+@pytest.mark.slow
 def test_inductor_cache_is_cold_then_warm(tmp_path, monkeypatch):
     """A fresh cache directory misses; the same function compiled again after dynamo forgot it hits."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))

@@ -6,7 +6,7 @@ from dataclasses import asdict
 import pytest
 import torch
 
-from dlscale.bench.graphs import autocast_cache_disabled, check_ranks
+from dlscale.bench.cuda_graphs import autocast_cache_disabled, check_ranks
 from dlscale.bench.synthetic import run_bench
 from dlscale.cli import build_parser
 from dlscale.cli.bench import config_from_args

@@ -70,6 +70,7 @@ def test_per_rank_shards_and_exact_validation():
     assert sum(len(v) for v in val_labels) == 11
 
 
+@pytest.mark.slow
 def test_same_seed_same_batches_any_worker_count():
     cfg = DataConfig(name="digits", num_workers=0)
     first, _, _ = build_loaders(cfg, rank=0, world_size=1, batch_size=128, seed=5)

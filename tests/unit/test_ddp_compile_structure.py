@@ -36,6 +36,8 @@ DDP_BUCKET_CAP_MB = 25
 FIRST_BUCKET_BYTES = 1 * MIB
 """DDP's cap for the first bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES), the DDP optimizer's too."""
 
+pytestmark = pytest.mark.slow  # dynamo traces a ResNet-18 and DDP's split: seconds a test
+
 
 @pytest.fixture
 def world_of_8():

@@ -121,7 +121,6 @@ def test_with_no_platform_of_the_device_the_evidence_says_so(tmp_path):
     assert "all_reduce busbw 0.30 GB/s" in said and "not compared: no shipped platform has a x86_64" in said
 
 
-@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # main() under pytest's capture
 def test_explain_takes_a_comm_run_and_a_platform_together(tmp_path, capsys):
     _comm_run(tmp_path / "comm", ranks=16, per_node=8, device_name="Tesla V100-SXM2-16GB", busbw_gbs=6.0)
     _bench(tmp_path / "run", world=16, nodes=2, per_device=700.0, device_name="Tesla V100-SXM2-16GB")

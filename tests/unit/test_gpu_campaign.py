@@ -4,12 +4,12 @@ The tiny CPU rehearsal of the whole command is in tests/smoke/test_gpu_rehearsal
 import dataclasses
 import io
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from commands import run_process
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -26,10 +26,10 @@ EVERYTHING = P.Features(device="cuda", bench_flags=frozenset({"--compile-mode", 
                         combined_flags=["--stem-channels", "4"])
 
 
+@pytest.mark.slow
 def test_dry_run_prints_both_plans_and_runs_nothing(tmp_path):
-    out = subprocess.run([sys.executable, "benchmarks/gpu.py", "--dry-run", "--device", "cuda", "--cores", "16",
-                          "--timm-benchmark", ".peers/timm_benchmark.py", "--combined", "--stem-channels 4"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = run_process([sys.executable, "benchmarks/gpu.py", "--dry-run", "--device", "cuda", "--cores", "16",
+                       "--timm-benchmark", ".peers/timm_benchmark.py", "--combined", "--stem-channels 4"], ROOT)
     assert out.returncode == 0, out.stderr
     text = out.stdout
     one, two = text.split("=== part 2 (--part 2)")
@@ -233,6 +233,7 @@ def _context(tmp_path, deadline_s=60.0):
                           say=lambda line: None)
 
 
+@pytest.mark.slow
 def test_a_failed_and_a_timed_out_command_are_recorded_and_the_stage_goes_on(tmp_path):
     fails = P.Run("fails", ["-c", "print('about to fail'); raise SystemExit(3)"], "none", 1.0)
     sleeps = P.Run("sleeps", ["-c", "import time; time.sleep(60)"], "none", 1.0)

@@ -50,9 +50,24 @@ class Batches:
         return self.images, self.labels
 
 
-def _parts():
+class Waits(nn.Module):
+    """A layer that takes `seconds` of wall time however busy the machine is: a sleep, not work."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds = seconds
+
+    def forward(self, x):
+        time.sleep(self.seconds)
+        return x
+
+
+def _parts(step_s: float = 0.0):
+    """The tiny model's step parts; step_s > 0 makes each forward pass take at least that long."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    if step_s:
+        model = nn.Sequential(Waits(step_s), model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     return StepParts(model, optimizer, build_precision("fp32", torch.device("cpu")),
                      AllreduceStrategy(StrategyConfig(), DistEnv()), nn.CrossEntropyLoss())
@@ -162,8 +177,12 @@ def test_input_bound_warning_threshold_and_advice():
 
 
 def test_slowed_loader_is_reported_input_bound():
-    slow = profiling.profile_window(_parts(), Batches(delay_s=0.03), torch.device("cpu"), warmup=1, steps=3)
-    fast = profiling.profile_window(_parts(), Batches(), torch.device("cpu"), warmup=1, steps=3)
+    """A loader 30 ms a batch against a step of 30 ms: input-bound; a ready batch is not. The step waits 30 ms
+    so that a busy machine's preemption during the fast case's data fetch (it took 0.4 of a 1.6 ms step at
+    a load of 7) stays far below the 10% that counts as input-bound."""
+    slow = profiling.profile_window(_parts(step_s=0.03), Batches(delay_s=0.03), torch.device("cpu"), warmup=1,
+                                    steps=3)
+    fast = profiling.profile_window(_parts(step_s=0.03), Batches(), torch.device("cpu"), warmup=1, steps=3)
     warn = [input_bound_warning(r["breakdown"]["data_ms"] / 1e3, r["breakdown"]["step_ms"] / 1e3,
                                           workers=1, decode="plain", cores=4) for r in (slow, fast)]
     assert warn[0] is not None and "waits for data" in warn[0]
@@ -211,6 +230,7 @@ def _overlap_on_two_ranks(rank, world_size):
     return profiling.gather_breakdowns(result["breakdown"], torch.device("cpu"))
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_allreduce_overlap_is_measured_per_rank_and_gathered():
     from multiproc import run_ranks

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from commands import start_process
 
 from dlscale.metrics.proc_io import ProcessReads
 from dlscale.metrics.ranks import STRAGGLER_EXCESS, describe, lead_times, slowest, stragglers
@@ -40,8 +41,7 @@ def _reader(path):
     """A child that reads `path` once when told to on stdin, then waits to be told to exit."""
     code = ("import sys; sys.stdin.readline(); open(sys.argv[1], 'rb').read(); print('read', flush=True); "
             "sys.stdin.readline()")
-    return subprocess.Popen([sys.executable, "-c", code, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    return start_process([sys.executable, "-c", code, path], stdin=subprocess.PIPE, stderr=None)
 
 
 def _tell(child, word):

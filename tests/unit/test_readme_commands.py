@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.cli import COMMANDS, build_parser
+from dlscale.cli import COMMAND_MODULES, build_parser
 from dlscale.cli.common import parse_command_flags
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -64,18 +64,18 @@ def _flags(command: str) -> set[str]:
 
 def test_the_readme_has_its_commands():
     assert len(BLOCK_LINES) >= 7 and len(SPANS) >= 30  # the examples; the command table and the prose
-    assert {argv[0] for _, argv in BLOCK_LINES + SPANS} >= set(COMMANDS)
+    assert {argv[0] for _, argv in BLOCK_LINES + SPANS} >= set(COMMAND_MODULES)
 
 
 @pytest.mark.parametrize("text,argv", BLOCK_LINES, ids=[text[:50] for text, _ in BLOCK_LINES])
 def test_every_readme_command_line_parses(text, argv):
-    assert argv[0] in COMMANDS, f"README runs `dlscale {argv[0]}`, which is no command"
+    assert argv[0] in COMMAND_MODULES, f"README runs `dlscale {argv[0]}`, which is no command"
     parse_command_flags(argv[0], argv[1:], where=f"README's `{text}`")
 
 
 @pytest.mark.parametrize("text,argv", SPANS, ids=[text[:50] for text, _ in SPANS])
 def test_every_readme_code_span_names_a_command_and_its_flags(text, argv):
-    assert argv[0] in COMMANDS, f"README names `dlscale {argv[0]}`, which is no command"
+    assert argv[0] in COMMAND_MODULES, f"README names `dlscale {argv[0]}`, which is no command"
     if argv[0] == "torchrun":  # every flag is torchrun's own
         return
     unknown = [word for word in argv[1:] if word.startswith("-") and word.split("=")[0] not in _flags(argv[0])]

@@ -10,6 +10,7 @@ import pytest
 from dlscale.errors import ConfigError
 from dlscale.report import PLOTS, build_report, load_reference
 from dlscale.report.load import load
+from dlscale.report.references import reference_names
 from dlscale.report.scaling import accuracy_rows, build_series, efficiency
 
 
@@ -143,11 +144,28 @@ def test_report_writes_every_table_and_plot(tmp_path):
 
 
 def test_report_without_references_and_with_all(tmp_path):
+    """References add their own rows, section and curves and change nothing measured: the runs' tables are
+    the same with none and with every shipped reference, and the second report holds every point of every
+    shipped reference, once."""
     paths = full_set(tmp_path)
     plain = build_report(paths, tmp_path / "plain")
     everything = build_report(paths, tmp_path / "all", ["all"])
     assert everything.not_drawn == NO_LOADER
     assert plain.not_drawn == {**NO_LOADER, "reference.png": "no --reference selected"}
+    for name in ("runs", "scaling", "speedup", "accuracy", "progression", "dist_optimizers", "epochs"):
+        assert (tmp_path / "plain" / f"{name}.csv").read_text() == (tmp_path / "all" / f"{name}.csv").read_text(), name
+    assert list(csv.DictReader((tmp_path / "plain" / "references.csv").open())) == []
+    shipped = [load_reference(name) for name in reference_names()]
+    rows = list(csv.DictReader((tmp_path / "all" / "references.csv").open()))
+    assert [(r["reference"], r["series"]) for r in rows] == [
+        (ref.name, series.label) for ref in shipped for series in ref.series for _ in series.points]
+    plain_text, all_text = (tmp_path / "plain" / "report.md").read_text(), (tmp_path / "all" / "report.md").read_text()
+    assert "None selected" in plain_text and "None selected" not in all_text
+    for ref in shipped:
+        assert f"### {ref.name}: {ref.title}" in all_text and f"### {ref.name}:" not in plain_text, ref.name
+    # The published curves are drawn beside the runs': the throughput plot is not the plain one.
+    plot = "throughput_vs_devices.png"
+    assert (tmp_path / "all" / plot).read_bytes() != (tmp_path / "plain" / plot).read_bytes()
 
 
 def test_plots_without_data_are_named_not_faked(tmp_path):

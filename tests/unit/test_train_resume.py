@@ -26,6 +26,7 @@ def _tensorboard_steps(run_dir):
     return {tag: [e.step for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
 
 
+@pytest.mark.slow
 def test_preempted_and_resumed_equals_uninterrupted(tmp_path, signal_at_step):
     cfg, _ = load_config("cpu:digits", OVERRIDES)
     full = loop.fit(cfg, DistEnv(), run_name="full", output_dir=tmp_path)

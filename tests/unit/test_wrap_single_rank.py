@@ -94,6 +94,7 @@ def test_the_multi_rank_gpu_default_is_named_and_explained():
         parse(["bench"]), has_gpu=True, eager=True, world_size=8)[1]
 
 
+@pytest.mark.slow
 def test_train_records_what_compiling_did_under_the_wrapper(tmp_path, monkeypatch):
     """A compiled, wrapped single-rank training run: its summary holds the compile facts. aot_eager stands in
     for inductor (a CPU inductor compile of a ResNet takes tens of seconds); the counters are the same."""

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, fields
 import torch
 from torch import nn
 
-from dlscale.bench.graphs import WARMUP_STEPS, capture_train_step, check_ranks
+from dlscale.bench.cuda_graphs import WARMUP_STEPS, capture_train_step, check_ranks
 from dlscale.config.sections import BenchConfig, OptimConfig
 from dlscale.distributed import (
     DistEnv,

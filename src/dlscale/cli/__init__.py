@@ -17,7 +17,7 @@ from dlscale.errors import DlscaleError
 from dlscale.launch.errors import peer_failed, record_error_for_launcher
 
 # Subcommand name -> module under dlscale.cli. Adding a command is one module and one line.
-COMMANDS = {
+COMMAND_MODULES = {
     "bench": "dlscale.cli.bench",
     "models": "dlscale.cli.models",
     "train": "dlscale.cli.train",
@@ -52,8 +52,8 @@ def build_parser(commands: list[str] | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(
         dest="command", metavar="COMMAND", required=True, parser_class=OneLineErrorParser
     )
-    for name in commands or COMMANDS:
-        importlib.import_module(COMMANDS[name]).add_parser(subparsers)
+    for name in commands or COMMAND_MODULES:
+        importlib.import_module(COMMAND_MODULES[name]).add_parser(subparsers)
     return parser
 
 
@@ -61,7 +61,7 @@ def command_of(argv: list[str]) -> str | None:
     """The command the arguments name (the first word that is not an option), if it is one."""
     for word in argv:
         if not word.startswith("-"):
-            return word if word in COMMANDS else None
+            return word if word in COMMAND_MODULES else None
     return None
 
 

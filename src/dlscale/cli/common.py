@@ -13,7 +13,7 @@ import importlib
 from collections.abc import Sequence
 from dataclasses import replace
 
-from dlscale.cli import COMMANDS
+from dlscale.cli import COMMAND_MODULES
 from dlscale.config import StrategyConfig, TrainConfig, load_config
 from dlscale.config.sections import DIST_OPTIMIZERS, DYNAMIC_SCHEDULES, TOPOLOGY_NAMES
 from dlscale.errors import ConfigError
@@ -101,7 +101,7 @@ def parse_command_flags(command: str, args: Sequence[str], *, where: str) -> arg
     naming `where` the arguments came from ("the arguments after --")."""
     parser = _RaisingParser(prog="dlscale")
     sub = parser.add_subparsers(dest="command", parser_class=_RaisingParser)
-    importlib.import_module(COMMANDS[command]).add_parser(sub)
+    importlib.import_module(COMMAND_MODULES[command]).add_parser(sub)
     try:
         return parser.parse_args([command, *args])
     except _ArgumentError as error:

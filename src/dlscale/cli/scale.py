@@ -20,8 +20,8 @@ from dlscale.errors import ConfigError
 from dlscale.metrics.tracking import track_finished
 from dlscale.rundir import read_json
 from dlscale.sweep.plan import (
-    COMMANDS,
     MODES,
+    SWEEPABLE_COMMANDS,
     SWEPT,
     CommandFacts,
     SweepSpec,
@@ -114,7 +114,7 @@ def split_command(rest: list[str]) -> tuple[str, tuple[str, ...]]:
         rest = rest[1:]
     if not rest or rest[0].startswith("-"):
         return "bench", tuple(rest)
-    if rest[0] not in COMMANDS:
+    if rest[0] not in SWEEPABLE_COMMANDS:
         raise ConfigError(f"`dlscale scale -- {rest[0]} ...`: the command to sweep must be bench or train")
     return rest[0], tuple(rest[1:])
 
@@ -177,7 +177,7 @@ def _number(text: str) -> float:
 
 
 LAUNCHER_SPECS = {"torchrun": _torchrun_spec, "slurm": _slurm_spec}
-"""--launcher -> how its flags become a SweepSpec (one line per launcher in dlscale.sweep.run.LAUNCHERS)."""
+"""--launcher -> how its flags become a SweepSpec (one line per launcher in dlscale.sweep.run.SWEEP_LAUNCHERS)."""
 
 
 def _differs(args: argparse.Namespace, flag: str) -> bool:

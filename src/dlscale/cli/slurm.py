@@ -15,7 +15,7 @@ from pathlib import Path
 from dlscale.cli.common import parse_command_flags, resolve_config
 from dlscale.errors import ConfigError
 from dlscale.launch.local import without_option
-from dlscale.launch.slurm import COMMANDS, LAUNCHERS, SlurmJob, sbatch_script, submit, write_script
+from dlscale.launch.slurm import JOB_COMMANDS, JOB_LAUNCHERS, SlurmJob, sbatch_script, submit, write_script
 
 RUN_FLAGS = ("--output-dir", "--name")
 
@@ -53,7 +53,7 @@ def job_options(args: argparse.Namespace) -> dict:
 def _layout_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, default=1, help="nodes to allocate")
     p.add_argument("--gpus-per-node", type=int, default=None, help="GPUs (ranks) per node; required")
-    p.add_argument("--launcher", choices=LAUNCHERS, default="torchrun",
+    p.add_argument("--launcher", choices=JOB_LAUNCHERS, default="torchrun",
                    help="torchrun: one task per node running torchrun; srun: one task per GPU, no torchrun")
     p.add_argument("--job-name", default=None, help="SLURM job name (default: dlscale-<run name>)")
     p.add_argument("--script", type=Path, default=None,
@@ -85,9 +85,9 @@ class _RaisingParser(argparse.ArgumentParser):
 def _split(args: argparse.Namespace) -> tuple[str, list[str]]:
     """The command and its flags; job flags given after a bench or train command are taken out."""
     rest = list(args.rest)
-    if not rest or rest[0] not in COMMANDS:
+    if not rest or rest[0] not in JOB_COMMANDS:
         raise ConfigError(f"name the command to run: dlscale slurm --nodes N --gpus-per-node G "
-                          f"{'|'.join(COMMANDS)} ARGS (got {' '.join(rest[:1]) or 'nothing'})")
+                          f"{'|'.join(JOB_COMMANDS)} ARGS (got {' '.join(rest[:1]) or 'nothing'})")
     command, extra = rest[0], rest[1:]
     if command != "scale":
         late = _RaisingParser(prog="job flags", allow_abbrev=False, add_help=False)

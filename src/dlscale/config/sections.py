@@ -492,6 +492,6 @@ class BenchConfig:
             raise ConfigError(f"--pg-timeout must be positive seconds, got {self.pg_timeout_s}")
         if self.speed.cuda_graphs and self.precision == "amp_fp16" and self.speed.fused_optimizer is False:
             # GradScaler steps any other SGD only after reading the overflow flag on the host, which a
-            # capture cannot hold; fused SGD skips an overflowed step on the device (dlscale.bench.graphs).
+            # capture cannot hold; fused SGD skips an overflowed step on the device (dlscale.bench.cuda_graphs).
             raise ConfigError("--cuda-graphs with --precision amp_fp16 needs the fused optimizer: drop "
                               "--no-fused-optimizer")

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 from dlscale.errors import ConfigError
 
-LAUNCHERS = ("torchrun", "env", "slurm", "openmpi", "mvapich", "pmi", "single")
+DETECTED_LAUNCHERS = ("torchrun", "env", "slurm", "openmpi", "mvapich", "pmi", "single")
+"""The launchers DistEnv.from_env recognises by the variables they set ("env": RANK and WORLD_SIZE set by
+hand; "single": none, one process): what DistEnv.launcher names."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,7 +42,7 @@ class DistEnv:
     master_port: int | None = None
     """Port of the rendezvous store."""
     launcher: str = "single"
-    """Which launcher's variables were read: one of LAUNCHERS."""
+    """Which launcher's variables were read: one of DETECTED_LAUNCHERS."""
     restart_count: int = 0
     """torchrun's restart attempt. Only names the store prefix; resuming never depends on it."""
     agent_store: bool = False

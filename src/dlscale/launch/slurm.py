@@ -40,8 +40,10 @@ from dlscale.errors import ConfigError
 from dlscale.launch import slurm_resources as resources
 from dlscale.rundir import is_run
 
-LAUNCHERS = ("torchrun", "srun")
-COMMANDS = ("bench", "train", "scale")
+JOB_LAUNCHERS = ("torchrun", "srun")
+"""How an sbatch script starts its workers: one torchrun agent per node, or one srun task per rank."""
+JOB_COMMANDS = ("bench", "train", "scale")
+"""The dlscale commands an sbatch script can run."""
 FREE_PORT = """"$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'"""
 """A port that nothing on this host listens on now: the kernel's choice for a socket bound to port 0."""
 
@@ -123,9 +125,9 @@ class SlurmJob:
         return resources.memory_directive(mem=self.mem, mem_per_gpu=self.mem_per_gpu, request_gpus=self.request_gpus)
 
     def check(self) -> None:
-        if self.command not in COMMANDS:
-            raise ConfigError(f"the job must run dlscale {' or '.join(COMMANDS)}, not {self.command!r}")
-        if self.launcher not in LAUNCHERS:
+        if self.command not in JOB_COMMANDS:
+            raise ConfigError(f"the job must run dlscale {' or '.join(JOB_COMMANDS)}, not {self.command!r}")
+        if self.launcher not in JOB_LAUNCHERS:
             raise ConfigError(f"--launcher {self.launcher!r}: choose torchrun or srun")
         if self.nodes < 1 or self.procs_per_node < 1:
             raise ConfigError("--nodes and --gpus-per-node must be at least 1")

@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass, field
 from dlscale.errors import ConfigError
 
 MODES = ("weak", "strong")
-COMMANDS = ("bench", "train")
+SWEEPABLE_COMMANDS = ("bench", "train")
+"""The dlscale commands a sweep runs at each point."""
 OWNED_FLAGS = {"--output-dir": "the sweep names run directories; use `dlscale scale --output-dir/--name`",
                "--name": "the sweep names run directories; use `dlscale scale --output-dir/--name`",
                "--json": "each point's summary.json is in its run directory inside the sweep"}
@@ -43,7 +44,7 @@ class SweepSpec:
     """Training settings to sweep, each a config key and its values (`--set-sweep data.num_workers=0,2,4`): every
     point gets `--set KEY=VALUE` (Marconi100's epoch time against loader workers)."""
     launcher: str = "torchrun"
-    """A name in dlscale.sweep.run.LAUNCHERS."""
+    """A name in dlscale.sweep.run.SWEEP_LAUNCHERS."""
     timeout_s: float = 3600.0
     """Seconds one point may run before it is stopped and recorded as a timeout."""
     launcher_options: dict = field(default_factory=dict)
@@ -111,7 +112,7 @@ def check_spec(spec: SweepSpec) -> None:
     """What can be checked before the swept command's flags are parsed."""
     if spec.mode not in MODES:
         raise ConfigError(f"--mode {spec.mode!r}: choose weak or strong")
-    if spec.command not in COMMANDS:
+    if spec.command not in SWEEPABLE_COMMANDS:
         raise ConfigError(f"`dlscale scale -- {spec.command} ...`: the command to sweep must be bench or train")
     for flag, why in OWNED_FLAGS.items():
         if given(spec.args, flag):

@@ -8,7 +8,7 @@ A launcher runs the planned points and records how each ended: `PointByPoint` ru
 after another on this host through a function (spec, point, sweep_dir) -> Outcome (torchrun);
 `SlurmJobs` submits every point as its own SLURM job first (they run side by side on a
 cluster), then waits for all. A point that fails is recorded and the sweep goes on. Adding a
-launcher is one class and one line in LAUNCHERS.
+launcher is one class and one line in SWEEP_LAUNCHERS.
 """
 
 from __future__ import annotations
@@ -214,15 +214,15 @@ def _slurm_outcome(spec: SweepSpec, point: Point, state: str, sweep_dir: Path) -
 
 # ------------------------------------------------------------------------------- the sweep
 
-LAUNCHERS: dict[str, Launcher] = {"torchrun": PointByPoint(launch_torchrun), "slurm": SlurmJobs()}
+SWEEP_LAUNCHERS: dict[str, Launcher] = {"torchrun": PointByPoint(launch_torchrun), "slurm": SlurmJobs()}
 
 
 def run_sweep(spec: SweepSpec, points: list[Point], sweep_dir: Path, out: Say = print) -> list[Point]:
     """Run planned points (dlscale.sweep.plan.plan_points) into sweep_dir; returns them with their
     status. Points still 'submitted' afterwards run on without the sweep (slurm, wait=False)."""
-    if spec.launcher not in LAUNCHERS:
-        raise ConfigError(f"--launcher {spec.launcher!r}: choose one of {', '.join(LAUNCHERS)}")
-    launcher = LAUNCHERS[spec.launcher]
+    if spec.launcher not in SWEEP_LAUNCHERS:
+        raise ConfigError(f"--launcher {spec.launcher!r}: choose one of {', '.join(SWEEP_LAUNCHERS)}")
+    launcher = SWEEP_LAUNCHERS[spec.launcher]
     launcher.prepare(spec, points)
     if is_sweep(sweep_dir):
         raise ConfigError(f"{sweep_dir} already holds a sweep; pick another --name")
