@@ -67,7 +67,10 @@ def command_of(argv: list[str]) -> str | None:
 
 def _run(argv: list[str], command: str | None) -> int:
     parser = build_parser([command] if command else None)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, --version, or a bad flag, whose one line argparse has printed
+        return done.code if isinstance(done.code, int) else 2
     try:
         return int(args.run(args) or 0)
     except DlscaleError as error:

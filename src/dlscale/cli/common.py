@@ -13,7 +13,7 @@ import importlib
 from collections.abc import Sequence
 from dataclasses import replace
 
-from dlscale.cli import COMMANDS
+from dlscale.cli import COMMANDS, numbers
 from dlscale.config import StrategyConfig, TrainConfig, load_config
 from dlscale.config.sections import DIST_OPTIMIZERS, DYNAMIC_SCHEDULES, TOPOLOGY_NAMES
 from dlscale.errors import ConfigError
@@ -33,7 +33,7 @@ def add_config_arguments(p: argparse.ArgumentParser, *, positional: bool = False
     p.add_argument("--on-bad-sample", choices=("skip", "error"), default=None,
                    help="an image that fails to decode: skip it (counted) or stop at once")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="sets device")
-    p.add_argument("--pg-timeout", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--pg-timeout", type=numbers.PG_TIMEOUT, default=None, metavar="SECONDS",
                    help="seconds before a collective that a peer never joins fails (sets pg_timeout_s)")
     add_strategy_arguments(p)
 
@@ -64,12 +64,12 @@ def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
                    help="adapt-then-combine: step, then mix with neighbours (default: adapt-with-combine)")
     p.add_argument("--disable-dynamic-topology", action="store_true", default=None,
                    help="exchange with every neighbour each time instead of one rotating peer")
-    p.add_argument("--num-steps-per-communication", type=int, default=None, metavar="N",
+    p.add_argument("--num-steps-per-communication", type=numbers.EVERY, default=None, metavar="N",
                    help="neighbour exchanges on every N-th step only (1)")
     p.add_argument("--dynamic-schedule", choices=DYNAMIC_SCHEDULES, default=None,
                    help="peers of the dynamic neighbor_allreduce (auto: BlueFog's inner-outer exp2 on several "
                         "nodes, one rotating peer otherwise)")
-    p.add_argument("--global-average-every", type=int, default=None, metavar="N",
+    p.add_argument("--global-average-every", type=numbers.EVERY_OR_NEVER, default=None, metavar="N",
                    help="average parameters over all ranks every N steps (0: never)")
 
 

@@ -8,10 +8,12 @@ prints without a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -51,16 +53,17 @@ def json_line(record: Any) -> str:
 # ------------------------------------------------------------------------------------------ reading
 
 
-def read_json(path: Path, what: str = "", *, kind: type = dict) -> Any:
-    """A JSON object (or `kind`) that dlscale wrote; one line naming the file (and `what` to re-run) otherwise."""
+def read_json(path: Path, what: str = "", *, kind: type = dict, fix: str = "") -> Any:
+    """A JSON object (or `kind`) that dlscale wrote; one line naming the file and what to do (`fix`, else re-run
+    `what` or remove the directory) otherwise."""
+    fix = fix or f"re-run{what} or remove the directory"
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        why = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else " ".join(str(error).split())
-        raise ConfigError(f"{path}: cannot be read as JSON ({why}); re-run{what} or remove the directory") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        why = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else " ".join(str(error).split())[:120]
+        raise ConfigError(f"{path}: cannot be read as JSON ({why}); {fix}") from None
     if not isinstance(data, kind):
-        raise ConfigError(f"{path}: not a JSON {'object' if kind is dict else kind.__name__}; re-run{what} or "
-                          "remove the directory")
+        raise ConfigError(f"{path}: not a JSON {'object' if kind is dict else kind.__name__}; {fix}")
     return data
 
 
@@ -161,6 +164,17 @@ def check_output_file(path: str | os.PathLike, flag: str) -> Path:
         raise StorageError(f"{flag} {path}: cannot be written ({_why(path, error)}); choose another {flag}") \
             from None
     return path
+
+
+@contextlib.contextmanager
+def writing(path: str | os.PathLike, flag: str) -> Iterator[Path]:
+    """Write `path` inside the block (a plot, a table, a script): an OSError on the way (a folder of that
+    name, a file where its folder should be, a full disk) is one line naming the file and `flag`."""
+    path = Path(path)
+    try:
+        yield path
+    except OSError as error:
+        raise StorageError(f"cannot write {path} ({_why(path, error)}); choose another {flag}") from None
 
 
 def _why(path: Path, error: OSError) -> str:

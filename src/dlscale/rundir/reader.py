@@ -13,7 +13,10 @@ from pathlib import Path
 from dlscale.errors import ConfigError
 from dlscale.rundir.files import read_json, read_records
 from dlscale.rundir.run import CommRun, Run
-from dlscale.rundir.schema import THROUGHPUT_KINDS, check_summary, unstamped
+from dlscale.rundir.schema import COMM_RUN, SHAPES, THROUGHPUT_KINDS, check_summary, unstamped
+from dlscale.rundir.shape import check
+
+WRITTEN_BY = "not as dlscale writes it: re-run, or remove the directory"
 
 
 def is_run(path: str | Path) -> bool:
@@ -37,6 +40,8 @@ def read_run(path: str | Path, kinds: tuple[str, ...] | None = THROUGHPUT_KINDS,
     directory = Path(path)
     summary, version = _summary(directory, kinds or (), flag)
     records = read_records(directory / "metrics.jsonl")
+    for record in records:
+        check(record, SHAPES["metrics.jsonl"], directory / "metrics.jsonl", what=WRITTEN_BY)
     windows = tuple(r for r in records if r.get("record") == "train")
     return Run(directory, summary, read_optional(directory / "config.json"), read_optional(directory / "env.json"),
                windows, _epochs(summary, records), sweep, point or {}, version)
@@ -46,7 +51,7 @@ def read_optional(file: Path) -> dict:
     """A run's config.json or env.json without its version; {} when the run has none."""
     if not file.is_file():
         return {}
-    return unstamped(read_json(file), file)[0]
+    return check(unstamped(read_json(file), file)[0], SHAPES.get(file.name, {}), file, what=WRITTEN_BY)
 
 
 def read_runs(path: str | Path) -> list[Run]:
@@ -66,7 +71,8 @@ def read_runs(path: str | Path) -> list[Run]:
 
 def read_comm_run(path: str | Path, flag: str = "--comm-run") -> CommRun:
     """A run directory of dlscale comm."""
-    return CommRun(Path(path), read_summary(path, "comm", flag=flag))
+    summary = read_summary(path, "comm", flag=flag)
+    return CommRun(Path(path), check(summary, COMM_RUN, Path(path) / "summary.json", what=WRITTEN_BY))
 
 
 def _summary(directory: Path, kinds: tuple[str, ...], flag: str) -> tuple[dict, int]:
@@ -138,24 +144,10 @@ def read_sweep(path: str | Path) -> Sweep:
     if not file.is_file():
         raise ConfigError(f"{directory}: no sweep.json; give a directory made by dlscale scale")
     data, version = unstamped(read_json(file, " dlscale scale"), file)
-    points = data.get("points", [])
-    if not isinstance(points, list):
-        raise ConfigError(f"{file}: points is not a list; not as dlscale scale writes it: re-run, or remove the "
-                          "directory")
-    for index, point in enumerate(points):
-        wrong = _wrong_point_field(point)
-        if wrong:
-            raise ConfigError(f"{file}: point {index} has {wrong}; not as dlscale scale writes it: re-run, or "
-                              "remove the directory")
+    check(data, SHAPES["sweep.json"], file, what="not as dlscale scale writes it: re-run, or remove the directory")
+    points = data.get("points") or []
+    empty = next((i for i, p in enumerate(points) if not p["run_dir"]), None)
+    if empty is not None:
+        raise ConfigError(f"{file}: points[{empty}].run_dir is empty; not as dlscale scale writes it: re-run, or "
+                          "remove the directory")
     return Sweep(directory, {k: v for k, v in data.items() if k != "points"}, tuple(points), version)
-
-
-def _wrong_point_field(point) -> str | None:
-    if not isinstance(point, dict):
-        return "no fields (not an object)"
-    if not isinstance(point.get("run_dir"), str) or not point["run_dir"]:
-        return "no run_dir"
-    size = point.get("world_size")
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        return f"world_size {size!r} (not a positive whole number)"
-    return None
