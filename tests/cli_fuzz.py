@@ -40,6 +40,7 @@ import shutil
 import sys
 import traceback
 import typing
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,7 +138,9 @@ NUMBERS = ["0", "-1", "-7", "inf", "-inf", "nan", "1e308", "-1e308", "1" + "0" *
            "4294967296", "1" + "0" * 400]
 YAML_NUMBERS = ["0", "-1", "-7", ".inf", "-.inf", ".nan", "1.0e+308", "1" + "0" * 30, "2.5", "1.0e-320",
                 "9223372036854775808", "true", "[1, 2]", "{a: 1}", "'3'", "null", "", "4294967296"]
-JUNK = ["x", "-", "--", "a,b", "1x1", "0x0", "∞", "\x7f", "../..", "/", "//x", ":", "none:none"]
+LONG_NAMES = ["n" * 300, "d/" * 2100]
+"""A name longer than a file system's 255 bytes, a path longer than Linux's 4,096."""
+JUNK = ["x", "-", "--", "a,b", "1x1", "0x0", "∞", "\x7f", "../..", "/", "//x", ":", "none:none", *LONG_NAMES]
 WRONG_JSON = ["fast", None, [], {}, 0, -1, True, 1e308, -1e308, float("nan"), float("inf"), [1, "x"], {"x": 1},
               "", 2**64]
 
@@ -289,7 +292,9 @@ def damage_reference(place: Path, rng: random.Random) -> str:
 def bad_file(place: Path, rng: random.Random, what: str) -> str:
     """Something that is not what a flag reads: binary bytes, JSON, an empty file, a folder, nothing."""
     path = place / f"not-a-{what}"
-    how = rng.choice(["binary", "json", "empty", "dir", "missing", "dir-of-junk"])
+    how = rng.choice(["binary", "json", "empty", "dir", "missing", "dir-of-junk", "long"])
+    if how == "long":
+        return str(place / rng.choice(LONG_NAMES))
     if how == "binary":
         path.write_bytes(rng.randbytes(rng.randrange(1, 200)))
     elif how == "json":
@@ -322,9 +327,9 @@ def bad_output(place: Path, rng: random.Random, kind: str) -> str:
     folder.mkdir(exist_ok=True)
     file.write_text("x")
     if kind == "name":
-        return rng.choice(["a-file", "", "/proc/x", "../a-file", "a-file/x", ".", "/"])
+        return rng.choice(["a-file", "", "/proc/x", "../a-file", "a-file/x", ".", "/", *LONG_NAMES])
     return rng.choice([str(folder), str(file), f"{file}/x", f"{file}/x/y.json", "/proc/x", "/proc/x/y.json",
-                       "/proc/self/x", "", "/"])
+                       "/proc/self/x", "", "/", str(place / LONG_NAMES[0]), str(place / LONG_NAMES[1])])
 
 
 # ------------------------------------------------------------------------------------------ cases
@@ -383,7 +388,7 @@ def make_case(seed: int, index: int, words: tuple[str, ...], kind: str, found: d
     base = BASES[words](folder, tree)
     extra: list[str] = []
     steps = 0
-    nested_words = _nested(words, base)
+    nested_words = _nested(words, base, rng, folder)
     if kind in ("numbers", "any") and nested_words and rng.random() < 0.4:
         # A swept or submitted command's own flags, checked by its parser before anything starts.
         nested = found[nested_words]
@@ -435,13 +440,21 @@ def make_case(seed: int, index: int, words: tuple[str, ...], kind: str, found: d
     return Case(seed, index, words, kind, argv, what, steps)
 
 
-def _nested(words: tuple[str, ...], base: Base) -> tuple[str, ...] | None:
-    """The command a sweep or a job runs, when its flags can be changed at the end of the base line."""
-    if words == ("scale",):
-        return ("bench",)
+NESTED = {("scale",): {"bench": ["--", "bench", *TINY_BENCH, *TIMING], "train": ["--", "train", *TINY_TRAIN]},
+          ("slurm",): {"bench": ["bench", *TINY_BENCH], "train": ["train", *TINY_TRAIN]}}
+"""The commands a sweep or a job runs: their flags are checked by their own parsers before anything starts."""
+
+
+def _nested(words: tuple[str, ...], base: Base, rng: random.Random, folder: Path) -> tuple[str, ...] | None:
+    """The command a sweep or a job runs (bench or train, chosen), put in the base line; None for the others."""
+    if words not in NESTED:
+        return None
+    command = rng.choice(sorted(NESTED[words]))
+    tokens = list(NESTED[words][command])
     if words == ("slurm",):
-        return ("bench",)
-    return None
+        tokens += ["--output-dir", f"{folder}/runs"]
+    base.positionals[next(iter(base.positionals))] = tokens
+    return (command,)
 
 
 def _value_tokens(action: argparse.Action, kind: str, rng: random.Random, folder: Path) -> list[str]:
@@ -515,7 +528,6 @@ def _stubs(case: Case) -> list[tuple[object, str, object]]:
     import dlscale.bench.loader
     import dlscale.bench.synthetic
     import dlscale.cli.slurm
-    import dlscale.data.download
     import dlscale.data.jpeg_tree
     import dlscale.profiling
     import dlscale.sweep.run
@@ -534,9 +546,15 @@ def _stubs(case: Case) -> list[tuple[object, str, object]]:
             return real(*args, **kwargs)
         return call
 
+    def offline(url, *args, **kwargs):  # an address on the network would start a download
+        if str(url).lower().startswith(("http:", "https:", "ftp:")):
+            raise WorkStarted
+        return real_urlopen(url, *args, **kwargs)
+
+    real_urlopen = urllib.request.urlopen
     stubs = [(dlscale.sweep.run.PointByPoint, "run", stop), (dlscale.sweep.run.SlurmJobs, "run", stop),
-             (dlscale.cli.slurm, "submit", stop),
-             (torch.distributed.run, "main", stop), (dlscale.data.download, "fetch", stop),
+             (dlscale.cli.slurm, "submit", stop), (urllib.request, "urlopen", offline),
+             (torch.distributed.run, "main", stop),
              (dlscale.data.jpeg_tree, "write_tree", stop), (dlscale.bench.comm, "_measure", stop)]
     for module, name in ((dlscale.train.loop, "train_step"), (dlscale.bench.synthetic, "train_step"),
                          (dlscale.profiling, "train_step"), (dlscale.bench.loader, "measure_setting")):

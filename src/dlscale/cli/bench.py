@@ -7,7 +7,7 @@ import functools
 from dataclasses import replace
 from pathlib import Path
 
-from dlscale.cli import numbers
+from dlscale.cli import numbers, paths
 from dlscale.cli.common import add_strategy_arguments, strategy_from_args
 from dlscale.cli.output import claim_outputs, write_summary_file
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
@@ -121,9 +121,10 @@ def add_parser(subparsers) -> None:
                    help="seconds before a stuck collective fails")
     p.add_argument("--price-per-device-hour", type=numbers.PRICE, default=None, metavar="PRICE",
                    help="what one device costs for one hour: prints the cost of an ImageNet epoch at the measured rate")
-    p.add_argument("--json", type=Path, default=None, help="also write the summary object to this file")
-    p.add_argument("--output-dir", type=Path, default=Path("runs"), help="root of run directories")
-    p.add_argument("--name", default=None, help="run directory name (default: from model, precision, time)")
+    p.add_argument("--json", type=paths.PATH, default=None, help="also write the summary object to this file")
+    p.add_argument("--output-dir", type=paths.PATH, default=Path("runs"), help="root of run directories")
+    p.add_argument("--name", type=paths.TEXT, default=None,
+                   help="run directory name (default: from model, precision, time)")
     add_tracking_arguments(p)
     p.set_defaults(run=run)
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from dlscale.bench.comm_table import MODES, OPS, CommConfig
-from dlscale.cli import numbers
+from dlscale.cli import numbers, paths
 from dlscale.cli.output import claim_outputs, write_summary_file
 from dlscale.config.sections import TOPOLOGY_NAMES
 from dlscale.errors import DlscaleError
@@ -47,9 +47,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--pg-timeout", type=numbers.PG_TIMEOUT, default=600.0,
                    help="seconds before a stuck collective fails")
-    p.add_argument("--json", type=Path, default=None, help="also write the summary object to this file")
-    p.add_argument("--output-dir", type=Path, default=Path("runs"), help="root of run directories")
-    p.add_argument("--name", default=None, help="run directory name (default: from the collectives and time)")
+    p.add_argument("--json", type=paths.PATH, default=None, help="also write the summary object to this file")
+    p.add_argument("--output-dir", type=paths.PATH, default=Path("runs"), help="root of run directories")
+    p.add_argument("--name", type=paths.TEXT, default=None,
+                   help="run directory name (default: from the collectives and time)")
     p.set_defaults(run=run)
 
 

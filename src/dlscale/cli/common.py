@@ -13,7 +13,7 @@ import importlib
 from collections.abc import Sequence
 from dataclasses import replace
 
-from dlscale.cli import COMMANDS, numbers
+from dlscale.cli import COMMANDS, OneLineErrorParser, numbers, paths
 from dlscale.config import StrategyConfig, TrainConfig, load_config
 from dlscale.config.sections import DIST_OPTIMIZERS, DYNAMIC_SCHEDULES, TOPOLOGY_NAMES
 from dlscale.errors import ConfigError
@@ -21,12 +21,12 @@ from dlscale.errors import ConfigError
 
 def add_config_arguments(p: argparse.ArgumentParser, *, positional: bool = False) -> None:
     names = ["config"] if positional else ["--config"]
-    p.add_argument(*names, **({} if positional else {"required": True}), metavar="FILE_OR_NAME:PRESET",
+    p.add_argument(*names, **({} if positional else {"required": True}), type=paths.TEXT, metavar="FILE_OR_NAME:PRESET",
                    help="a shipped preset file (cifar100, imagenet, cpu) or a YAML path, and a preset, "
                         "e.g. cifar100:bs256-amp or cpu:digits")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="override one setting, e.g. --set optim.lr=0.2 (repeatable)")
-    p.add_argument("--data", default=None, metavar="PATH", help="data set folder (sets data.path)")
+    p.add_argument("--data", type=paths.TEXT, default=None, metavar="PATH", help="data set folder (sets data.path)")
     p.add_argument("--download", action="store_true",
                    help="cifar10/cifar100: download the data set into data.path first if it is not there, its MD5 "
                         "checked (sets data.download)")
@@ -91,7 +91,7 @@ class _ArgumentError(Exception):
     pass
 
 
-class _RaisingParser(argparse.ArgumentParser):
+class _RaisingParser(OneLineErrorParser):
     def error(self, message: str):
         raise _ArgumentError(message)
 

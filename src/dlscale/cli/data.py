@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dlscale.cli import numbers
+from dlscale.cli import numbers, paths
 from dlscale.cli.output import write_json_file
 from dlscale.errors import ConfigError
 from dlscale.metrics.hardware import available_cores
@@ -41,7 +40,7 @@ def add_parser(subparsers) -> None:
         "unreadable file (empty, not an image, truncated JPEG), then decode a sample of training files as "
         "training does and say how many cores keep one GPU fed. Exits 1 when it found unreadable files or a "
         "layout the loader refuses.")
-    check.add_argument("path", type=Path, metavar="DIR", help="the data set's root (holding train/ and val/, or "
+    check.add_argument("path", type=paths.PATH, metavar="DIR", help="the data set's root (holding train/ and val/, or "
                        "cifar-100-python/)")
     check.add_argument("--sample", type=numbers.FILES, default=None, metavar="N",
                        help="read the headers of N files per split, evenly spread (default: every file)")
@@ -54,14 +53,14 @@ def add_parser(subparsers) -> None:
     check.add_argument("--gpu-rate", type=numbers.RATE, default=None, metavar="IMG_PER_S",
                        help="one GPU's training rate to size cores for (default: ResNet-50 on an H100 as dlscale "
                             "measured it, 5,981 img/s); `dlscale bench` measures yours")
-    check.add_argument("--json", type=Path, default=None, help="also write the survey to this file")
+    check.add_argument("--json", type=paths.PATH, default=None, help="also write the survey to this file")
     check.set_defaults(run=run_check)
     make = actions.add_parser(
         "make-jpegs", help="write a synthetic ImageNet-shaped ImageFolder tree of JPEGs (to try the pipeline)",
         description="Write DIR/train/class<k>/*.JPEG and DIR/val/class<k>/*.JPEG: photo-like JPEGs of "
         "ImageNet's commonest size and mean file size (500x375, about 100 KiB at quality 90). The labels carry no "
         "signal: the tree measures speed (`dlscale loader --data DIR`, `dlscale train --data DIR`), not accuracy.")
-    make.add_argument("path", type=Path, metavar="DIR", help="where the tree goes (must not hold train/ or val/)")
+    make.add_argument("path", type=paths.PATH, metavar="DIR", help="where the tree goes (must not hold train/ or val/)")
     make.add_argument("--train", type=numbers.FILES, default=2560, help="training files (2560)")
     make.add_argument("--val", type=numbers.FILES, default=256, help="validation files, all distinct (256)")
     make.add_argument("--classes", type=numbers.CLASSES, default=10,
@@ -81,7 +80,7 @@ def add_parser(subparsers) -> None:
         "published one (torchvision's) and unpack it; nothing to do when DIR holds it already. The same as "
         "--download on train and config.")
     download.add_argument("dataset", choices=("cifar10", "cifar100"))
-    download.add_argument("path", type=Path, metavar="DIR", help="where it goes (then data.path / --data)")
+    download.add_argument("path", type=paths.PATH, metavar="DIR", help="where it goes (then data.path / --data)")
     download.add_argument("--url", default=None, help="a mirror's address of the same archive")
     download.add_argument("--md5", default=None, help="the mirror archive's MD5, if it differs from the published one")
     download.set_defaults(run=run_download)

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dlscale.cli import numbers
+from dlscale.cli import numbers, paths
 from dlscale.config import DataConfig
 from dlscale.config.sections import DATASET_NAMES, DECODE_ALIASES, DECODE_MODES
 from dlscale.errors import DeviceError
@@ -27,7 +27,8 @@ def add_parser(subparsers) -> None:
         "Writes a table, a plot and summary.json (kind: loader) to a run directory.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--data", default=None, metavar="PATH", help="data set folder (imagefolder: train/<class>/*.JPEG)")
+    p.add_argument("--data", type=paths.TEXT, default=None, metavar="PATH",
+                   help="data set folder (imagefolder: train/<class>/*.JPEG)")
     p.add_argument("--dataset", choices=DATASET_NAMES, default="imagefolder", help="which data set reader")
     p.add_argument("--workers", type=numbers.WORKERS, default="0,1,2,4,8,16",
                    help="worker counts to try, comma-separated")
@@ -49,7 +50,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--prewarm", action="store_true",
                    help="read every training file once first, so that every setting reads from the page cache")
     p.add_argument("--seed", type=numbers.SEED, default=0)
-    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+    p.add_argument("--out", type=paths.PATH, default=None, metavar="DIR",
                    help="run directory (default: runs/loader-<dataset>-<time>)")
     p.set_defaults(run=run)
 

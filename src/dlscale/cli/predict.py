@@ -15,7 +15,7 @@ import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from dlscale.cli import numbers
+from dlscale.cli import numbers, paths
 from dlscale.cli.output import write_json_file, write_summary_file
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.errors import ConfigError
@@ -46,9 +46,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--gpus-per-node", type=numbers.PER_NODE, default=None,
                    help="devices per node (default: the platform's)")
     compute = p.add_argument_group("compute (one of)")
-    compute.add_argument("--from-run", type=Path, default=None, metavar="DIR",
+    compute.add_argument("--from-run", type=paths.PATH, default=None, metavar="DIR",
                          help="a 1-rank dlscale bench run, or a dlscale profile run")
-    compute.add_argument("--from-reference", default=None, metavar="NAME[:SERIES]",
+    compute.add_argument("--from-reference", type=paths.TEXT, default=None, metavar="NAME[:SERIES]",
                          help="a shipped reference's smallest published point, e.g. ngc:v100_16gb_amp")
     compute.add_argument("--peak-tflops", default=None, metavar="TFLOPS|DEVICE",
                          help="compute from FLOPs: a peak in TFLOP/s or a device (H100, A100), with --mfu")
@@ -63,14 +63,14 @@ def add_parser(subparsers) -> None:
     compute.add_argument("--step-overhead-ms", type=numbers.MILLISECONDS_OR_ZERO, default=None,
                          help="override: the part of the single-device step that does not shrink with the batch "
                               "(default: fitted to a curve, else the shipped curve of the device, else unknown)")
-    compute.add_argument("--step-curve", type=Path, default=None, metavar="DIR",
+    compute.add_argument("--step-curve", type=paths.PATH, default=None, metavar="DIR",
                          help="a 1-rank dlscale bench run with a batch list (--batch-size 16,32,...): its fitted fixed "
                               "part for a compute figure of one batch size")
     compute.add_argument("--grad-bytes", type=int, choices=(2, 4), default=None,
                          help="bytes per gradient element (4: fp32, torch AMP included; 2: fp16 gradients)")
     network = p.add_argument_group("network (one of, numbers override)")
     network.add_argument("--platform", default=None, help="a shipped machine (--list-platforms)")
-    network.add_argument("--comm-run", type=Path, default=None, metavar="DIR", help="a dlscale comm run")
+    network.add_argument("--comm-run", type=paths.PATH, default=None, metavar="DIR", help="a dlscale comm run")
     network.add_argument("--intra-gbps", type=numbers.GBPS, default=None, help="bus bandwidth inside a node, Gbit/s")
     network.add_argument("--inter-gbps", type=numbers.GBPS, default=None,
                          help="bus bandwidth of a node to others, Gbit/s")
@@ -95,22 +95,22 @@ def add_parser(subparsers) -> None:
                           help="allreduce: Horovod's tensor fusion, one fused allreduce per cycle of this many ms, up "
                                "to --bucket-cap-mb, instead of DDP's buckets")
     ceilings = p.add_argument_group("ceilings and noise (optional)")
-    ceilings.add_argument("--loader-run", type=Path, default=None, metavar="DIR",
+    ceilings.add_argument("--loader-run", type=paths.PATH, default=None, metavar="DIR",
                           help="a dlscale loader run: its img/s per core is a ceiling")
     ceilings.add_argument("--cores-per-device", type=numbers.CORES, default=None,
                           help="CPU cores feeding each device (default: the platform's cores / devices)")
-    ceilings.add_argument("--stragglers-from", type=Path, default=None, metavar="DIR",
+    ceilings.add_argument("--stragglers-from", type=paths.PATH, default=None, metavar="DIR",
                           help="a dlscale bench run whose per-rank step spread sets the stragglers term")
     ceilings.add_argument("--step-cv", type=numbers.SPREAD, default=None,
                           help="the spread (std / mean) of a step, given")
     p.add_argument("--price-per-device-hour", type=numbers.PRICE, default=None, metavar="PRICE",
                    help="what one device costs for one hour: adds the cost of an ImageNet epoch at each count")
     p.add_argument("--validate", action="store_true", help="predict every shipped published scaling point")
-    p.add_argument("--sweep", type=Path, action="append", default=[], metavar="DIR",
+    p.add_argument("--sweep", type=paths.PATH, action="append", default=[], metavar="DIR",
                    help="with --validate: a dlscale scale sweep (--nproc 1,2) of this machine, with --comm-run")
-    p.add_argument("--json", type=Path, default=None, help="also write the summary object to this file")
-    p.add_argument("--output-dir", type=Path, default=Path("runs"), help="root of run directories")
-    p.add_argument("--name", default=None, help="run directory name")
+    p.add_argument("--json", type=paths.PATH, default=None, help="also write the summary object to this file")
+    p.add_argument("--output-dir", type=paths.PATH, default=Path("runs"), help="root of run directories")
+    p.add_argument("--name", type=paths.TEXT, default=None, help="run directory name")
     p.add_argument("--no-run-dir", action="store_true", help="print only; write no run directory")
     add_tracking_arguments(p)
     p.set_defaults(run=run)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dlscale.cli import bench as bench_cli
-from dlscale.cli import numbers
+from dlscale.cli import numbers, paths
 from dlscale.cli.common import add_config_arguments, resolve_config
 from dlscale.errors import ConfigError
 from dlscale.launch.local import nsys_command
@@ -72,7 +72,7 @@ def _add_profile_flags(p: argparse.ArgumentParser) -> None:
                    help="steps recorded by torch.profiler after the timed window (0: no trace)")
     g.add_argument("--no-sync", action="store_true",
                    help="do not synchronise the device at region ends (ranges then show launch time only)")
-    g.add_argument("--out", type=Path, default=None, metavar="DIR",
+    g.add_argument("--out", type=paths.PATH, default=None, metavar="DIR",
                    help="run directory (default: runs/profile-<mode>-<model>-<time>; in bench mode "
                         "--output-dir and --name set it as for `dlscale bench`)")
 

@@ -7,7 +7,7 @@ import functools
 import shlex
 from pathlib import Path
 
-from dlscale.cli import numbers
+from dlscale.cli import numbers, paths
 from dlscale.errors import ConfigError, DlscaleError
 from dlscale.explain import text
 from dlscale.explain.build import explain_run
@@ -23,10 +23,11 @@ def add_parser(subparsers) -> None:
         description="Read run directories (dlscale bench/train) and sweep directories (dlscale scale) and write "
         "report.md, CSV tables and PNG plots; --reference overlays published figures.",
     )
-    p.add_argument("paths", nargs="+", metavar="RUN_OR_SWEEP_DIR",
+    p.add_argument("paths", nargs="+", type=paths.TEXT, metavar="RUN_OR_SWEEP_DIR",
                    help="run directories, sweep directories, or folders holding them (e.g. runs/)")
-    p.add_argument("-o", "--output-dir", type=Path, default=Path("report"), help="where the report is written (report)")
-    p.add_argument("--reference", action="append", default=[], metavar="NAME[,NAME]",
+    p.add_argument("-o", "--output-dir", type=paths.PATH, default=Path("report"),
+                   help="where the report is written (report)")
+    p.add_argument("--reference", action="append", type=paths.TEXT, default=[], metavar="NAME[,NAME]",
                    help="published figures to set beside ours: hal, ngc, sc20, bluefog, horovod, dlperf, "
                         "marconi100, mlperf, all, or a .json file in the same format (repeatable)")
     p.add_argument("--top1-tolerance", type=numbers.POINTS, default=DEFAULT_TOLERANCE_PTS, metavar="POINTS",
@@ -39,7 +40,7 @@ def add_parser(subparsers) -> None:
                    help="average the train runs' read GB/s and read operations/s over these epochs (HAL: 10:60); "
                         "default: all")
     p.add_argument("--no-explain", action="store_true", help="leave out dlscale explain's findings per run")
-    p.add_argument("--explain-reference", default=None, metavar="NAME[:SERIES]",
+    p.add_argument("--explain-reference", type=paths.TEXT, default=None, metavar="NAME[:SERIES]",
                    help="the published figure dlscale explain compares every run with (e.g. ngc:v100_16gb_amp); "
                         "default: each run's matching reference, else none")
     p.set_defaults(run=run)

@@ -11,7 +11,7 @@ import shlex
 import time
 from pathlib import Path
 
-from dlscale.cli import numbers
+from dlscale.cli import numbers, paths
 from dlscale.cli.bench import config_from_args as bench_config_from_args
 from dlscale.cli.bench import single_batch_size
 from dlscale.cli.common import parse_command_flags, resolve_config
@@ -56,8 +56,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--timeout", type=numbers.SECONDS, default=3600.0, metavar="SECONDS",
                    help="how long one point may run before it is stopped and recorded as a timeout (3600); "
                         "slurm: how long to wait for all jobs before cancelling the rest")
-    p.add_argument("--output-dir", type=Path, default=Path("runs"), help="where the sweep directory goes (runs)")
-    p.add_argument("--name", default=None, help="sweep directory name (sweep-<date>-<time>)")
+    p.add_argument("--output-dir", type=paths.PATH, default=Path("runs"), help="where the sweep directory goes (runs)")
+    p.add_argument("--name", type=paths.TEXT, default=None, help="sweep directory name (sweep-<date>-<time>)")
     p.add_argument("rest", nargs=argparse.REMAINDER, metavar="-- bench|train ARGS",
                    help="the command to sweep and its flags (bench if only flags are given)")
     slurm = p.add_argument_group("--launcher slurm", "one job per point; the sbatch scripts go to SWEEP/jobs")

@@ -12,7 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from dlscale.cli import numbers
+from dlscale.cli import OneLineErrorParser, numbers, paths
 from dlscale.cli.common import parse_command_flags, resolve_config
 from dlscale.errors import ConfigError
 from dlscale.launch.local import without_option
@@ -58,7 +58,7 @@ def _layout_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--launcher", choices=LAUNCHERS, default="torchrun",
                    help="torchrun: one task per node running torchrun; srun: one task per GPU, no torchrun")
     p.add_argument("--job-name", default=None, help="SLURM job name (default: dlscale-<run name>)")
-    p.add_argument("--script", type=Path, default=None,
+    p.add_argument("--script", type=paths.PATH, default=None,
                    help="where to write the script (default: in the run directory)")
     p.add_argument("--submit", action="store_true", help="submit the script with sbatch after printing it")
 
@@ -79,7 +79,7 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-class _RaisingParser(argparse.ArgumentParser):
+class _RaisingParser(OneLineErrorParser):
     def error(self, message: str):
         raise ConfigError(f"{self.prog}: {message}")
 

@@ -153,7 +153,7 @@ def check_output_file(path: str | os.PathLike, flag: str) -> Path:
     """A file that will be written: not a directory, its folder created, and a file can be created there
     (tried with a temporary one). One line naming `flag` otherwise."""
     path = Path(path)
-    if path.is_dir():
+    if is_dir(path):
         raise ConfigError(f"{flag} {path} is a directory; give a file name")
     check_output_dir(path.parent, flag, "the folder")
     probe = path.with_name(f".{path.name}.probe.{os.getpid()}")
@@ -180,6 +180,27 @@ def writing(path: str | os.PathLike, flag: str) -> Iterator[Path]:
 def _why(path: Path, error: OSError) -> str:
     """What stops a path: the file in the way, else the operating system's words."""
     for place in (path, *path.parents):
-        if place.exists() and not place.is_dir():
+        try:
+            in_the_way = place.exists() and not place.is_dir()
+        except OSError:  # a name too long to look at: the operating system's words say so
+            in_the_way = False
+        if in_the_way:
             return f"{place} is a file" if place != path else "a file of that name exists"
     return error.strerror or str(error)
+
+
+def is_file(path: str | os.PathLike) -> bool:
+    """path names a regular file; False also where the system cannot look (a name too long, a loop of links),
+    as pathlib answers from Python 3.14 on."""
+    try:
+        return Path(path).is_file()
+    except OSError:
+        return False
+
+
+def is_dir(path: str | os.PathLike) -> bool:
+    """path names a folder; False also where the system cannot look."""
+    try:
+        return Path(path).is_dir()
+    except OSError:
+        return False

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlscale.errors import ConfigError
-from dlscale.rundir.files import read_json, read_records
+from dlscale.rundir.files import is_dir, is_file, read_json, read_records
 from dlscale.rundir.run import CommRun, Run
 from dlscale.rundir.schema import COMM_RUN, SHAPES, THROUGHPUT_KINDS, check_summary, unstamped
 from dlscale.rundir.shape import check
@@ -21,11 +21,11 @@ WRITTEN_BY = "not as dlscale writes it: re-run, or remove the directory"
 
 def is_run(path: str | Path) -> bool:
     """A directory with a summary.json: a finished run (or one that has written its summary)."""
-    return (Path(path) / "summary.json").is_file()
+    return is_file(Path(path) / "summary.json")
 
 
 def is_sweep(path: str | Path) -> bool:
-    return (Path(path) / "sweep.json").is_file()
+    return is_file(Path(path) / "sweep.json")
 
 
 def read_summary(path: str | Path, *kinds: str, flag: str = "") -> dict:
@@ -49,7 +49,7 @@ def read_run(path: str | Path, kinds: tuple[str, ...] | None = THROUGHPUT_KINDS,
 
 def read_optional(file: Path) -> dict:
     """A run's config.json or env.json without its version; {} when the run has none."""
-    if not file.is_file():
+    if not is_file(file):
         return {}
     return check(unstamped(read_json(file), file)[0], SHAPES.get(file.name, {}), file, what=WRITTEN_BY)
 
@@ -58,7 +58,7 @@ def read_runs(path: str | Path) -> list[Run]:
     """A bench or train run directory, or a sweep directory's finished points (smallest world size first)."""
     directory = Path(path)
     if not is_sweep(directory):
-        if directory.is_dir() and not is_run(directory):
+        if is_dir(directory) and not is_run(directory):
             raise ConfigError(f"{directory} holds no summary.json: not a finished run of dlscale bench or train "
                               "(nor a sweep: no sweep.json)")
         return [read_run(directory)]
@@ -77,11 +77,11 @@ def read_comm_run(path: str | Path, flag: str = "--comm-run") -> CommRun:
 
 def _summary(directory: Path, kinds: tuple[str, ...], flag: str) -> tuple[dict, int]:
     prefix, made_by = f"{flag} " if flag else "", " or ".join(kinds) if kinds else "bench, train, comm or predict"
-    if not directory.is_dir():
+    if not is_dir(directory):
         raise ConfigError(f"{prefix}{directory}: no such directory, so no summary.json; give a run directory of "
                           f"dlscale {made_by}")
     file = directory / "summary.json"
-    if not file.is_file():
+    if not is_file(file):
         raise ConfigError(f"{prefix}{directory} holds no summary.json: not a finished run of dlscale {made_by}")
     summary, version = unstamped(read_json(file, f" dlscale {kinds[0] if kinds else 'command'}"), file)
     if kinds and summary.get("kind") not in kinds:
@@ -141,7 +141,7 @@ class Sweep:
 def read_sweep(path: str | Path) -> Sweep:
     directory = Path(path)
     file = directory / "sweep.json"
-    if not file.is_file():
+    if not is_file(file):
         raise ConfigError(f"{directory}: no sweep.json; give a directory made by dlscale scale")
     data, version = unstamped(read_json(file, " dlscale scale"), file)
     check(data, SHAPES["sweep.json"], file, what="not as dlscale scale writes it: re-run, or remove the directory")

@@ -83,9 +83,11 @@ def mismatch(value: Any, shape: Any, path: str) -> tuple[str, Any, str] | None:
         return None if holds(value) else (path, value, described)
     if isinstance(shape, tuple):
         found = [mismatch(value, option, path) for option in shape]
-        if all(found):
-            return path, value, " or ".join(f[2] for f in found)
-        return None
+        if not all(found):
+            return None
+        # A wrong field inside a value of the option's kind says more than the options do; a missing one, less.
+        deeper = [f for f in found if f[0] != path and f[1] is not MISSING]
+        return deeper[0] if deeper else (path, value, " or ".join(_described(option) for option in shape))
     if isinstance(shape, list):
         if not isinstance(value, list):
             return path, value, "a list"
@@ -128,4 +130,5 @@ def _described(shape: Any) -> str:
         return "a list"
     if isinstance(shape, tuple):
         return " or ".join(_described(s) for s in shape)
-    return "an object"
+    required = [key for key, inner in shape.items() if "*" not in key and not _optional(inner)]
+    return f"an object with {', '.join(required)}" if required else "an object"
