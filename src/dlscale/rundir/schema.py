@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dlscale.errors import ConfigError
-from dlscale.rundir.shape import Maybe, check
+from dlscale.rundir.shape import Maybe, Some, check
 
 VERSION = 1
 """The version this code writes as `schema` in config.json, env.json, summary.json and sweep.json. A file
@@ -107,8 +107,9 @@ none."""
 COMM_RUN = {"backend": "text", "local_world_size": "count", "world_size": "count"}
 """What a reader of a comm run's network needs beside its results (rundir.read_comm_run)."""
 SUMMARY_SHAPES: dict[str, dict] = {
-    "bench": {**COMMON, "img_per_sec_total_mean": RATE, "img_per_sec_total_ci95": "nonnegative?",
-              "img_per_sec_per_rank_mean": RATE, "img_per_sec_per_rank_ci95": "nonnegative?", "total_ips": RATE,
+    "bench": {**COMMON, "batch_size": "count", "img_per_sec_total_mean": "positive",
+              "img_per_sec_total_ci95": "nonnegative?", "img_per_sec_per_rank_mean": RATE,
+              "img_per_sec_per_rank_ci95": "nonnegative?", "total_ips": RATE,
               "compute_ips": RATE, "iterations": Maybe(["number"]), "iterations_per_rank": Maybe([["number"]]),
               "rank_step_ms": Maybe([["number"]]), "rank_data_ms": Maybe([["number"]]),
               "rank_forward_ms": Maybe([["number"]]), "num_warmup_batches": "index?", "num_batches_per_iter": "count?",
@@ -123,19 +124,20 @@ SUMMARY_SHAPES: dict[str, dict] = {
               "history": Maybe([{"epoch": "index?", "step": "index?", "val_top1_pct": "number?",
                                  "val_top5_pct": "number?", "val_loss": "number?", "elapsed_s": "nonnegative?",
                                  "throughput_img_per_s": RATE, "lr": "number?", "global_batch": "count?"}])},
-    "profile": {**COMMON, "step_ms": "positive?", "slowest_rank": "index?",
-                "breakdown": Maybe([{"rank": "index?", "*_ms": "number?"}]),
-                "grad_ready": Maybe([{"name": "text?", "numel": "index?", "ready_ms": "number?"}])},
+    "profile": {**COMMON, "batch_size": "count", "step_ms": "positive?", "slowest_rank": "index?",
+                "breakdown": Some({"rank": "index", "step_ms": "positive", "data_ms": "nonnegative",
+                                   "forward_ms": "nonnegative", "backward_ms": "nonnegative", "*_ms": "number?"}),
+                "grad_ready": Maybe([{"name": "text", "numel": "index", "ready_ms": "number"}])},
     "comm": {**COMMON, "backend": "text?", "results": Maybe({"*": {"*": COLLECTIVE}})},
     "loader": {**COMMON, "cores": "count?", "batches": "count?",
-               "settings": Maybe([{"workers": "index", "images_per_s": RATE, "speedup": RATE,
-                                   "images_per_cpu_s": RATE, "files_per_s": "nonnegative?",
-                                   "file_read_gb_per_s": "nonnegative?", "storage_read_gb_per_s": "nonnegative?",
-                                   "cpu_cores_busy": "nonnegative?", "device_ms_per_batch": "nonnegative?"}])},
+               "settings": Maybe([{"workers": "index", "images_per_s": "positive", "speedup": "positive",
+                                   "images_per_cpu_s": RATE, "files_per_s": "nonnegative",
+                                   "file_read_gb_per_s": "nonnegative", "storage_read_gb_per_s": "nonnegative",
+                                   "cpu_cores_busy": "nonnegative", "device_ms_per_batch": "nonnegative?"}])},
     "predict": {**COMMON, "title": "text?", "global_batch": "count?", "max_devices": "count?",
                 "devices": Maybe(["count"]), "strategy": "object?", "network": "object?", "inputs": "object?",
-                "points": Maybe([{"devices": "count", "img_per_s_total": RATE, "efficiency": "nonnegative?",
-                                  "limit": "text?", "batch_per_device": "positive?"}])},
+                "points": Maybe([{"devices": "count", "img_per_s_total": "positive", "efficiency": "nonnegative?",
+                                  "limit": "text", "batch_per_device": "positive?"}])},
 }
 """summary.json's fields per kind; a kind not named here (a future one) is checked for COMMON only."""
 RECORD_SHAPE = {"record": "text?", "epoch": "index?", "step": "index?", "iteration": "index?",

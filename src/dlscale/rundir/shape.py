@@ -6,9 +6,9 @@ A shape is written as data, the way the document looks:
 
 A string names a type (TYPES); a trailing "?" lets the field be missing or null, as Maybe(shape) does for a dict
 or a list. A dict checks the fields it names (others pass unchecked); a one-item list checks every item of a
-list; a tuple is any one of its shapes; a key with "*" checks every field it matches (fnmatch: "*" any key,
-"*_ms" every key ending in _ms).
-The first field that does not match is one line naming the file, the field's path and what it should be:
+list (Some: and there is one at least); a tuple is any one of its shapes; a key with "*" checks every field it
+matches (fnmatch: "*" any key, "*_ms" every key ending in _ms). The first field that does not match is one line
+naming the file, the field's path and what it should be:
 
     runs/x/summary.json: history[2].val_top1_pct is 'fast', not a number; re-run, or remove the directory
 
@@ -23,6 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.errors import ConfigError
+
+
+class Some:
+    """A list of at least one item of `shape`."""
+
+    def __init__(self, shape: Any) -> None:
+        self.shape = shape
+
 
 MISSING = object()
 """The value of a field that is not there."""
@@ -88,6 +96,10 @@ def mismatch(value: Any, shape: Any, path: str) -> tuple[str, Any, str] | None:
         # A wrong field inside a value of the option's kind says more than the options do; a missing one, less.
         deeper = [f for f in found if f[0] != path and f[1] is not MISSING]
         return deeper[0] if deeper else (path, value, " or ".join(_described(option) for option in shape))
+    if isinstance(shape, Some):
+        if isinstance(value, list) and not value:
+            return path, value, "a list of at least one item"
+        return mismatch(value, [shape.shape], path)
     if isinstance(shape, list):
         if not isinstance(value, list):
             return path, value, "a list"
@@ -126,7 +138,7 @@ def _described(shape: Any) -> str:
         return _described(shape.shape)
     if isinstance(shape, str):
         return TYPES[shape.rstrip("?")][0]
-    if isinstance(shape, list):
+    if isinstance(shape, list | Some):
         return "a list"
     if isinstance(shape, tuple):
         return " or ".join(_described(s) for s in shape)
