@@ -19,8 +19,8 @@ from cli_fuzz import run as run_fuzz
 
 from dlscale.cli import main
 
-CASES = int(os.environ.get("DLSCALE_FUZZ_CASES", "150"))
-"""Cases of the default run: every (command, class) pair twice, in about 20 s on 2 cores."""
+CASES = int(os.environ.get("DLSCALE_FUZZ_CASES", "400"))
+"""Cases of the default run: each of the 57 (command, class) pairs seven times, in about 15 s on 2 cores."""
 SEED = os.environ.get("DLSCALE_FUZZ_SEED", "0")
 HEADROOM_BYTES = 8 * 2**30
 """Address space the fuzz may take beyond what the process holds: a case that allocates terabytes fails as a
@@ -104,6 +104,9 @@ TINY_BENCH = ["bench", "--model", "resnet18_cifar", "--width", "4", "--image-siz
     (["predict", "--gpus", "1,0"], "argument --gpus: '1,0': give whole numbers from 1"),
     (["train", "--config", "cpu:digits", "--set", "seed=" + "1" + "0" * 30], "seed=1" + "0" * 30 + " is beyond"),
     (["train", "--config", "cpu:digits", "--set", "optim.lr=.nan"], "optim.lr=nan must be a finite number"),
+    (["bench", "--width=--"], "argument --width: expected one value, not '--'"),
+    (["explain", "n" * 300], "argument RUN_OR_SWEEP_DIR: a name of 300 bytes"),
+    (["train", "--config", "cpu:digits", "--output-dir", "d/" * 2100], "argument --output-dir: a path of 4,200 bytes"),
 ])
 def test_numbers_are_refused_when_parsed(tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.chdir(tmp_path)
@@ -117,6 +120,8 @@ def test_what_cannot_fit_or_train_is_refused_before_the_model_is_built(tmp_path,
     assert "needs at least" in huge and "GiB of weights, gradients and momentum" in huge and "--width 1024" in huge
     one = _one_line(capsys, [*TINY_BENCH, "--model", "resnet18", "--batch-size", "1"])
     assert "cannot train" in one and "BatchNorm needs more than one value per channel" in one
+    loader = _one_line(capsys, ["loader", "--dataset", "synthetic", "--batch-size", "65536", "--image-size", "4096"])
+    assert "--batch-size 65536 at 4096 px with up to 16 workers holds" in loader
 
 
 @pytest.mark.parametrize("argv,message", [

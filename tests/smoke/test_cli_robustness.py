@@ -60,7 +60,7 @@ def test_a_report_of_a_summary_that_is_not_utf8_is_one_line(tmp_path, capsys):
 def test_scale_checks_the_swept_commands_values_before_any_point(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     err = _one_line(capsys, ["scale", "--nproc", "1", "--", "bench", "--model", "resnet18", "--batch-size", "0"])
-    assert "--batch-size must be positive" in err and not (tmp_path / "runs").exists()
+    assert "argument --batch-size: '0': give whole numbers from 1" in err and not (tmp_path / "runs").exists()
     err = _one_line(capsys, ["scale", "--nproc", "1", "--", "train", "--config", "cpu:digits", "--set", "log_every=0"])
     assert "log_every=0" in err and not (tmp_path / "runs").exists()
 

@@ -11,7 +11,7 @@ from dlscale.cli import numbers, paths
 from dlscale.config import DataConfig
 from dlscale.config.sections import DATASET_NAMES, DECODE_ALIASES, DECODE_MODES
 from dlscale.errors import DeviceError
-from dlscale.metrics.hardware import available_cores
+from dlscale.metrics.hardware import available_cores, host_memory_bytes
 from dlscale.metrics.progress import ProgressDisplay
 from dlscale.rundir import RunDir, default_run_name
 
@@ -60,7 +60,22 @@ def _check(args: argparse.Namespace) -> torch.device | None:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise DeviceError("--device cuda but no CUDA device is visible; use --device cpu or none")
+    _check_memory(args)
     return None if args.device == "none" else torch.device(args.device)
+
+
+def _check_memory(args: argparse.Namespace) -> None:
+    """The batches in flight against the host's memory: each worker holds DataConfig.prefetch_factor batches of
+    3 bytes per pixel, the main process one more and its pinned or device copy (4 bytes per value once
+    normalised). One line naming the flags rather than an allocation that cannot succeed."""
+    side = args.image_size or (224 if args.dataset == "imagefolder" else 32)  # the data sets' own sizes
+    batch_bytes = args.batch_size * 3 * side * side
+    in_flight = (max(args.workers) * DataConfig().prefetch_factor + 1) * batch_bytes + 4 * batch_bytes
+    host = host_memory_bytes()
+    if host is not None and in_flight > host:
+        raise DeviceError(f"--batch-size {args.batch_size} at {side} px with up to {max(args.workers)} workers "
+                          f"holds {in_flight / 2**30:.1f} GiB of batches in flight; this host has "
+                          f"{host / 2**30:.1f} GiB: lower --batch-size, --image-size or --workers")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,13 +1,13 @@
 """Every numeric flag's type: a number within bounds that say why, checked when the command line is parsed.
 
-    p.add_argument("--pg-timeout", type=SECONDS, default=600.0)
+    p.add_argument("--pg-timeout", type=numbers.PG_TIMEOUT, default=600.0)
 
 argparse calls the type with the flag's text; text that is no number, or a number outside the bounds (zero,
 negative, infinite, NaN, a fraction where a count is asked, huge) is one line naming the flag, before the
 command does anything: `argument --pg-timeout: 'inf': give a number above 0 and at most 31,536,000 (seconds
-before a stuck collective fails; a year: longer is no timeout)`. Whatever a command computes from its numbers
-afterwards cannot divide by zero, overflow a C integer or allocate terabytes from a typo. (What a setting
-costs in memory is checked against the device before the model is built: models/memory.py.)
+before a collective that a peer never joins fails; a year at most: longer is no timeout)`. Whatever a command
+computes from its numbers afterwards cannot divide by zero, overflow a C integer or allocate terabytes from a
+typo. (What a setting costs in memory is checked against the device before the model is built: models/memory.py.)
 
 Every int or float option of every command takes one of these (tests/smoke/test_cli_fuzz.py checks that no
 parser uses a bare int or float, and feeds them all bad values).
