@@ -63,9 +63,9 @@ class SpeedOptions:
             raise ConfigError("coordinate-descent tuning is a torch.compile option: add --compile (or "
                               "speed.compile=true) or drop --coordinate-descent-tuning")
         if self.cudnn_benchmark_limit is not None and (isinstance(self.cudnn_benchmark_limit, bool)
-                                                       or self.cudnn_benchmark_limit < 0):
+                                                       or not 0 <= self.cudnn_benchmark_limit <= 10_000):
             raise ConfigError(f"speed.cudnn_benchmark_limit={self.cudnn_benchmark_limit!r}: use 0 (every "
-                              "algorithm) or a positive count")
+                              "algorithm) or a count up to 10,000 (cuDNN offers fewer)")
         if self.cudnn_benchmark_limit is not None and not self.cudnn_benchmark:
             raise ConfigError("speed.cudnn_benchmark_limit needs cuDNN autotuning: add --cudnn-benchmark "
                               "(speed.cudnn_benchmark=true)")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from commands import run_process, torchrun
+from commands import dlscale_process, run_process, torchrun
 from multiproc import run_ranks
 
 from dlscale.launch.local import free_port
@@ -212,3 +212,20 @@ def test_neighbor_allreduce_trains_digits_within_a_few_points_of_allreduce(tmp_p
     for key in ("comm_time_ms_per_step", "comm_bytes_per_step"):
         assert summary[key] == pytest.approx(sum(w[key] for w in windows) / len(windows)), key
     assert json.loads((tmp_path / "allreduce" / "summary.json").read_text())["comm_time_ms_per_step"] is None
+
+
+def test_resuming_on_another_number_of_ranks_is_one_line_naming_it(tmp_path):
+    """A run checkpointed on one rank and resumed by two is refused before any weight is loaded, in one line
+    naming the setting, the last line `dlscale torchrun` prints; the checkpoint is left as it was."""
+    run = ["train", "--config", "cpu:synthetic", "--set", "model.width=4", "--set", "data.synthetic_size=32",
+           "--set", "data.synthetic_val_size=8", "--set", "schedule.epochs=1", "--set", "schedule.warmup_epochs=0",
+           "--set", "global_batch_size=8", "--set", "log_every=2", "--output-dir", str(tmp_path), "--name", "r"]
+    one = dlscale_process(*run)
+    assert one.returncode == 0, one.stderr[-3000:]
+    checkpoints = sorted((tmp_path / "r" / "checkpoints").iterdir())
+    two = dlscale_process("torchrun", "--standalone", "--nproc-per-node", "2", "-m", "dlscale", *run,
+                          "--pg-timeout", "60")
+    assert two.returncode == 2, two.stderr[-3000:]
+    last = two.stderr.strip().splitlines()[-1]
+    assert last.startswith("dlscale torchrun: rank ") and "other settings (world_size 1 -> 2)" in last, last
+    assert sorted((tmp_path / "r" / "checkpoints").iterdir()) == checkpoints

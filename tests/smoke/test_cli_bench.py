@@ -62,7 +62,7 @@ def test_two_ranks_under_torchrun(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--model", "resnet51"], "unknown model 'resnet51'"),
-    (["--model", "resnet18", "--batch-size", "0"], "--batch-size must be positive"),
+    (["--model", "resnet18", "--batch-size", "0"], "argument --batch-size: '0': give whole numbers from 1"),
     (["--model", "resnet18", "--precision", "fp8"], "invalid choice: 'fp8'"),
     (["--model", "resnet18", "--precision", "tf32", "--device", "cpu"], "use fp32"),
     (["--model", "resnet18", "--image-size", "-3"], "--image-size"),
@@ -131,9 +131,9 @@ def test_one_batch_size_writes_no_curve(tmp_path):
 
 @pytest.mark.parametrize("sizes,message", [
     ("16,32,16", "names 16 more than once"),
-    ("16,0,32", "--batch-size must be positive, got 0"),
-    ("16,-8", "--batch-size must be positive, got -8"),
-    ("16,x", "give whole numbers separated by commas"),
+    ("16,0,32", "argument --batch-size: '16,0,32': give whole numbers from 1 to 65,536 separated by commas"),
+    ("16,-8", "argument --batch-size: '16,-8': give whole numbers from 1"),
+    ("16,x", "argument --batch-size: '16,x': give whole numbers from 1"),
 ])
 def test_bad_batch_list_is_one_line(tmp_path, sizes, message):
     out = dlscale_here("bench", "--model", "resnet18", "--batch-size", sizes, "--output-dir", "runs", cwd=tmp_path)

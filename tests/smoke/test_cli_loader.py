@@ -91,8 +91,8 @@ def test_plain_decode_and_copy_to_device_in_process(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--data", "x", "--workers", "0,two"], "--workers '0,two': give worker counts >= 0"),
-    (["--data", "x", "--batches", "0"], "--batches 0: use a number >= 1"),
+    (["--data", "x", "--workers", "0,two"], "argument --workers: '0,two': give whole numbers from 0 to 1,024"),
+    (["--data", "x", "--batches", "0"], "argument --batches: '0': give a whole number from 1"),
     (["--data", "missing", "--workers", "0"], "missing/train is not a folder"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, message, capsys):

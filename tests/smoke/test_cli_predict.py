@@ -36,7 +36,7 @@ def test_predict_writes_a_run_directory(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--from-reference", "ngc", "--platform", "dgx-z100"], "unknown --platform 'dgx-z100'"),
-    (["--from-reference", "ngc", "--platform", "dgx1-v100", "--gpus", "0,8"], "--gpus '0,8'"),
+    (["--from-reference", "ngc", "--platform", "dgx1-v100", "--gpus", "0,8"], "argument --gpus: '0,8'"),
     (["--platform", "dgx1-v100"], "give one compute source"),
     (["--from-reference", "nope", "--platform", "dgx1-v100"], "unknown --reference 'nope'"),
     (["--from-run", "RUN", "--platform", "dgx1-v100"], "is a comm run"),

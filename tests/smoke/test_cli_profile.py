@@ -84,7 +84,7 @@ def test_profile_two_ranks_under_torchrun(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["bench", *TINY, "--num-iters", "3"], "--num-iters is a `dlscale bench` flag; profile takes --steps"),
-    (["bench", *TINY, "--steps", "0"], "--steps 0: use a number >= 1"),
+    (["bench", *TINY, "--steps", "0"], "argument --steps: '0': give a whole number from 1"),
     (["bench", *TINY, "--cuda-graphs"], "--cuda-graphs is a `dlscale bench` flag"),
     (["train", "--config", "cpu:nope"], "unknown preset 'nope'"),
     ([], "the following arguments are required: MODE"),

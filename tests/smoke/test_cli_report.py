@@ -128,7 +128,7 @@ def _assert_explained(runs, text):
     (["no-such-run"], "no-such-run: no such directory; give run or sweep directories"),
     (["."], "holds no summary.json or sweep.json"),
     ([".", "--reference", "hall"], "unknown --reference 'hall'; choose from bluefog, dlperf, hal"),
-    ([".", "--top1-tolerance", "-1"], "--top1-tolerance must be >= 0"),
+    ([".", "--top1-tolerance", "-1"], "argument --top1-tolerance: '-1': give a number from 0 to 100"),
 ])
 def test_bad_report_input_is_one_line(tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.chdir(tmp_path)

@@ -29,10 +29,15 @@ def _one_line(capsys, argv, code=2):
     (["--set", "checkpoint.every_epochs=0"], "checkpoint.every_epochs=0 must be >= 1"),
     (["--set", "checkpoint.every_steps=-1"], "checkpoint.every_steps=-1 must be >= 0"),
     (["--set", "max_steps_per_epoch=0"], "max_steps_per_epoch=0 must be >= 1"),
-    (["--pg-timeout", "0"], "must be positive seconds"),
-    (["--pg-timeout", "-5"], "must be positive seconds"),
-    (["--target-accuracy", "1.5"], "in (0, 1]"),
-    (["--target-accuracy", "-0.1"], "in (0, 1]"),
+    (["--pg-timeout", "0"], "argument --pg-timeout: '0': give a number above 0"),
+    (["--pg-timeout", "-5"], "argument --pg-timeout: '-5': give a number above 0"),
+    (["--pg-timeout", "inf"], "argument --pg-timeout: 'inf': give a number above 0"),
+    (["--set", "pg_timeout_s=.inf"], "pg_timeout_s=inf must be a finite number"),
+    (["--set", "seed=-1"], "seed=-1 must be 0 to 4,294,967,295"),
+    (["--set", "model.width=100000"], "model.width=100000 must be 1 to 1024 channels"),
+    (["--set", "data.num_workers=4294967296"], "data.num_workers=4294967296; use 0 to 1,024"),
+    (["--target-accuracy", "1.5"], "argument --target-accuracy: '1.5': give a number above 0 and at most 1"),
+    (["--target-accuracy", "nan"], "argument --target-accuracy: 'nan': give a number above 0 and at most 1"),
     (["--set", "global_batch_size=null", "--set", "batch_size=1"], "BatchNorm needs at least 2"),
     (["--output-dir", "/proc/not-here"], "cannot create the run directory"),
 ])
@@ -53,7 +58,7 @@ def test_a_report_of_a_summary_that_is_not_utf8_is_one_line(tmp_path, capsys):
 def test_scale_checks_the_swept_commands_values_before_any_point(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     err = _one_line(capsys, ["scale", "--nproc", "1", "--", "bench", "--model", "resnet18", "--batch-size", "0"])
-    assert "--batch-size must be positive" in err and not (tmp_path / "runs").exists()
+    assert "argument --batch-size: '0': give whole numbers from 1" in err and not (tmp_path / "runs").exists()
     err = _one_line(capsys, ["scale", "--nproc", "1", "--", "train", "--config", "cpu:digits", "--set", "log_every=0"])
     assert "log_every=0" in err and not (tmp_path / "runs").exists()
 

@@ -149,8 +149,8 @@ def test_torchrun_command_lines():
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--nproc", "0", "--", "bench"], "--nproc '0' must list positive numbers"),
-    (["--nproc", "one"], "must be whole numbers separated by commas"),
+    (["--nproc", "0", "--", "bench"], "argument --nproc: '0': give whole numbers from 1 to 1,024"),
+    (["--nproc", "one"], "argument --nproc: 'one': give whole numbers from 1 to 1,024 separated by commas"),
     (["--nproc", "1", "--", "bench", "--output-dir", "x"], "remove --output-dir after --"),
     (["--nproc", "1", "--", "bench", "--no-such-flag"], "not valid for dlscale bench: unrecognized arguments"),
     (["--nproc", "1", "--", "fish"], "must be bench or train"),
@@ -159,7 +159,7 @@ def test_torchrun_command_lines():
     (["--nproc", "1", "--precision", "fp32", "--", "bench", "--precision", "fp32"], "--precision is swept"),
     (["--nproc", "1", "--dist-optimizer", "allreduce", "--", "train", "--config", "cpu:digits", "--set",
       "strategy.dist_optimizer=allreduce"], "--dist-optimizer is swept"),
-    (["--nproc", "1", "--timeout", "0"], "--timeout must be positive"),
+    (["--nproc", "1", "--timeout", "0"], "argument --timeout: '0': give a number above 0"),
     (["--nproc", "1", "--set-sweep", "data.num_workers", "--", "train"], "--set-sweep 'data.num_workers': give KEY"),
     (["--nproc", "1", "--set-sweep", "data.num_workers=0,2", "--", "bench"], "--set-sweep sweeps a training setting"),
     (["--nproc", "1", "--set-sweep", "data.num_workers=0,2", "--", "train", "--config", "cpu:digits", "--set",

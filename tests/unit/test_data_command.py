@@ -145,7 +145,8 @@ def test_make_jpegs_writes_a_tree_the_check_and_the_loader_read(tmp_path, capsys
 
 
 @pytest.mark.parametrize("flags,words", [(["--train", "1", "--classes", "2"], "at least one image"),
-                                         (["--unique", "0"], "--unique 0"), (["--size", "big"], "WIDTHxHEIGHT")])
+                                         (["--unique", "0"], "argument --unique: '0'"),
+                                         (["--size", "big"], "WIDTHxHEIGHT")])
 def test_make_jpegs_refuses_a_tree_it_cannot_make_in_one_line(tmp_path, capsys, flags, words):
     assert cli.main(["data", "make-jpegs", str(tmp_path / "t"), *flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -115,7 +115,7 @@ def test_with_no_platform_of_the_device_the_evidence_says_so(tmp_path):
     cpu_run.mkdir()
     (cpu_run / "summary.json").write_text(json.dumps({"kind": "bench", "model": "resnet18", "precision": "fp32",
                                                       "world_size": 2, "device": "cpu", "device_name": "x86_64",
-                                                      "img_per_sec_total_mean": 10.0}))
+                                                      "batch_size": 8, "img_per_sec_total_mean": 10.0}))
     (e,) = explain(cpu_run, "none", comm_run=tmp_path / "gloo")
     (said,) = [r.evidence for r in e.ruled_out if r.evidence.startswith("comm run")]
     assert "all_reduce busbw 0.30 GB/s" in said and "not compared: no shipped platform has a x86_64" in said

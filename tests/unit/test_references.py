@@ -110,5 +110,5 @@ def test_names_and_errors(tmp_path):
     }))
     assert load_reference(str(mine)).get("s").efficiency_curve() == [(1, 1.0), (2, 0.75)]
     mine.write_text('{"name": "broken"}')
-    with pytest.raises(ConfigError, match="malformed"):
+    with pytest.raises(ConfigError, match=r"mine.json: no title \(it should be text\)"):
         load_reference(str(mine))

@@ -173,10 +173,10 @@ def test_a_damaged_sweep_is_one_line(tmp_path):
     data = _json(sweep / "sweep.json")
     data["points"][1]["world_size"] = "two"
     (sweep / "sweep.json").write_text(json.dumps(data))
-    with pytest.raises(ConfigError, match=r"sweep.json: point 1 has world_size 'two'"):
+    with pytest.raises(ConfigError, match=r"sweep.json: points\[1\].world_size is 'two', not a whole number"):
         read_sweep(sweep)
     (sweep / "sweep.json").write_text('{"kind": "sweep", "points": {"a": 1}}')
-    with pytest.raises(ConfigError, match="points is not a list"):
+    with pytest.raises(ConfigError, match="points is {'a': 1}, not a list"):
         read_sweep(sweep)
 
 

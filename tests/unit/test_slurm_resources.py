@@ -101,7 +101,7 @@ def test_memory_is_asked_as_given_and_said_in_the_header(capsys, tmp_path):
     (["--mem", "12GB"], "--mem '12GB': give a size as sbatch takes it"),
     (["--cpu-only", "--mem-per-gpu", "8G"], "--mem-per-gpu with --cpu-only"),
     (["--cpus-per-node", "2", "--launcher", "srun"], "--cpus-per-node 2 is fewer than the 4 tasks a node runs"),
-    (["--cpus-per-task", "0"], "--cpus-per-task 0: give at least 1"),
+    (["--cpus-per-task", "0"], "argument --cpus-per-task: '0': give a whole number from 1"),
 ])
 def test_bad_resource_flags_are_one_line(capsys, tmp_path, flags, message):
     assert main(["slurm", "--gpus-per-node", "4", *flags, *HAL, "--output-dir", str(tmp_path)]) == 2

@@ -182,4 +182,4 @@ def plot(rows: list[dict], path, title: str) -> None:
     reads = cpu.twinx()
     reads.plot(workers, [1000 * row["file_read_gb_per_s"] for row in rows], "s--", color="tab:green")
     reads.set_ylabel("file bytes read, MB/s (dashed)")
-    save(fig, path)
+    save(fig, path, "--out")

@@ -41,6 +41,7 @@ from dlscale.metrics.run import device_name, environment_info
 from dlscale.metrics.timing import DeviceTimer, device_synchronizer, mean_ci95, time_forward
 from dlscale.models import build_model
 from dlscale.models.flops import count_macs, train_flops_per_image
+from dlscale.models.memory import check_fits, footprint
 from dlscale.precision import build_precision, precision_note
 from dlscale.rundir import RunDir, default_run_name
 from dlscale.train.replica import build_replica
@@ -293,6 +294,7 @@ class BenchSetup:
 
 
 def build_bench(cfg: BenchConfig, env: DistEnv, device: torch.device) -> BenchSetup:
+    check_memory(cfg, env, device)  # before anything is allocated: one line for what cannot fit or train
     cfg.speed.apply_globals(device)
     torch.manual_seed(cfg.seed)
     precision = build_precision(cfg.precision, device)
@@ -304,6 +306,19 @@ def build_bench(cfg: BenchConfig, env: DistEnv, device: torch.device) -> BenchSe
                             global_batch=cfg.batch_size * env.world_size, precision=precision,
                             loss_fn=nn.CrossEntropyLoss())
     return BenchSetup(replica.parts, synthetic_pool(cfg, device, seed=cfg.seed + env.rank), macs, replica.model)
+
+
+def check_memory(cfg: BenchConfig, env: DistEnv, device: torch.device) -> None:
+    """The model, its batch and the pool of synthetic batches against the device's memory (models.memory),
+    and the step's shapes against what torch trains on; one line naming the flags otherwise."""
+    settings = (f"--model {cfg.model} --width {cfg.width} --batch-size {cfg.batch_size} --image-size "
+                f"{cfg.image_size} --num-classes {cfg.num_classes}")
+    need = footprint(cfg.model, num_classes=cfg.num_classes, width=cfg.width, batch=cfg.batch_size,
+                     image_size=cfg.image_size, settings=settings)
+    pool = cfg.pool_batches * cfg.batch_size * 3 * cfg.image_size**2 * 4  # float32 images (synthetic_pool)
+    check_fits(need, device, settings=settings, amp=cfg.precision.startswith("amp"), extra_bytes=pool,
+               extra=f"{cfg.pool_batches} synthetic batches (--pool-batches)",
+               ranks_on_host=env.local_world_size if device.type == "cpu" else 1)
 
 
 def synthetic_pool(cfg: BenchConfig, device: torch.device, *, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:

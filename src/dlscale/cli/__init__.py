@@ -41,6 +41,13 @@ class OneLineErrorParser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]):
+        # argparse (Python 3.11) drops a value written "--" (`--width=--`) and stores [] where one value belongs,
+        # past the option's type: refused here, as any other value its type cannot read.
+        if action.option_strings and action.nargs in (None, "?") and arg_strings == ["--"]:
+            self.error(f"argument {'/'.join(action.option_strings)}: expected one value, not '--'")
+        return super()._get_values(action, arg_strings)
+
 
 def build_parser(commands: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser with every command, or with only `commands` (their modules alone are imported)."""
@@ -67,7 +74,10 @@ def command_of(argv: list[str]) -> str | None:
 
 def _run(argv: list[str], command: str | None) -> int:
     parser = build_parser([command] if command else None)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, --version, or a bad flag, whose one line argparse has printed
+        return done.code if isinstance(done.code, int) else 2
     try:
         return int(args.run(args) or 0)
     except DlscaleError as error:

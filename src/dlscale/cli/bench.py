@@ -7,6 +7,7 @@ import functools
 from dataclasses import replace
 from pathlib import Path
 
+from dlscale.cli import numbers, paths
 from dlscale.cli.common import add_strategy_arguments, strategy_from_args
 from dlscale.cli.output import claim_outputs, write_summary_file
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
@@ -80,15 +81,16 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--model", default=None, help="model name (see `dlscale models`); "
                    "none: a configuration that suits this machine, saying what it chose")
-    p.add_argument("--batch-size", default=None, metavar="B[,B...]",
+    p.add_argument("--batch-size", type=numbers.BATCH_LIST, default=None, metavar="B[,B...]",
                    help="images per rank per step (32 if --model is given); a list (16,32,64) measures each in turn "
                         "and writes the step time per batch to summary.json's batch_curve")
-    p.add_argument("--num-warmup-batches", type=int, default=None, help="untimed steps (10)")
-    p.add_argument("--num-batches-per-iter", type=int, default=None, help="steps per timed iteration (10)")
-    p.add_argument("--num-iters", type=int, default=None, help="timed iterations (10)")
-    p.add_argument("--num-classes", type=int, default=1000)
-    p.add_argument("--image-size", type=int, default=None, help="input size in pixels (224)")
-    p.add_argument("--width", type=int, default=64, help="base channel count; small values give tiny test models")
+    p.add_argument("--num-warmup-batches", type=numbers.UNTIMED_STEPS, default=None, help="untimed steps (10)")
+    p.add_argument("--num-batches-per-iter", type=numbers.STEPS, default=None, help="steps per timed iteration (10)")
+    p.add_argument("--num-iters", type=numbers.STEPS, default=None, help="timed iterations (10)")
+    p.add_argument("--num-classes", type=numbers.CLASSES, default=1000)
+    p.add_argument("--image-size", type=numbers.PIXELS, default=None, help="input size in pixels (224)")
+    p.add_argument("--width", type=numbers.WIDTH, default=64,
+                   help="base channel count; small values give tiny test models")
     p.add_argument("--precision", choices=PRECISIONS, default=None,
                    help="fp32 if --model is given, else the device's best AMP mode")
     p.add_argument("--channels-last", action="store_true", help="NHWC memory format")
@@ -101,9 +103,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--coordinate-descent-tuning", action="store_true",
                    help="with --compile: inductor times neighbouring block sizes of each generated kernel "
                         "(a longer compile)")
-    p.add_argument("--cudnn-benchmark-limit", type=int, default=None, metavar="N",
+    p.add_argument("--cudnn-benchmark-limit", type=numbers.CUDNN_LIMIT, default=None, metavar="N",
                    help="with --cudnn-benchmark: cuDNN algorithms timed per convolution (torch's default 10; 0: all)")
-    p.add_argument("--stem-channels", type=int, default=0, metavar="C",
+    p.add_argument("--stem-channels", type=numbers.STEM, default=0, metavar="C",
                    help="run the stem convolution on C input channels, zero-padded (MLPerf pads 3 to 4); 0: no padding")
     p.add_argument("--cuda-graphs", action="store_true",
                    help="capture the whole eager train step in one CUDA graph after warm-up and replay it (one GPU; "
@@ -113,14 +115,16 @@ def add_parser(subparsers) -> None:
                    help="wrap the model in DDP even on one rank (a one-rank process group; NCCL on a GPU): "
                         "what the wrapper costs (strategy.wrap_single_rank)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--pool-batches", type=int, default=8, help="distinct random batches on the device")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--pg-timeout", type=float, default=600.0, help="seconds before a stuck collective fails")
-    p.add_argument("--price-per-device-hour", type=float, default=None, metavar="PRICE",
+    p.add_argument("--pool-batches", type=numbers.POOL, default=8, help="distinct random batches on the device")
+    p.add_argument("--seed", type=numbers.SEED, default=0)
+    p.add_argument("--pg-timeout", type=numbers.PG_TIMEOUT, default=600.0,
+                   help="seconds before a stuck collective fails")
+    p.add_argument("--price-per-device-hour", type=numbers.PRICE, default=None, metavar="PRICE",
                    help="what one device costs for one hour: prints the cost of an ImageNet epoch at the measured rate")
-    p.add_argument("--json", type=Path, default=None, help="also write the summary object to this file")
-    p.add_argument("--output-dir", type=Path, default=Path("runs"), help="root of run directories")
-    p.add_argument("--name", default=None, help="run directory name (default: from model, precision, time)")
+    p.add_argument("--json", type=paths.PATH, default=None, help="also write the summary object to this file")
+    p.add_argument("--output-dir", type=paths.PATH, default=Path("runs"), help="root of run directories")
+    p.add_argument("--name", type=paths.TEXT, default=None,
+                   help="run directory name (default: from model, precision, time)")
     add_tracking_arguments(p)
     p.set_defaults(run=run)
 
@@ -195,34 +199,20 @@ def multi_rank_default_line(world_size: int) -> str:
             "\"DDP and torch.compile on one GPU\"); compile's default mode: --compile-mode default.")
 
 
-def parse_batch_sizes(text: str | int | None) -> tuple[int, ...] | None:
-    """`--batch-size 16,32,64` -> (16, 32, 64); one value -> a 1-tuple; None stays None. One line for
-    an entry that is not a whole number, a zero or negative entry, or a duplicate."""
-    if text is None:
+def parse_batch_sizes(value: tuple[int, ...] | int | None) -> tuple[int, ...] | None:
+    """--batch-size as parsed (numbers.BATCH_LIST: `16,32,64` -> (16, 32, 64), each checked), or one batch
+    size -> a 1-tuple; None stays None."""
+    if value is None:
         return None
-    if isinstance(text, int):
-        return (text,)
-    parts = [part.strip() for part in str(text).split(",")]
-    try:
-        sizes = tuple(int(part) for part in parts)
-    except ValueError:
-        raise ConfigError(f"--batch-size {text!r}: give whole numbers separated by commas, e.g. 16,32,64") from None
-    bad = [b for b in sizes if b <= 0]
-    if bad:
-        raise ConfigError(f"--batch-size must be positive, got {bad[0]} in {text!r}")
-    repeated = sorted({b for b in sizes if sizes.count(b) > 1})
-    if repeated:
-        raise ConfigError(f"--batch-size {text!r} names {', '.join(map(str, repeated))} more than once; "
-                          "give each batch size once")
-    return sizes
+    return (value,) if isinstance(value, int) else tuple(value)
 
 
-def single_batch_size(text: str | int | None) -> int | None:
+def single_batch_size(value: tuple[int, ...] | int | None) -> int | None:
     """The one batch size of --batch-size; a list is for `dlscale bench` alone (one line otherwise)."""
-    sizes = parse_batch_sizes(text)
+    sizes = parse_batch_sizes(value)
     if sizes is not None and len(sizes) > 1:
-        raise ConfigError(f"--batch-size {text}: a list of batch sizes is measured by `dlscale bench` alone; "
-                          "give one batch size here")
+        raise ConfigError(f"--batch-size {','.join(map(str, sizes))}: a list of batch sizes is measured by "
+                          "`dlscale bench` alone; give one batch size here")
     return sizes[0] if sizes else None
 
 

@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 from dlscale.bench.comm_table import MODES, OPS, CommConfig
+from dlscale.cli import numbers, paths
 from dlscale.cli.output import claim_outputs, write_summary_file
 from dlscale.config.sections import TOPOLOGY_NAMES
 from dlscale.errors import DlscaleError
-
-_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024 ** 2, "MB": 1024 ** 2, "MIB": 1024 ** 2,
-          "G": 1024 ** 3, "GB": 1024 ** 3, "GIB": 1024 ** 3}
-
-
-def parse_bytes(text: str) -> int:
-    """'8', '64K', '256M', '1G' (powers of 1024, as nccl-tests reads -b and -e) -> bytes."""
-    match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
-    if not match or match.group(2).upper() not in _UNITS:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size; write e.g. 8, 64K, 256M or 1G")
-    return int(match.group(1)) * _UNITS[match.group(2).upper()]
 
 
 def parse_ops(values: list[str]) -> tuple[str, ...]:
@@ -43,19 +32,25 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--op", action="append", default=[], metavar="NAME[,NAME]",
                    help=f"collectives: {', '.join(OPS)}, or all (repeatable; default all_reduce)")
-    p.add_argument("-b", "--min-bytes", type=parse_bytes, default=8, help="smallest message (8, 64K, 256M, 1G)")
-    p.add_argument("-e", "--max-bytes", type=parse_bytes, default=256 * 1024 ** 2, help="largest message")
-    p.add_argument("-f", "--step-factor", type=int, default=2, help="each size is the last one times this")
-    p.add_argument("-w", "--warmup-iters", type=int, default=1, help="untimed calls per size")
-    p.add_argument("-n", "--iters", type=int, default=20, help="timed calls per size")
+    p.add_argument("-b", "--min-bytes", type=numbers.MESSAGE_BYTES, default=8,
+                   help="smallest message (8, 64K, 256M, 1G)")
+    p.add_argument("-e", "--max-bytes", type=numbers.MESSAGE_BYTES, default=256 * 1024 ** 2,
+                   help="largest message")
+    p.add_argument("-f", "--step-factor", type=numbers.STEP_FACTOR, default=2,
+                   help="each size is the last one times this")
+    p.add_argument("-w", "--warmup-iters", type=numbers.COMM_WARMUP, default=1, help="untimed calls per size")
+    p.add_argument("-n", "--iters", type=numbers.COMM_ITERS, default=20, help="timed calls per size")
     p.add_argument("--mode", choices=MODES, default="both", help="out-of-place, in-place or both columns")
     p.add_argument("--topology", choices=sorted(TOPOLOGY_NAMES), default="exp2",
-                   help="graph of the neighbour exchange (neighbor_allreduce)")
+
+                                                          help="graph of the neighbour exchange (neighbor_allreduce)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--pg-timeout", type=float, default=600.0, help="seconds before a stuck collective fails")
-    p.add_argument("--json", type=Path, default=None, help="also write the summary object to this file")
-    p.add_argument("--output-dir", type=Path, default=Path("runs"), help="root of run directories")
-    p.add_argument("--name", default=None, help="run directory name (default: from the collectives and time)")
+    p.add_argument("--pg-timeout", type=numbers.PG_TIMEOUT, default=600.0,
+                   help="seconds before a stuck collective fails")
+    p.add_argument("--json", type=paths.PATH, default=None, help="also write the summary object to this file")
+    p.add_argument("--output-dir", type=paths.PATH, default=Path("runs"), help="root of run directories")
+    p.add_argument("--name", type=paths.TEXT, default=None,
+                   help="run directory name (default: from the collectives and time)")
     p.set_defaults(run=run)
 
 

@@ -13,7 +13,7 @@ import importlib
 from collections.abc import Sequence
 from dataclasses import replace
 
-from dlscale.cli import COMMAND_MODULES
+from dlscale.cli import COMMAND_MODULES, OneLineErrorParser, numbers, paths
 from dlscale.config import StrategyConfig, TrainConfig, load_config
 from dlscale.config.sections import DIST_OPTIMIZERS, DYNAMIC_SCHEDULES, TOPOLOGY_NAMES
 from dlscale.errors import ConfigError
@@ -21,19 +21,19 @@ from dlscale.errors import ConfigError
 
 def add_config_arguments(p: argparse.ArgumentParser, *, positional: bool = False) -> None:
     names = ["config"] if positional else ["--config"]
-    p.add_argument(*names, **({} if positional else {"required": True}), metavar="FILE_OR_NAME:PRESET",
+    p.add_argument(*names, **({} if positional else {"required": True}), type=paths.TEXT, metavar="FILE_OR_NAME:PRESET",
                    help="a shipped preset file (cifar100, imagenet, cpu) or a YAML path, and a preset, "
                         "e.g. cifar100:bs256-amp or cpu:digits")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides",
                    help="override one setting, e.g. --set optim.lr=0.2 (repeatable)")
-    p.add_argument("--data", default=None, metavar="PATH", help="data set folder (sets data.path)")
+    p.add_argument("--data", type=paths.TEXT, default=None, metavar="PATH", help="data set folder (sets data.path)")
     p.add_argument("--download", action="store_true",
                    help="cifar10/cifar100: download the data set into data.path first if it is not there, its MD5 "
                         "checked (sets data.download)")
     p.add_argument("--on-bad-sample", choices=("skip", "error"), default=None,
                    help="an image that fails to decode: skip it (counted) or stop at once")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=None, help="sets device")
-    p.add_argument("--pg-timeout", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--pg-timeout", type=numbers.PG_TIMEOUT, default=None, metavar="SECONDS",
                    help="seconds before a collective that a peer never joins fails (sets pg_timeout_s)")
     add_strategy_arguments(p)
 
@@ -64,12 +64,12 @@ def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
                    help="adapt-then-combine: step, then mix with neighbours (default: adapt-with-combine)")
     p.add_argument("--disable-dynamic-topology", action="store_true", default=None,
                    help="exchange with every neighbour each time instead of one rotating peer")
-    p.add_argument("--num-steps-per-communication", type=int, default=None, metavar="N",
+    p.add_argument("--num-steps-per-communication", type=numbers.EVERY, default=None, metavar="N",
                    help="neighbour exchanges on every N-th step only (1)")
     p.add_argument("--dynamic-schedule", choices=DYNAMIC_SCHEDULES, default=None,
                    help="peers of the dynamic neighbor_allreduce (auto: BlueFog's inner-outer exp2 on several "
                         "nodes, one rotating peer otherwise)")
-    p.add_argument("--global-average-every", type=int, default=None, metavar="N",
+    p.add_argument("--global-average-every", type=numbers.EVERY_OR_NEVER, default=None, metavar="N",
                    help="average parameters over all ranks every N steps (0: never)")
 
 
@@ -91,7 +91,7 @@ class _ArgumentError(Exception):
     pass
 
 
-class _RaisingParser(argparse.ArgumentParser):
+class _RaisingParser(OneLineErrorParser):
     def error(self, message: str):
         raise _ArgumentError(message)
 

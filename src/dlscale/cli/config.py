@@ -6,6 +6,7 @@ import argparse
 
 import yaml
 
+from dlscale.cli import numbers
 from dlscale.cli.common import add_config_arguments, resolve_config
 from dlscale.config import TrainConfig
 from dlscale.errors import DataError
@@ -19,7 +20,7 @@ NOMINAL_TRAIN_SIZE = {"imagefolder": 1_281_167, "cifar10": 50_000, "cifar100": 5
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("config", help="print a preset's resolved configuration and derived values")
     add_config_arguments(p, positional=True)
-    p.add_argument("--world-size", type=int, default=1, help="number of ranks the run would use")
+    p.add_argument("--world-size", type=numbers.WORLD, default=1, help="number of ranks the run would use")
     p.set_defaults(run=run)
 
 
@@ -40,8 +41,6 @@ def run(args: argparse.Namespace) -> int:
     from dlscale.train.plan import make_plan  # torch: loaded when the command runs, not for --help
 
     cfg, preset = resolve_config(args)
-    if args.world_size < 1:
-        raise DataError(f"--world-size must be at least 1, got {args.world_size}")
     size, source = train_size(cfg)
     plan = make_plan(cfg, args.world_size, size)
     print(f"# {preset} on {args.world_size} rank(s)")

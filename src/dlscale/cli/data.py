@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dlscale.cli import numbers, paths
 from dlscale.cli.output import write_json_file
 from dlscale.errors import ConfigError
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.progress import ProgressDisplay
+from dlscale.rundir import check_output_dir, check_output_file
 
 if TYPE_CHECKING:
     from dlscale.data.check import DecodeRate, Survey
@@ -39,36 +40,39 @@ def add_parser(subparsers) -> None:
         "unreadable file (empty, not an image, truncated JPEG), then decode a sample of training files as "
         "training does and say how many cores keep one GPU fed. Exits 1 when it found unreadable files or a "
         "layout the loader refuses.")
-    check.add_argument("path", type=Path, metavar="DIR", help="the data set's root (holding train/ and val/, or "
+    check.add_argument("path", type=paths.PATH, metavar="DIR", help="the data set's root (holding train/ and val/, or "
                        "cifar-100-python/)")
-    check.add_argument("--sample", type=int, default=None, metavar="N",
+    check.add_argument("--sample", type=numbers.FILES, default=None, metavar="N",
                        help="read the headers of N files per split, evenly spread (default: every file)")
-    check.add_argument("--decode-sample", type=int, default=256, metavar="N",
+    check.add_argument("--decode-sample", type=numbers.FILES_OR_NONE, default=256, metavar="N",
                        help="training files decoded to time the decode rate per core (256; 0: none)")
-    check.add_argument("--image-size", type=int, default=224, help="training crop side in pixels (224)")
+    check.add_argument("--image-size", type=numbers.PIXELS, default=224, help="training crop side in pixels (224)")
     check.add_argument("--decode", choices=("fast", "plain"), default="fast",
                        help="the CPU decode path timed (data.decode): fast (reduced-scale where the crop allows) or "
                             "plain")
-    check.add_argument("--gpu-rate", type=float, default=None, metavar="IMG_PER_S",
+    check.add_argument("--gpu-rate", type=numbers.RATE, default=None, metavar="IMG_PER_S",
                        help="one GPU's training rate to size cores for (default: ResNet-50 on an H100 as dlscale "
                             "measured it, 5,981 img/s); `dlscale bench` measures yours")
-    check.add_argument("--json", type=Path, default=None, help="also write the survey to this file")
+    check.add_argument("--json", type=paths.PATH, default=None, help="also write the survey to this file")
     check.set_defaults(run=run_check)
     make = actions.add_parser(
         "make-jpegs", help="write a synthetic ImageNet-shaped ImageFolder tree of JPEGs (to try the pipeline)",
         description="Write DIR/train/class<k>/*.JPEG and DIR/val/class<k>/*.JPEG: photo-like JPEGs of "
         "ImageNet's commonest size and mean file size (500x375, about 100 KiB at quality 90). The labels carry no "
         "signal: the tree measures speed (`dlscale loader --data DIR`, `dlscale train --data DIR`), not accuracy.")
-    make.add_argument("path", type=Path, metavar="DIR", help="where the tree goes (must not hold train/ or val/)")
-    make.add_argument("--train", type=int, default=2560, help="training files (2560)")
-    make.add_argument("--val", type=int, default=256, help="validation files, all distinct (256)")
-    make.add_argument("--classes", type=int, default=10, help="class folders; files go to them in turn (10)")
-    make.add_argument("--unique", type=int, default=None,
+    make.add_argument("path", type=paths.PATH, metavar="DIR", help="where the tree goes (must not hold train/ or val/)")
+    make.add_argument("--train", type=numbers.FILES, default=2560, help="training files (2560)")
+    make.add_argument("--val", type=numbers.FILES, default=256, help="validation files, all distinct (256)")
+    make.add_argument("--classes", type=numbers.CLASSES, default=10,
+                      help="class folders; files go to them in turn (10)")
+    make.add_argument("--unique", type=numbers.FILES, default=None,
                       help="distinct training images; the rest repeat their bytes under new names (256, or --train "
                            "if fewer)")
-    make.add_argument("--size", default="500x375", metavar="WxH", help="image size in pixels (500x375)")
-    make.add_argument("--processes", type=int, default=available_cores(), help="processes generating images")
-    make.add_argument("--seed", type=int, default=0)
+    make.add_argument("--size", default="500x375", metavar="WxH",
+                      help="image size in pixels (500x375)")
+    make.add_argument("--processes", type=numbers.PROCESSES, default=available_cores(),
+                      help="processes generating images")
+    make.add_argument("--seed", type=numbers.SEED, default=0)
     make.set_defaults(run=run_make)
     download = actions.add_parser(
         "download", help="download CIFAR-10 or CIFAR-100 (the python version), its MD5 checked",
@@ -76,7 +80,7 @@ def add_parser(subparsers) -> None:
         "published one (torchvision's) and unpack it; nothing to do when DIR holds it already. The same as "
         "--download on train and config.")
     download.add_argument("dataset", choices=("cifar10", "cifar100"))
-    download.add_argument("path", type=Path, metavar="DIR", help="where it goes (then data.path / --data)")
+    download.add_argument("path", type=paths.PATH, metavar="DIR", help="where it goes (then data.path / --data)")
     download.add_argument("--url", default=None, help="a mirror's address of the same archive")
     download.add_argument("--md5", default=None, help="the mirror archive's MD5, if it differs from the published one")
     download.set_defaults(run=run_download)
@@ -85,12 +89,8 @@ def add_parser(subparsers) -> None:
 def run_check(args: argparse.Namespace) -> int:
     from dlscale.data.check import H100_RESNET50_IMG_PER_S, decode_rate, survey  # torch: at run time only
 
-    for flag, value, least in (("--sample", args.sample, 1), ("--decode-sample", args.decode_sample, 0),
-                               ("--image-size", args.image_size, 8)):
-        if value is not None and value < least:
-            raise ConfigError(f"{flag} {value}: use a number >= {least}")
-    if args.gpu_rate is not None and args.gpu_rate <= 0:
-        raise ConfigError(f"--gpu-rate {args.gpu_rate:g}: give one GPU's training rate in img/s, e.g. 3000")
+    if args.json:  # checked before the survey: one line now, not a traceback after it
+        check_output_file(args.json, "--json")
     with ProgressDisplay() as bar:
         bar.start("data check", None, unit="files")
         found = survey(args.path, sample=args.sample, progress=lambda done, total: bar.update(
@@ -207,12 +207,11 @@ def run_make(args: argparse.Namespace) -> int:
     size = parse_size(args.size)
     unique = min(DEFAULT_UNIQUE, args.train) if args.unique is None else args.unique
     check_shape(train=args.train, val=args.val, classes=args.classes, unique=unique, size=size)
+    check_output_dir(args.path, "DIR", "the tree's folder")
     for split in ("train", "val"):
         if (args.path / split).exists():
             raise ConfigError(f"{args.path / split} exists; give an empty or new folder (make-jpegs does not add to a "
                               "tree)")
-    if args.processes < 1:
-        raise ConfigError(f"--processes {args.processes}: use 1 or more")
     done = write_tree(args.path, train=args.train, val=args.val, classes=args.classes, unique=unique, size=size,
                       seed=args.seed, processes=args.processes)
     print(f"wrote {done.train_files:,} training JPEGs ({done.unique:,} distinct) and {done.val_files:,} validation "

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from dlscale.cli import paths
 from dlscale.cli.output import write_json_file
 from dlscale.errors import ConfigError
 from dlscale.explain import against, text
@@ -25,22 +25,22 @@ def add_parser(subparsers) -> None:
         "the run's evidence, where the estimate comes from and what to change. --against compares two runs' "
         "records. See docs/explain.md.",
     )
-    p.add_argument("path", type=Path, metavar="RUN_OR_SWEEP_DIR", help="a run directory or a dlscale scale sweep")
-    p.add_argument("--reference", default=None, metavar="NAME[:SERIES]",
+    p.add_argument("path", type=paths.PATH, metavar="RUN_OR_SWEEP_DIR", help="a run directory or a dlscale scale sweep")
+    p.add_argument("--reference", type=paths.TEXT, default=None, metavar="NAME[:SERIES]",
                    help="the published figure to compare with (e.g. ngc:v100_32gb_amp); none: only what the run "
                         "shows by itself; default: the reference of the same model, precision and device (none "
                         "matching: none, with a note saying so)")
-    p.add_argument("--against", type=Path, default=None, metavar="RUN2",
+    p.add_argument("--against", type=paths.PATH, default=None, metavar="RUN2",
                    help="instead: what differs between this run's record and RUN2's (settings, environment, packages)")
-    p.add_argument("--baseline", type=Path, default=None, metavar="RUN",
+    p.add_argument("--baseline", type=paths.PATH, default=None, metavar="RUN",
                    help="a 1-rank run of the same settings, for the scaling loss (a sweep's own 1-rank run otherwise)")
-    p.add_argument("--comm-run", type=Path, default=None, metavar="DIR",
+    p.add_argument("--comm-run", type=paths.PATH, default=None, metavar="DIR",
                    help="a dlscale comm run of this machine: its all_reduce busbw at the largest size against the "
                         "platform's, and dlscale predict's expected communication")
     p.add_argument("--platform", default=None,
                    help="a shipped machine (dlscale predict --list-platforms): the network dlscale predict expects "
                         "(the comm run's busbw is compared with it; default: the one platform of the run's device)")
-    p.add_argument("--json", type=Path, default=None, help="also write the explanations as JSON to this file")
+    p.add_argument("--json", type=paths.PATH, default=None, help="also write the explanations as JSON to this file")
     p.set_defaults(run=run)
 
 

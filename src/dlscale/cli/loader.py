@@ -7,10 +7,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dlscale.cli import numbers, paths
 from dlscale.config import DataConfig
 from dlscale.config.sections import DATASET_NAMES, DECODE_ALIASES, DECODE_MODES
-from dlscale.errors import ConfigError, DeviceError
-from dlscale.metrics.hardware import available_cores
+from dlscale.errors import DeviceError
+from dlscale.metrics.hardware import available_cores, host_memory_bytes
 from dlscale.metrics.progress import ProgressDisplay
 from dlscale.rundir import RunDir, default_run_name
 
@@ -26,14 +27,17 @@ def add_parser(subparsers) -> None:
         "Writes a table, a plot and summary.json (kind: loader) to a run directory.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--data", default=None, metavar="PATH", help="data set folder (imagefolder: train/<class>/*.JPEG)")
+    p.add_argument("--data", type=paths.TEXT, default=None, metavar="PATH",
+                   help="data set folder (imagefolder: train/<class>/*.JPEG)")
     p.add_argument("--dataset", choices=DATASET_NAMES, default="imagefolder", help="which data set reader")
-    p.add_argument("--workers", default="0,1,2,4,8,16", help="worker counts to try, comma-separated")
-    p.add_argument("--batch-size", type=int, default=64, help="images per batch")
-    p.add_argument("--batches", type=int, default=50, help="timed batches per setting")
-    p.add_argument("--warmup-batches", type=int, default=None,
+    p.add_argument("--workers", type=numbers.WORKERS, default="0,1,2,4,8,16",
+                   help="worker counts to try, comma-separated")
+    p.add_argument("--batch-size", type=numbers.BATCH, default=64, help="images per batch")
+    p.add_argument("--batches", type=numbers.BATCHES, default=50, help="timed batches per setting")
+    p.add_argument("--warmup-batches", type=numbers.UNTIMED_BATCHES, default=None,
                    help="untimed batches first (default: 2 per worker, at least 2)")
-    p.add_argument("--image-size", type=int, default=None, help="training crop side (default: the data set's)")
+    p.add_argument("--image-size", type=numbers.PIXELS, default=None,
+                   help="training crop side (default: the data set's)")
     p.add_argument("--decode", choices=(*DECODE_MODES, *DECODE_ALIASES), default="fast",
                    help="JPEG decode path (data.decode): fast (also called cpu) and plain decode in the workers; "
                         "gpu decodes on the device (needs --device cuda and torchvision); auto takes gpu where "
@@ -41,43 +45,43 @@ def add_parser(subparsers) -> None:
     p.add_argument("--device", choices=("none", "cpu", "cuda"), default="none",
                    help="also copy batches to this device and normalise them there (none: host batches only); "
                         "the device decode path decodes there")
-    p.add_argument("--repeats", type=int, default=1,
+    p.add_argument("--repeats", type=numbers.REPEATS, default=1,
                    help="measure every setting this many times, interleaved, and keep the median run")
     p.add_argument("--prewarm", action="store_true",
                    help="read every training file once first, so that every setting reads from the page cache")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+    p.add_argument("--seed", type=numbers.SEED, default=0)
+    p.add_argument("--out", type=paths.PATH, default=None, metavar="DIR",
                    help="run directory (default: runs/loader-<dataset>-<time>)")
     p.set_defaults(run=run)
-
-
-def parse_workers(text: str) -> list[int]:
-    try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 0:
-        raise ConfigError(f"--workers {text!r}: give worker counts >= 0 separated by commas, e.g. 0,1,2,4")
-    return counts
 
 
 def _check(args: argparse.Namespace) -> torch.device | None:
     import torch  # torch and what runs on it: loaded when the command runs, not for --help
 
-    for flag, value in (("--batch-size", args.batch_size), ("--batches", args.batches), ("--repeats", args.repeats)):
-        if value < 1:
-            raise ConfigError(f"{flag} {value}: use a number >= 1")
-    if args.warmup_batches is not None and args.warmup_batches < 0:
-        raise ConfigError(f"--warmup-batches {args.warmup_batches}: use 0 or more")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise DeviceError("--device cuda but no CUDA device is visible; use --device cpu or none")
+    _check_memory(args)
     return None if args.device == "none" else torch.device(args.device)
+
+
+def _check_memory(args: argparse.Namespace) -> None:
+    """The batches in flight against the host's memory: each worker holds DataConfig.prefetch_factor batches of
+    3 bytes per pixel, the main process one more and its pinned or device copy (4 bytes per value once
+    normalised). One line naming the flags rather than an allocation that cannot succeed."""
+    side = args.image_size or (224 if args.dataset == "imagefolder" else 32)  # the data sets' own sizes
+    batch_bytes = args.batch_size * 3 * side * side
+    in_flight = (max(args.workers) * DataConfig().prefetch_factor + 1) * batch_bytes + 4 * batch_bytes
+    host = host_memory_bytes()
+    if host is not None and in_flight > host:
+        raise DeviceError(f"--batch-size {args.batch_size} at {side} px with up to {max(args.workers)} workers "
+                          f"holds {in_flight / 2**30:.1f} GiB of batches in flight; this host has "
+                          f"{host / 2**30:.1f} GiB: lower --batch-size, --image-size or --workers")
 
 
 def run(args: argparse.Namespace) -> int:
     from dlscale.data.decoders import resolve_decode  # torch: loaded when the command runs, not for --help
 
-    workers = parse_workers(args.workers)
+    workers = list(args.workers)
     device = _check(args)
     cfg = DataConfig(name=args.dataset, path=args.data, image_size=args.image_size, decode=args.decode)
     if args.dataset == "imagefolder":  # refused here, in one line, where the device decoder cannot run

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from dlscale.errors import ConfigError
+from dlscale.cli import numbers
 from dlscale.predict.layers import forward_macs, model_names, model_parameters
 
 FLOPS_PER_MAC = 2
@@ -26,10 +26,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "(2 FLOPs per MAC) of one forward pass of one image, counting Conv2d and Linear.",
     )
     parser.add_argument(
-        "--num-classes", type=int, default=1000, help="classes of the final layer (1000)"
+        "--num-classes", type=numbers.CLASSES, default=1000, help="classes of the final layer (1000)"
     )
     parser.add_argument(
-        "--image-size", type=int, default=224, help="square input image side in pixels (224)"
+        "--image-size", type=numbers.PIXELS, default=224, help="square input image side in pixels (224)"
     )
     parser.set_defaults(run=run)
 
@@ -58,11 +58,7 @@ def format_table(rows: list[tuple[str, ...]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the model table; bad sizes raise ConfigError before any model is built."""
-    if args.image_size < 1:
-        raise ConfigError(f"--image-size {args.image_size} must be a positive number of pixels")
-    if args.num_classes < 1:
-        raise ConfigError(f"--num-classes {args.num_classes} must be a positive integer")
+    """Print the model table (the sizes were checked when parsed: numbers.PIXELS, numbers.CLASSES)."""
     print(f"forward pass of one {args.image_size}x{args.image_size} image")
     print(format_table(model_rows(args.num_classes, args.image_size)))
     return 0

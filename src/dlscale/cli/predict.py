@@ -15,11 +15,13 @@ import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from dlscale.cli import numbers, paths
 from dlscale.cli.output import write_json_file, write_summary_file
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.errors import ConfigError
 from dlscale.metrics.cost import check_price
-from dlscale.metrics.tracking import numbers, track_finished
+from dlscale.metrics.tracking import numbers as figures
+from dlscale.metrics.tracking import track_finished
 from dlscale.predict import anchor, caveats, inputs, output, sweeps, validate
 from dlscale.predict.anchor import Setting
 from dlscale.predict.compute import Fixed, with_fixed
@@ -40,37 +42,43 @@ def add_parser(subparsers) -> None:
         "scaling point dlscale ships and prints the errors. See docs/prediction.md.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--gpus", default="1,8,64,512,4096", metavar="N[,N]", help="device counts to predict")
-    p.add_argument("--gpus-per-node", type=int, default=None, help="devices per node (default: the platform's)")
+    p.add_argument("--gpus", type=numbers.DEVICES, default="1,8,64,512,4096", metavar="N[,N]",
+                   help="device counts to predict")
+    p.add_argument("--gpus-per-node", type=numbers.PER_NODE, default=None,
+                   help="devices per node (default: the platform's)")
     compute = p.add_argument_group("compute (one of)")
-    compute.add_argument("--from-run", type=Path, default=None, metavar="DIR",
+    compute.add_argument("--from-run", type=paths.PATH, default=None, metavar="DIR",
                          help="a 1-rank dlscale bench run, or a dlscale profile run")
-    compute.add_argument("--from-reference", default=None, metavar="NAME[:SERIES]",
+    compute.add_argument("--from-reference", type=paths.TEXT, default=None, metavar="NAME[:SERIES]",
                          help="a shipped reference's smallest published point, e.g. ngc:v100_16gb_amp (NAME alone: its "
                               "first series with img/s); its own communication taken out; a strong-scaling series "
                               "predicts at its global batch unless --batch-size or --global-batch is given")
     compute.add_argument("--peak-tflops", default=None, metavar="TFLOPS|DEVICE",
                          help="compute from FLOPs: a peak in TFLOP/s or a device (H100, A100), with --mfu")
-    compute.add_argument("--mfu", type=float, default=None, help="model FLOPs utilisation for --peak-tflops")
+    compute.add_argument("--mfu", type=numbers.FRACTION, default=None, help="model FLOPs utilisation for --peak-tflops")
     compute.add_argument("--model", default=None, help="model (resnet50 unless the run names one)")
-    compute.add_argument("--batch-size", type=int, default=None, help="images per device per step (weak scaling)")
-    compute.add_argument("--global-batch", type=int, default=None, help="images per step over all devices "
+    compute.add_argument("--batch-size", type=numbers.BATCH, default=None,
+                         help="images per device per step (weak scaling)")
+    compute.add_argument("--global-batch", type=numbers.GLOBAL_BATCH, default=None,
+                         help="images per step over all devices "
                          "(strong scaling: the batch per device is this / N)")
-    compute.add_argument("--image-size", type=int, default=224)
-    compute.add_argument("--step-overhead-ms", type=float, default=None,
+    compute.add_argument("--image-size", type=numbers.PIXELS, default=224)
+    compute.add_argument("--step-overhead-ms", type=numbers.MILLISECONDS_OR_ZERO, default=None,
                          help="override: the part of the single-device step that does not shrink with the batch "
                               "(default: fitted to a curve, else the shipped curve of the device, else unknown)")
-    compute.add_argument("--step-curve", type=Path, default=None, metavar="DIR",
+    compute.add_argument("--step-curve", type=paths.PATH, default=None, metavar="DIR",
                          help="a 1-rank dlscale bench run with a batch list (--batch-size 16,32,...): its fitted fixed "
                               "part for a compute figure of one batch size")
     compute.add_argument("--grad-bytes", type=int, choices=(2, 4), default=None,
                          help="bytes per gradient element (4: fp32, torch AMP included; 2: fp16 gradients)")
     network = p.add_argument_group("network (one of, numbers override)")
     network.add_argument("--platform", default=None, help="a shipped machine (--list-platforms)")
-    network.add_argument("--comm-run", type=Path, default=None, metavar="DIR", help="a dlscale comm run")
-    network.add_argument("--intra-gbps", type=float, default=None, help="bus bandwidth inside a node, Gbit/s")
-    network.add_argument("--inter-gbps", type=float, default=None, help="bus bandwidth of a node to others, Gbit/s")
-    network.add_argument("--latency-us", type=float, default=None, help="latency of one algorithm step, us")
+    network.add_argument("--comm-run", type=paths.PATH, default=None, metavar="DIR", help="a dlscale comm run")
+    network.add_argument("--intra-gbps", type=numbers.GBPS, default=None, help="bus bandwidth inside a node, Gbit/s")
+    network.add_argument("--inter-gbps", type=numbers.GBPS, default=None,
+                         help="bus bandwidth of a node to others, Gbit/s")
+    network.add_argument("--latency-us", type=numbers.LATENCY_US, default=None,
+                         help="latency of one algorithm step, us")
     network.add_argument("--list-platforms", action="store_true", help="list the shipped machines and exit")
     strategy = p.add_argument_group("strategy")
     strategy.add_argument("--dist-optimizer", choices=STRATEGIES, default=None,
@@ -80,7 +88,7 @@ def add_parser(subparsers) -> None:
     strategy.add_argument("--overlap", choices=OVERLAPS, default=None,
                           help="backward: DDP buckets under backward; none: after it; step: under forward and "
                                "backward (default: dlscale's own: backward for allreduce, none otherwise)")
-    strategy.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP bucket size in MiB")
+    strategy.add_argument("--bucket-cap-mb", type=numbers.MEBIBYTES, default=25.0, help="DDP bucket size in MiB")
     strategy.add_argument("--topology", choices=TOPOLOGIES, default="exp2", help="neighbour graph")
     strategy.add_argument("--disable-dynamic-topology", action="store_true",
                           help="every neighbour each step instead of one rotating peer")
@@ -88,38 +96,29 @@ def add_parser(subparsers) -> None:
                           help="neighbour schedule: one_peer (dlscale's dynamic), static (every neighbour), "
                                "inner_outer (BlueFog's benchmark on several machines: one rank per machine sends "
                                "outside)")
-    strategy.add_argument("--fusion-cycle-ms", type=float, default=None,
+    strategy.add_argument("--fusion-cycle-ms", type=numbers.MILLISECONDS, default=None,
                           help="allreduce: Horovod's tensor fusion, one fused allreduce per cycle of this many ms, up "
                                "to --bucket-cap-mb, instead of DDP's buckets")
     ceilings = p.add_argument_group("ceilings and noise (optional)")
-    ceilings.add_argument("--loader-run", type=Path, default=None, metavar="DIR",
+    ceilings.add_argument("--loader-run", type=paths.PATH, default=None, metavar="DIR",
                           help="a dlscale loader run: its img/s per core is a ceiling")
-    ceilings.add_argument("--cores-per-device", type=float, default=None,
+    ceilings.add_argument("--cores-per-device", type=numbers.CORES, default=None,
                           help="CPU cores feeding each device (default: the platform's cores / devices)")
-    ceilings.add_argument("--stragglers-from", type=Path, default=None, metavar="DIR",
+    ceilings.add_argument("--stragglers-from", type=paths.PATH, default=None, metavar="DIR",
                           help="a dlscale bench run whose per-rank step spread sets the stragglers term")
-    ceilings.add_argument("--step-cv", type=float, default=None, help="the spread (std / mean) of a step, given")
-    p.add_argument("--price-per-device-hour", type=float, default=None, metavar="PRICE",
+    ceilings.add_argument("--step-cv", type=numbers.SPREAD, default=None,
+                          help="the spread (std / mean) of a step, given")
+    p.add_argument("--price-per-device-hour", type=numbers.PRICE, default=None, metavar="PRICE",
                    help="what one device costs for one hour: adds the cost of an ImageNet epoch at each count")
     p.add_argument("--validate", action="store_true", help="predict every shipped published scaling point")
-    p.add_argument("--sweep", type=Path, action="append", default=[], metavar="DIR",
+    p.add_argument("--sweep", type=paths.PATH, action="append", default=[], metavar="DIR",
                    help="with --validate: a dlscale scale sweep (--nproc 1,2) of this machine, with --comm-run")
-    p.add_argument("--json", type=Path, default=None, help="also write the summary object to this file")
-    p.add_argument("--output-dir", type=Path, default=Path("runs"), help="root of run directories")
-    p.add_argument("--name", default=None, help="run directory name")
+    p.add_argument("--json", type=paths.PATH, default=None, help="also write the summary object to this file")
+    p.add_argument("--output-dir", type=paths.PATH, default=Path("runs"), help="root of run directories")
+    p.add_argument("--name", type=paths.TEXT, default=None, help="run directory name")
     p.add_argument("--no-run-dir", action="store_true", help="print only; write no run directory")
     add_tracking_arguments(p)
     p.set_defaults(run=run)
-
-
-def parse_devices(text: str) -> list[int]:
-    try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        raise ConfigError(f"--gpus {text!r}: give device counts >= 1 separated by commas, e.g. 1,8,64")
-    return counts
 
 
 def _source(args: argparse.Namespace) -> str:
@@ -242,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
         return _validate(args)
     if not args.no_run_dir:
         check_output_dir(args.output_dir, "--output-dir", "the folder of run directories")
-    devices = parse_devices(args.gpus)
+    devices = list(args.gpus)
     price = check_price(args.price_per_device_hour)
     got = _inputs(args)
     workload, net, strategy = got.workload, got.net, got.strategy
@@ -281,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"Run directory: {path}", flush=True)
         # Each device count is the step of the predicted figures (img_per_s_total, efficiency, ...).
         track_finished(tracking, path, kind="predict", settings={**settings, "inputs": result["inputs"]},
-                       steps=[(p["devices"], numbers(p, "", skip=("devices",))) for p in result["points"]],
+                       steps=[(p["devices"], figures(p, "", skip=("devices",))) for p in result["points"]],
                        summary=result)
     return 0
 

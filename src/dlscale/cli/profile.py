@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dlscale.cli import bench as bench_cli
+from dlscale.cli import numbers, paths
 from dlscale.cli.common import add_config_arguments, resolve_config
 from dlscale.errors import ConfigError
 from dlscale.launch.local import nsys_command
@@ -64,22 +65,16 @@ def add_parser(subparsers) -> None:
 
 def _add_profile_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("profile")
-    g.add_argument("--warmup", type=int, default=5, help="untimed steps first (allocator, autotuning, workers)")
-    g.add_argument("--steps", type=int, default=10, help="timed steps inside the NVTX range PROFILE")
-    g.add_argument("--trace-steps", type=int, default=3,
+    g.add_argument("--warmup", type=numbers.UNTIMED_STEPS, default=5,
+                   help="untimed steps first (allocator, autotuning, workers)")
+    g.add_argument("--steps", type=numbers.STEPS, default=10, help="timed steps inside the NVTX range PROFILE")
+    g.add_argument("--trace-steps", type=numbers.TRACE_STEPS, default=3,
                    help="steps recorded by torch.profiler after the timed window (0: no trace)")
     g.add_argument("--no-sync", action="store_true",
                    help="do not synchronise the device at region ends (ranges then show launch time only)")
-    g.add_argument("--out", type=Path, default=None, metavar="DIR",
+    g.add_argument("--out", type=paths.PATH, default=None, metavar="DIR",
                    help="run directory (default: runs/profile-<mode>-<model>-<time>; in bench mode "
                         "--output-dir and --name set it as for `dlscale bench`)")
-
-
-def _check_window(args: argparse.Namespace) -> None:
-    for flag, value, least in (("--warmup", args.warmup, 0), ("--steps", args.steps, 1),
-                               ("--trace-steps", args.trace_steps, 0)):
-        if value < least:
-            raise ConfigError(f"{flag} {value}: use a number >= {least}")
 
 
 # -------------------------------------------------------------------------------- batches
@@ -133,7 +128,6 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.cuda_graphs:
         raise ConfigError("--cuda-graphs is a `dlscale bench` flag: profile times each part of the eager step, "
                           "which a graph replay runs as one; profile without it")
-    _check_window(args)
     env = DistEnv.from_env()
     cfg, note = bench_cli.config_from_args(args, has_gpu=args.device != "cpu" and torch.cuda.is_available(),
                                            eager=not (args.compile or args.compile_mode), world_size=env.world_size)
@@ -162,7 +156,6 @@ def _profile_bench(args, cfg, env: DistEnv, device: torch.device) -> None:
 def run_train(args: argparse.Namespace) -> int:
     from dlscale.distributed import DistEnv, init_process_group, select_device, shutdown
 
-    _check_window(args)
     env = DistEnv.from_env()
     cfg, preset = resolve_config(args)
     device = select_device(env, cfg.device)
@@ -215,6 +208,8 @@ def _profile_into(run: RunDir, args, env: DistEnv, device: torch.device, parts, 
     from dlscale import profiling
 
     out = run.path
+    if args.trace_steps:  # every rank writes its trace there: checked before the steps
+        check_output_dir(out / "trace", "--out", "the trace folder")
     result = profiling.profile_window(
         parts,
         batches,

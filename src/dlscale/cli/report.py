@@ -7,12 +7,13 @@ import functools
 import shlex
 from pathlib import Path
 
+from dlscale.cli import numbers, paths
 from dlscale.errors import ConfigError, DlscaleError
 from dlscale.explain import text
 from dlscale.explain.build import explain_run
 from dlscale.metrics.cost import check_price
 from dlscale.report import DEFAULT_TOLERANCE_PTS
-from dlscale.rundir import read_run
+from dlscale.rundir import check_output_dir, read_run
 
 
 def add_parser(subparsers) -> None:
@@ -22,23 +23,24 @@ def add_parser(subparsers) -> None:
         description="Read run directories (dlscale bench/train) and sweep directories (dlscale scale) and write "
         "report.md, CSV tables and PNG plots; --reference overlays published figures.",
     )
-    p.add_argument("paths", nargs="+", metavar="RUN_OR_SWEEP_DIR",
+    p.add_argument("paths", nargs="+", type=paths.TEXT, metavar="RUN_OR_SWEEP_DIR",
                    help="run directories, sweep directories, or folders holding them (e.g. runs/)")
-    p.add_argument("-o", "--output-dir", type=Path, default=Path("report"), help="where the report is written (report)")
-    p.add_argument("--reference", action="append", default=[], metavar="NAME[,NAME]",
+    p.add_argument("-o", "--output-dir", type=paths.PATH, default=Path("report"),
+                   help="where the report is written (report)")
+    p.add_argument("--reference", action="append", type=paths.TEXT, default=[], metavar="NAME[,NAME]",
                    help="published figures to set beside ours: hal, ngc, sc20, bluefog, horovod, dlperf, "
                         "marconi100, mlperf, all, or a .json file in the same format (repeatable)")
-    p.add_argument("--top1-tolerance", type=float, default=DEFAULT_TOLERANCE_PTS, metavar="POINTS",
+    p.add_argument("--top1-tolerance", type=numbers.POINTS, default=DEFAULT_TOLERANCE_PTS, metavar="POINTS",
                    help="flag a train run whose final top-1 is more than this many percentage points below the "
                         f"smallest-batch run of the same model and data ({DEFAULT_TOLERANCE_PTS:g})")
-    p.add_argument("--price-per-device-hour", type=float, default=None, metavar="PRICE",
+    p.add_argument("--price-per-device-hour", type=numbers.PRICE, default=None, metavar="PRICE",
                    help="what one device costs for one hour, for runs that recorded no price: the runs table "
                         "shows the cost per epoch")
     p.add_argument("--io-epochs", default=None, metavar="FIRST:LAST",
                    help="average the train runs' read GB/s and read operations/s over these epochs (HAL: 10:60); "
                         "default: all")
     p.add_argument("--no-explain", action="store_true", help="leave out dlscale explain's findings per run")
-    p.add_argument("--explain-reference", default=None, metavar="NAME[:SERIES]",
+    p.add_argument("--explain-reference", type=paths.TEXT, default=None, metavar="NAME[:SERIES]",
                    help="the published figure dlscale explain compares every run with (e.g. ngc:v100_16gb_amp); "
                         "default: each run's matching reference, else none")
     p.set_defaults(run=run)
@@ -49,8 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from dlscale.report.io_rates import parse_epochs
 
     check_price(args.price_per_device_hour)
-    if args.top1_tolerance < 0:
-        raise ConfigError(f"--top1-tolerance must be >= 0 percentage points, got {args.top1_tolerance:g}")
+    check_output_dir(args.output_dir, "--output-dir", "the report folder")  # before anything is read or drawn
     words = ["dlscale", "report", *args.paths, "-o", str(args.output_dir),
              *[w for r in args.reference for w in ("--reference", r)], "--top1-tolerance", f"{args.top1_tolerance:g}"]
     if args.price_per_device_hour is not None:

@@ -11,6 +11,7 @@ import shlex
 import time
 from pathlib import Path
 
+from dlscale.cli import numbers, paths
 from dlscale.cli.bench import config_from_args as bench_config_from_args
 from dlscale.cli.bench import single_batch_size
 from dlscale.cli.common import parse_command_flags, resolve_config
@@ -39,8 +40,9 @@ def add_parser(subparsers) -> None:
         "Example: dlscale scale --nproc 1,2,4 -- bench --model resnet50 --batch-size 32. Through SLURM, one "
         "job per point: dlscale scale --launcher slurm --gpus 4,8,16 --gpus-per-node 4 --time 30 -- bench ...",
     )
-    p.add_argument("--nproc", default=None, metavar="N,N,...", help="processes per node to sweep, e.g. 1,2,4")
-    p.add_argument("--nnodes", default=None, metavar="N,N,...",
+    p.add_argument("--nproc", type=numbers.PROCS, default=None, metavar="N,N,...",
+                   help="processes per node to sweep, e.g. 1,2,4")
+    p.add_argument("--nnodes", type=numbers.NODE_LIST, default=None, metavar="N,N,...",
                    help="nodes to sweep (1); above 1, one torchrun agent per node on this host (c10d rendezvous on "
                         "127.0.0.1) emulates a multi-node job")
     p.add_argument("--mode", choices=MODES, default="weak",
@@ -54,21 +56,21 @@ def add_parser(subparsers) -> None:
                         "--set-sweep data.num_workers=1,2,4,8,16 (Marconi100's epoch time against loader workers)")
     p.add_argument("--launcher", choices=sorted(LAUNCHER_SPECS), default="torchrun",
                    help="how points start: torchrun on this host (default), or slurm: one sbatch job per point")
-    p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=numbers.SECONDS, default=3600.0, metavar="SECONDS",
                    help="how long one point may run before it is stopped and recorded as a timeout (3600); "
                         "slurm: how long to wait for all jobs before cancelling the rest")
-    p.add_argument("--output-dir", type=Path, default=Path("runs"), help="where the sweep directory goes (runs)")
-    p.add_argument("--name", default=None, help="sweep directory name (sweep-<date>-<time>)")
+    p.add_argument("--output-dir", type=paths.PATH, default=Path("runs"), help="where the sweep directory goes (runs)")
+    p.add_argument("--name", type=paths.TEXT, default=None, help="sweep directory name (sweep-<date>-<time>)")
     p.add_argument("rest", nargs=argparse.REMAINDER, metavar="-- bench|train ARGS",
                    help="the command to sweep and its flags (bench if only flags are given)")
     slurm = p.add_argument_group("--launcher slurm", "one job per point; the sbatch scripts go to SWEEP/jobs")
-    slurm.add_argument("--gpus", default=None, metavar="N,N,...",
+    slurm.add_argument("--gpus", type=numbers.DEVICES, default=None, metavar="N,N,...",
                        help="world sizes (GPUs) to sweep, e.g. 2,4,8,16,32,64; nodes fill up first")
-    slurm.add_argument("--gpus-per-node", type=int, default=None, metavar="G",
+    slurm.add_argument("--gpus-per-node", type=numbers.PER_NODE, default=None, metavar="G",
                        help="GPUs per node (with --cpu-only: CPU ranks per node)")
     slurm.add_argument("--no-wait", action="store_true",
                        help="return once the jobs are submitted; `dlscale report SWEEP` reads them when done")
-    slurm.add_argument("--poll", type=float, default=10.0, metavar="SECONDS",
+    slurm.add_argument("--poll", type=numbers.POLL_S, default=10.0, metavar="SECONDS",
                        help="seconds between job state queries while waiting (10)")
     add_job_arguments(slurm)
     add_tracking_arguments(p)
@@ -80,13 +82,8 @@ SLURM_ONLY = ("--gpus", "--gpus-per-node", "--no-wait", "--poll", "--partition",
               "--max-restarts", "--sbatch-option", "--python")
 
 
-def parse_ints(text: str, flag: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise ConfigError(f"{flag} {text!r} must be whole numbers separated by commas, e.g. {flag} 1,2,4") from None
-    if not values or any(v < 1 for v in values):
-        raise ConfigError(f"{flag} {text!r} must list positive numbers, e.g. {flag} 1,2,4")
+def distinct(values: tuple[int, ...]) -> tuple[int, ...]:
+    """A parsed list of counts (numbers.PROCS, NODE_LIST, DEVICES) with each value once, in order."""
     return tuple(dict.fromkeys(values))
 
 
@@ -140,8 +137,6 @@ def command_facts(command: str, args: tuple[str, ...], sets: tuple = ()) -> Comm
 
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
     command, rest = split_command(args.rest)
-    if args.timeout <= 0:
-        raise ConfigError(f"--timeout must be positive seconds, got {args.timeout:g}")
     common = dict(command=command, args=rest, mode=args.mode, dist_optimizers=parse_names(args.dist_optimizer),
                   precisions=parse_names(args.precision), sets=parse_set_sweeps(args.set_sweep),
                   launcher=args.launcher, timeout_s=args.timeout)
@@ -154,7 +149,7 @@ def _torchrun_spec(args: argparse.Namespace, common: dict) -> SweepSpec:
         raise ConfigError(f"{given_flags[0]} is for --launcher slurm; add --launcher slurm or remove {given_flags[0]}")
     if args.nproc is None:
         raise ConfigError("give --nproc N,N,... (processes per node to sweep), or --launcher slurm --gpus N,N,...")
-    return SweepSpec(nproc=parse_ints(args.nproc, "--nproc"), nnodes=parse_ints(args.nnodes or "1", "--nnodes"),
+    return SweepSpec(nproc=distinct(args.nproc), nnodes=distinct(args.nnodes or (1,)),
                      **common)
 
 
@@ -197,9 +192,7 @@ def _slurm_worlds(args: argparse.Namespace) -> tuple[int, ...]:
                               "--gpus N,N,... and --gpus-per-node G")
     if args.gpus is None or args.gpus_per_node is None:
         raise ConfigError("--launcher slurm needs --gpus N,N,... (world sizes) and --gpus-per-node G")
-    if args.gpus_per_node < 1 or args.poll <= 0:
-        raise ConfigError("--gpus-per-node must be at least 1 and --poll positive seconds")
-    return parse_ints(args.gpus, "--gpus")
+    return distinct(args.gpus)
 
 
 def run(args: argparse.Namespace) -> int:

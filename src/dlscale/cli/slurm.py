@@ -12,10 +12,12 @@ import shlex
 import sys
 from pathlib import Path
 
+from dlscale.cli import OneLineErrorParser, numbers, paths
 from dlscale.cli.common import parse_command_flags, resolve_config
 from dlscale.errors import ConfigError
 from dlscale.launch.local import without_option
 from dlscale.launch.slurm import JOB_COMMANDS, JOB_LAUNCHERS, SlurmJob, sbatch_script, submit, write_script
+from dlscale.rundir import check_output_dir, check_output_file
 
 RUN_FLAGS = ("--output-dir", "--name")
 
@@ -25,17 +27,17 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partition", default=None, help="SLURM partition (sbatch --partition)")
     p.add_argument("--time", default=None, help="time limit: minutes, HH:MM:SS or D-HH:MM:SS (sbatch --time)")
     p.add_argument("--account", default=None, help="account to charge (sbatch --account)")
-    p.add_argument("--cpus-per-task", type=int, default=None,
+    p.add_argument("--cpus-per-task", type=numbers.CPUS, default=None,
                    help="CPUs per task (sbatch --cpus-per-task); default: each rank's loader workers + 1")
-    p.add_argument("--cpus-per-node", type=int, default=None,
+    p.add_argument("--cpus-per-node", type=numbers.CPUS, default=None,
                    help="the cores a node has: the default --cpus-per-task stays within it")
     p.add_argument("--mem", default=None, help="memory per node, e.g. 200G (sbatch --mem); default: the site's")
     p.add_argument("--mem-per-gpu", default=None, help="memory per GPU, e.g. 32G (sbatch --mem-per-gpu)")
     p.add_argument("--cpu-only", action="store_true",
                    help="the nodes have no GPUs: request none; --gpus-per-node then counts CPU ranks (gloo)")
-    p.add_argument("--signal-seconds", type=int, default=120,
+    p.add_argument("--signal-seconds", type=numbers.SIGNAL_S, default=120,
                    help="train: USR1 this many seconds before the time limit; the run checkpoints and requeues")
-    p.add_argument("--max-restarts", type=int, default=0,
+    p.add_argument("--max-restarts", type=numbers.RESTARTS, default=0,
                    help="torchrun --max-restarts: failed workers restart from the last checkpoint")
     p.add_argument("--sbatch-option", action="append", default=[], metavar="OPTION",
                    help="one more #SBATCH directive, e.g. --sbatch-option=--qos=high (repeatable)")
@@ -51,12 +53,12 @@ def job_options(args: argparse.Namespace) -> dict:
 
 
 def _layout_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nodes", type=int, default=1, help="nodes to allocate")
-    p.add_argument("--gpus-per-node", type=int, default=None, help="GPUs (ranks) per node; required")
+    p.add_argument("--nodes", type=numbers.NODES, default=1, help="nodes to allocate")
+    p.add_argument("--gpus-per-node", type=numbers.PER_NODE, default=None, help="GPUs (ranks) per node; required")
     p.add_argument("--launcher", choices=JOB_LAUNCHERS, default="torchrun",
                    help="torchrun: one task per node running torchrun; srun: one task per GPU, no torchrun")
     p.add_argument("--job-name", default=None, help="SLURM job name (default: dlscale-<run name>)")
-    p.add_argument("--script", type=Path, default=None,
+    p.add_argument("--script", type=paths.PATH, default=None,
                    help="where to write the script (default: in the run directory)")
     p.add_argument("--submit", action="store_true", help="submit the script with sbatch after printing it")
 
@@ -77,7 +79,7 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-class _RaisingParser(argparse.ArgumentParser):
+class _RaisingParser(OneLineErrorParser):
     def error(self, message: str):
         raise ConfigError(f"{self.prog}: {message}")
 
@@ -163,9 +165,11 @@ def _written_by(job: SlurmJob) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     job, script = build_job(args)
+    # Both outputs checked before anything is printed: sbatch does not create the log's folder.
+    check_output_file(script, "--script")
+    check_output_dir(job.log.parent, "--output-dir", "the run directory")
     text = sbatch_script(job, written_by=_written_by(job))
     print(text, end="", flush=True)
-    job.log.parent.mkdir(parents=True, exist_ok=True)  # sbatch does not create the log's folder
     write_script(script, text)
     print(f"\nWrote {script}", flush=True)
     if not args.submit:

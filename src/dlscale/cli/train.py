@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+from dlscale.cli import numbers, paths
 from dlscale.cli.common import add_config_arguments, resolve_config
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.metrics.cost import check_price
@@ -18,17 +19,17 @@ def add_parser(subparsers) -> None:
         "-m dlscale train --config cpu:digits",
     )
     add_config_arguments(p)
-    p.add_argument("--resume", default="auto",
+    p.add_argument("--resume", type=paths.TEXT, default="auto",
                    help="auto: continue from the run directory's latest checkpoint if there is one; "
                         "none: start fresh (refused if checkpoints exist); or a checkpoint file")
-    p.add_argument("--target-accuracy", type=float, default=None,
+    p.add_argument("--target-accuracy", type=numbers.FRACTION, default=None,
                    help="stop when validation top-1 reaches this fraction (0.76) and record the time")
-    p.add_argument("--output-dir", default="runs", help="root of run directories")
-    p.add_argument("--name", default=None, help="run directory name (default: <file>-<preset>)")
-    p.add_argument("--price-per-device-hour", type=float, default=None, metavar="PRICE",
+    p.add_argument("--output-dir", type=paths.TEXT, default="runs", help="root of run directories")
+    p.add_argument("--name", type=paths.TEXT, default=None, help="run directory name (default: <file>-<preset>)")
+    p.add_argument("--price-per-device-hour", type=numbers.PRICE, default=None, metavar="PRICE",
                    help="what one device costs for one hour: the summary states the cost per epoch and per run "
                         "(sets price_per_device_hour)")
-    p.add_argument("--raport-file", default=None,
+    p.add_argument("--raport-file", type=paths.TEXT, default=None,
                    help="also write NVIDIA DeepLearningExamples' JSON-lines log (DLLL records) here")
     add_tracking_arguments(p)
     p.set_defaults(run=run)

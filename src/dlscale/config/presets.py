@@ -12,6 +12,7 @@ that lists the keys that exist, not a silently ignored setting.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from importlib import resources
@@ -38,11 +39,16 @@ def load_presets(source: str) -> tuple[Path, dict[str, dict]]:
     if not path.is_file():
         raise ConfigError(f"no preset file {source!r}; shipped: {', '.join(sorted(shipped))}, or a path to a YAML file")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path} is not valid YAML: {str(error).splitlines()[0]}") from None
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise ConfigError(f"{path} must map preset names to sections")
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        why = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else str(error).splitlines()[0]
+        raise ConfigError(f"{path} is not a YAML file of presets ({why})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must map preset names to sections, not be a {type(data).__name__}")
+    wrong = next((name for name, value in data.items() if not isinstance(name, str) or not isinstance(value, dict)),
+                 None)
+    if wrong is not None:
+        raise ConfigError(f"{path}: preset {wrong!r} must be a section (key: value pairs), got {data[wrong]!r}")
     return path, data
 
 
@@ -54,6 +60,8 @@ def resolve_preset(presets: dict[str, dict], name: str, source: str = "", _seen:
         raise ConfigError(f"preset {name!r} inherits from itself ({' -> '.join((*_seen, name))})")
     entry = dict(presets[name])
     base = entry.pop("base", None if name == "default" else "default")
+    if base is not None and not isinstance(base, str):
+        raise ConfigError(f"preset {name!r} in {source}: base {base!r} must name another preset")
     if base is None or (base == "default" and "default" not in presets):
         return entry
     return deep_merge(resolve_preset(presets, base, source, (*_seen, name)), entry)
@@ -105,6 +113,10 @@ def load_config(spec: str, overrides: list[str] = ()) -> tuple[TrainConfig, str]
 
 # ------------------------------------------------------------- dict -> dataclass, type-checked
 
+LARGEST_INT = 2**53
+"""The largest magnitude a number of the configuration may have: every integer up to it is exact as a float
+(a JSON number), and it is beyond any count, size or seed a run has; the sections bound each setting further."""
+
 
 def build(cls: type, data: Any, where: str) -> Any:
     if not isinstance(data, dict):
@@ -154,10 +166,14 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where} must be an integer, got {value!r}")
+        if not -LARGEST_INT <= value <= LARGEST_INT:
+            raise ConfigError(f"{where}={value} is beyond any count or size a run has (at most {LARGEST_INT:,})")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where} must be a number, got {value!r}")
+        if not math.isfinite(value) or abs(value) > LARGEST_INT:
+            raise ConfigError(f"{where}={value!r} must be a finite number (at most {LARGEST_INT:,})")
         return float(value)
     if hint is str:
         if not isinstance(value, str):

@@ -50,6 +50,26 @@ WeightDecayExemption = Literal["module_type", "name_contains_bn"]
 WEIGHT_DECAY_EXEMPTIONS: tuple[str, ...] = typing.get_args(WeightDecayExemption)
 
 
+# Bounds a setting has wherever it is given (a preset, --set, a flag: cli/numbers.py takes the same). An upper
+# bound is where a value stops meaning anything, not a guess at what fits: models/memory.py checks that.
+SEED_MAX = 2**32 - 1
+"""numpy's generators take 32-bit seeds."""
+IMAGE_SIDE_MAX = 16_384
+"""Pixels of a square image's side: beyond any ResNet input."""
+WIDTH_MAX = 1024
+"""A ResNet's base channel count: 16 times the standard 64's channels, 256 times its parameters."""
+BATCH_MAX = 65_536
+"""Images per rank per step: beyond any device's memory."""
+GLOBAL_BATCH_MAX = 2**30
+"""Images per optimizer step over all ranks: beyond any published recipe."""
+WORKERS_MAX = 1024
+"""Loader processes per rank: no node has more cores."""
+TIMEOUT_MAX_S = 365 * 24 * 3600
+"""A year: longer is no timeout (and Python's timedelta ends at 999,999,999 days)."""
+SYNTHETIC_MAX = 10**9
+"""Samples of the synthetic data set (its labels are held in memory)."""
+
+
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
@@ -71,7 +91,8 @@ class ModelConfig:
     and output channels differ (36 of ResNet-50's 53)."""
 
     def __post_init__(self) -> None:
-        _check(self.width >= 1, f"model.width={self.width} must be >= 1 channels")
+        _check(1 <= self.width <= WIDTH_MAX, f"model.width={self.width} must be 1 to {WIDTH_MAX} channels "
+               "(64: the standard ResNet)")
         _check(self.conv_init in ("fan_out", "fan_in"),
                f"model.conv_init={self.conv_init!r}: use fan_out (torchvision's) or fan_in (NVIDIA ConvNets')")
 
@@ -176,14 +197,18 @@ class DataConfig:
             raise ConfigError(f"data.on_bad_sample={self.on_bad_sample!r}; use 'skip' or 'error'")
         for key in ("image_size", "val_image_size", "val_resize"):
             value = getattr(self, key)
-            if value is not None and value < 1:
-                raise ConfigError(f"data.{key}={value}; use a positive number of pixels or leave it unset")
-        for key in ("prefetch_factor", "max_consecutive_bad", "decode_chunk", "synthetic_size",
-                    "synthetic_val_size", "synthetic_classes"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"data.{key}={getattr(self, key)}; use a number >= 1")
-        if self.num_workers < 0:
-            raise ConfigError(f"data.num_workers={self.num_workers}; use 0 or more")
+            if value is not None and not 1 <= value <= IMAGE_SIDE_MAX:
+                raise ConfigError(f"data.{key}={value}; use 1 to {IMAGE_SIDE_MAX:,} pixels or leave it unset")
+        for key, most in (("prefetch_factor", 1024), ("max_consecutive_bad", SYNTHETIC_MAX), ("decode_chunk", 65_536),
+                          ("synthetic_size", SYNTHETIC_MAX), ("synthetic_val_size", SYNTHETIC_MAX),
+                          ("synthetic_classes", 10**6)):
+            if not 1 <= getattr(self, key) <= most:
+                raise ConfigError(f"data.{key}={getattr(self, key)}; use a number from 1 to {most:,}")
+        if not 0 <= self.num_workers <= WORKERS_MAX:
+            raise ConfigError(f"data.num_workers={self.num_workers}; use 0 to {WORKERS_MAX:,} (no node has more "
+                              "cores)")
+        if not 0 <= self.seed <= SEED_MAX:
+            raise ConfigError(f"data.seed={self.seed}; use 0 to {SEED_MAX:,} (numpy's generators take 32-bit seeds)")
         if self.download and self.name not in ("cifar10", "cifar100"):
             raise ConfigError(f"data.download fetches CIFAR-10 and CIFAR-100 only, not data.name={self.name}; drop "
                               "--download (`dlscale data make-jpegs` writes a JPEG tree to try imagefolder)")
@@ -235,7 +260,7 @@ class OptimConfig:
             0 <= self.label_smoothing < 1,
             f"optim.label_smoothing={self.label_smoothing} must be in [0, 1)",
         )
-        _check(self.accumulation_steps >= 1, "optim.accumulation_steps must be >= 1")
+        _check(1 <= self.accumulation_steps <= BATCH_MAX, f"optim.accumulation_steps must be 1 to {BATCH_MAX:,}")
         _check(self.weight_decay_exemption in WEIGHT_DECAY_EXEMPTIONS,
                f"optim.weight_decay_exemption={self.weight_decay_exemption!r}: use one of {WEIGHT_DECAY_EXEMPTIONS}")
 
@@ -427,11 +452,15 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _check(self.price_per_device_hour is None or self.price_per_device_hour > 0,
                f"price_per_device_hour={self.price_per_device_hour} must be > 0 (or unset)")
-        for key in ("batch_size", "global_batch_size", "val_batch_size", "max_steps_per_epoch"):
+        for key, most in (("batch_size", BATCH_MAX), ("global_batch_size", GLOBAL_BATCH_MAX),
+                          ("val_batch_size", BATCH_MAX), ("max_steps_per_epoch", 2**31)):
             value = getattr(self, key)
-            _check(value is None or value >= 1, f"{key}={value} must be >= 1 (or unset)")
+            _check(value is None or 1 <= value <= most, f"{key}={value} must be >= 1 and at most {most:,} (or unset)")
         _check(self.log_every >= 1, f"log_every={self.log_every} must be >= 1 optimizer steps")
-        _check(self.pg_timeout_s > 0, f"pg_timeout_s={self.pg_timeout_s:g} (--pg-timeout) must be positive seconds")
+        _check(0 < self.pg_timeout_s <= TIMEOUT_MAX_S, f"pg_timeout_s={self.pg_timeout_s:g} (--pg-timeout) must be "
+               f"positive seconds, at most {TIMEOUT_MAX_S:,} (a year)")
+        _check(0 <= self.seed <= SEED_MAX, f"seed={self.seed} must be 0 to {SEED_MAX:,} (numpy's generators take "
+               "32-bit seeds)")
         _check(self.target_accuracy is None or 0 < self.target_accuracy <= 1,
                f"target_accuracy={self.target_accuracy} (--target-accuracy) is a fraction of validation top-1 "
                "in (0, 1], e.g. 0.76")
@@ -486,10 +515,15 @@ class BenchConfig:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.num_warmup_batches < 0:
             raise ConfigError(f"--num-warmup-batches must be >= 0, got {self.num_warmup_batches}")
-        if self.image_size < 8:
-            raise ConfigError(f"--image-size must be at least 8 pixels, got {self.image_size}")
-        if self.pg_timeout_s <= 0:
-            raise ConfigError(f"--pg-timeout must be positive seconds, got {self.pg_timeout_s}")
+        if not 8 <= self.image_size <= IMAGE_SIDE_MAX:
+            raise ConfigError(f"--image-size must be 8 to {IMAGE_SIDE_MAX:,} pixels, got {self.image_size}")
+        for name, most in (("batch_size", BATCH_MAX), ("width", WIDTH_MAX), ("pool_batches", 1024)):
+            if getattr(self, name) > most:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at most {most:,}, got {getattr(self, name)}")
+        if not 0 <= self.seed <= SEED_MAX:
+            raise ConfigError(f"--seed must be 0 to {SEED_MAX:,} (numpy's generators take 32-bit seeds)")
+        if not 0 < self.pg_timeout_s <= TIMEOUT_MAX_S:
+            raise ConfigError(f"--pg-timeout must be positive seconds, at most a year, got {self.pg_timeout_s}")
         if self.speed.cuda_graphs and self.precision == "amp_fp16" and self.speed.fused_optimizer is False:
             # GradScaler steps any other SGD only after reading the overflow flag on the host, which a
             # capture cannot hold; fused SGD skips an overflowed step on the device (dlscale.bench.cuda_graphs).

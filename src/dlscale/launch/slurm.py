@@ -38,7 +38,7 @@ from pathlib import Path
 
 from dlscale.errors import ConfigError
 from dlscale.launch import slurm_resources as resources
-from dlscale.rundir import is_run
+from dlscale.rundir import check_output_dir, check_output_file, is_run, writing
 
 JOB_LAUNCHERS = ("torchrun", "srun")
 """How an sbatch script starts its workers: one torchrun agent per node, or one srun task per rank."""
@@ -484,12 +484,13 @@ def submit_point(name: str, argv: Sequence[str], world_size: int, gpus_per_node:
                    job_name=options.pop("job_name", f"dlscale-{name}"), **options)
     script = sweep_dir / "jobs" / f"{name}.sbatch"
     write_script(script, sbatch_script(job))
-    job.log.parent.mkdir(parents=True, exist_ok=True)
+    check_output_dir(job.log.parent, "--output-dir", "the sweep's log folder")
     return submit(script)
 
 
-def write_script(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    os.chmod(path, 0o755)
+def write_script(path: Path, text: str, flag: str = "--script") -> Path:
+    """The script, executable; one line naming `flag` when it cannot be written."""
+    with writing(check_output_file(path, flag), flag):
+        path.write_text(text)
+        os.chmod(path, 0o755)
     return path

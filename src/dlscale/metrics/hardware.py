@@ -68,3 +68,18 @@ def mfu(images_per_s: float, train_flops_per_image: float, device_name: str, dty
 def available_cores() -> int:
     """CPU cores this process may run on (its affinity mask, as SLURM and taskset set it)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def host_memory_bytes() -> int | None:
+    """This host's memory (MemTotal of /proc/meminfo; the page count elsewhere), None when unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None

@@ -32,7 +32,7 @@ from dlscale.report.groups import Group, group
 from dlscale.report.load import Collection, load
 from dlscale.report.references import Reference, load_reference, resolve_names
 from dlscale.report.scaling import accuracy_rows, build_series, time_rows
-from dlscale.rundir import check_output_dir
+from dlscale.rundir import check_output_dir, writing
 
 PLOTS = {
     "throughput_vs_devices.png": "Throughput vs devices, with the ideal linear line and the node boundary",
@@ -107,7 +107,7 @@ def build_report(paths: list, out_dir: Path, references: list[str] = (),
     explain/ sits above report/ in the layers)."""
     refs = [load_reference(name) for name in resolve_names(list(references))]
     figures = compute(load(paths), tolerance_pts)
-    check_output_dir(out_dir, "-o", "the report folder")
+    check_output_dir(out_dir, "--output-dir", "the report folder")
     report = Report(out_dir)
     report.flagged = [f"{a.run.name}: final top-1 {a.run.final_top1:.2f}% is {-a.delta_pts:.2f} points below "
                       f"{a.baseline.name} (global batch {a.baseline.global_batch}, {a.baseline.final_top1:.2f}%)"
@@ -134,7 +134,8 @@ def build_report(paths: list, out_dir: Path, references: list[str] = (),
     _save_all(figures, refs, tolerance_pts, report, io_epochs)
     findings = {run.name: explain(run.path) for run in runs} if explain else {}
     text = markdown.report(figures, refs, tables, report, tolerance_pts, command, findings, PLOTS)
-    (out_dir / "report.md").write_text(text)
+    with writing(out_dir / "report.md", "--output-dir") as path:
+        path.write_text(text)
     report.files.insert(0, out_dir / "report.md")
     return report
 

@@ -20,6 +20,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullLocator  # noqa: E402
 
+from dlscale.rundir import writing  # noqa: E402
+
 WIDTH_IN, HEIGHT_IN, DPI = 8.0, 5.0, 100
 """Every PNG is 800 x 500 pixels."""
 MAX_INSIDE_LEGEND = 8
@@ -47,8 +49,10 @@ def figure(title: str, subtitle: str = "", ncols: int = 1):
     return fig, axes
 
 
-def save(fig: Figure, path: Path) -> None:
-    fig.savefig(path, dpi=DPI)
+def save(fig: Figure, path: Path, flag: str = "--output-dir") -> None:
+    """The PNG; one line naming `flag` when it cannot be written (dlscale.rundir.writing)."""
+    with writing(path, flag):
+        fig.savefig(path, dpi=DPI)
 
 
 def shorten(label: str, limit: int = MAX_LABEL_CHARS) -> str:

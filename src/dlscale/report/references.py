@@ -9,12 +9,13 @@ Figures read off a plot carry `"read_off_plot": true` on their series.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 from dlscale.errors import ConfigError
+from dlscale.rundir import read_json
+from dlscale.rundir.shape import Maybe, check
 
 SERIES_KINDS = ("scaling", "efficiency", "progression", "time_to_solution", "sample", "workers")
 
@@ -143,24 +144,48 @@ def reference_names() -> list[str]:
                                     if p.name.endswith(".json")) if name not in NOT_REFERENCES)
 
 
+POINT = {"devices": Maybe("count", null=False), "nodes": Maybe("count", null=False),
+         "workers": Maybe("index", null=False), "global_batch": "count?", "batch_per_device": "count?",
+         "chart_throughput": "number?", "efficiency": "positive?", "speedup": "positive?",
+         "img_per_s": "positive?", "img_per_s_ci95": "nonnegative?", "img_per_s_range": Maybe(["positive"]),
+         "amp_over_fp32": "positive?", "train_time_h": "positive?", "train_time_min": "positive?",
+         "train_time_s": "positive?", "epoch_time_s": ("positive?", ["positive"]), "lr": "positive?",
+         "final_top1_pct": "number?", "final_top5_pct": "number?", "epoch_time": "text?", "setting": "text?",
+         "note": "text?", "bound": "text?", "preset": "text?", "efficiency_source": "text?",
+         "approximate_time": "flag?"}
+"""The figures of a published point, by key: what the report, explain and predict read of it."""
+RECIPE = Maybe({"source": Maybe(["text"], null=False)}, null=False)
+REFERENCE = {
+    "name": "text", "title": "text", "hardware": Maybe("object", null=False), "workload": Maybe("text", null=False),
+    "model": "text?", "sources": [{"id": "text", "where": "text"}], "notes": Maybe(["text"], null=False),
+    "recipe": RECIPE, "software": RECIPE,
+    "series": [{"id": "text", "label": "text", "kind": "text", "source": Maybe(["text"], null=False), "points": [POINT],
+                "read_off_plot": "flag?", "device": "text?", "precision": "text?", "batch_per_device": "count?",
+                "dist_optimizer": "text?", "short": "text?", "recipe": RECIPE}],
+}
+"""A reference file's shape (dlscale.rundir.shape): checked when it is read, so that no reader meets a wrong
+field."""
+
+
 def load_reference(name_or_path: str) -> Reference:
-    """A shipped reference by name (`hal`), or a reference file of the same format by path."""
+    """A shipped reference by name (`hal`), or a reference file of the same format by path: one line naming the
+    file and its first wrong field when it is not one."""
     if name_or_path.endswith(".json"):
         path = Path(name_or_path)
         if not path.is_file():
             raise ConfigError(f"--reference {name_or_path}: no such file")
-        text = path.read_text()
     else:
         names = reference_names()
         if name_or_path not in names:
             raise ConfigError(f"unknown --reference {name_or_path!r}; choose from {', '.join(names)}, all, "
                               "or give a .json file in the same format")
-        text = (reference_dir() / f"{name_or_path}.json").read_text()
+        path = Path(str(reference_dir() / f"{name_or_path}.json"))
+    how = "see dlscale/references/hal.json for the format"
+    data = check(read_json(path, fix=how), REFERENCE, path, what=how)
     try:
-        return _parse(json.loads(text), name_or_path)
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
-        raise ConfigError(f"reference {name_or_path}: malformed ({error}); see dlscale/references/hal.json "
-                          "for the format") from None
+        return _parse(data, name_or_path)
+    except ValueError as error:
+        raise ConfigError(f"reference {name_or_path}: malformed ({error}); {how}") from None
 
 
 def named_series(spec: str, choose=None) -> tuple[Reference, RefSeries, list[RefSeries]]:
@@ -206,13 +231,13 @@ def _parse(data: dict, where: str) -> Reference:
             raise ValueError(f"series {raw['id']} has no points")
         series.append(RefSeries(data["name"], raw["id"], raw["label"], raw["kind"],
                                 tuple(raw["points"]), meta))
-    for part in (data.get("recipe", {}), data.get("software", {}), *(s.meta.get("recipe", {}) for s in series)):
-        missing = [s for s in part.get("source", []) if s not in source_ids]
+    for part in (data.get("recipe") or {}, data.get("software") or {}, *(s.meta.get("recipe") or {} for s in series)):
+        missing = [s for s in part.get("source") or [] if s not in source_ids]
         if missing:
             raise ValueError(f"recipe or software names unknown sources {missing}")
     return Reference(
-        name=data["name"], title=data["title"], hardware=data.get("hardware", {}),
-        workload=data.get("workload", ""), sources=tuple(data["sources"]),
-        notes=tuple(data.get("notes", ())), series=tuple(series), model=data.get("model"),
-        recipe=data.get("recipe", {}), software=data.get("software", {}),
+        name=data["name"], title=data["title"], hardware=data.get("hardware") or {},
+        workload=data.get("workload") or "", sources=tuple(data["sources"]),
+        notes=tuple(data.get("notes") or ()), series=tuple(series), model=data.get("model"),
+        recipe=data.get("recipe") or {}, software=data.get("software") or {},
     )

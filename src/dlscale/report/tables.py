@@ -15,6 +15,7 @@ from dlscale.report.epochs import epoch_times
 from dlscale.report.flags import MARK
 from dlscale.report.references import Reference
 from dlscale.report.scaling import AccuracyRow, Series, TimeRow
+from dlscale.rundir import writing
 
 NONE = "—"
 
@@ -39,7 +40,7 @@ def markdown(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def write_csv(path: Path, headers: list[str], rows: list[list]) -> Path:
-    with open(path, "w", newline="") as f:
+    with writing(path, "--output-dir"), open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(headers)
         writer.writerows([["" if v is None else v for v in row] for row in rows])

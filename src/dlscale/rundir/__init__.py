@@ -24,6 +24,7 @@ from dlscale.rundir.files import (
     read_json,
     to_jsonable,
     write_json_file,
+    writing,
 )
 from dlscale.rundir.reader import (
     Sweep,
@@ -44,5 +45,5 @@ __all__ = [
     "FIGURES", "FILES", "THROUGHPUT_KINDS", "VERSION", "CommRun", "Run", "RunDir", "RunInUse", "Sweep",
     "check_output_dir", "check_output_file", "default_run_name", "is_run", "is_sweep", "json_line", "json_value",
     "number", "open_append", "read_comm_run", "read_json", "read_optional", "read_run", "read_runs", "read_summary",
-    "read_sweep", "stamped", "to_jsonable", "write_json_file",
+    "read_sweep", "stamped", "to_jsonable", "write_json_file", "writing",
 ]

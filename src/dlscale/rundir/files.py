@@ -8,10 +8,12 @@ prints without a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -51,16 +53,17 @@ def json_line(record: Any) -> str:
 # ------------------------------------------------------------------------------------------ reading
 
 
-def read_json(path: Path, what: str = "", *, kind: type = dict) -> Any:
-    """A JSON object (or `kind`) that dlscale wrote; one line naming the file (and `what` to re-run) otherwise."""
+def read_json(path: Path, what: str = "", *, kind: type = dict, fix: str = "") -> Any:
+    """A JSON object (or `kind`) that dlscale wrote; one line naming the file and what to do (`fix`, else re-run
+    `what` or remove the directory) otherwise."""
+    fix = fix or f"re-run{what} or remove the directory"
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        why = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else " ".join(str(error).split())
-        raise ConfigError(f"{path}: cannot be read as JSON ({why}); re-run{what} or remove the directory") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        why = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else " ".join(str(error).split())[:120]
+        raise ConfigError(f"{path}: cannot be read as JSON ({why}); {fix}") from None
     if not isinstance(data, kind):
-        raise ConfigError(f"{path}: not a JSON {'object' if kind is dict else kind.__name__}; re-run{what} or "
-                          "remove the directory")
+        raise ConfigError(f"{path}: not a JSON {'object' if kind is dict else kind.__name__}; {fix}")
     return data
 
 
@@ -150,7 +153,7 @@ def check_output_file(path: str | os.PathLike, flag: str) -> Path:
     """A file that will be written: not a directory, its folder created, and a file can be created there
     (tried with a temporary one). One line naming `flag` otherwise."""
     path = Path(path)
-    if path.is_dir():
+    if is_dir(path):
         raise ConfigError(f"{flag} {path} is a directory; give a file name")
     check_output_dir(path.parent, flag, "the folder")
     probe = path.with_name(f".{path.name}.probe.{os.getpid()}")
@@ -163,9 +166,41 @@ def check_output_file(path: str | os.PathLike, flag: str) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def writing(path: str | os.PathLike, flag: str) -> Iterator[Path]:
+    """Write `path` inside the block (a plot, a table, a script): an OSError on the way (a folder of that
+    name, a file where its folder should be, a full disk) is one line naming the file and `flag`."""
+    path = Path(path)
+    try:
+        yield path
+    except OSError as error:
+        raise StorageError(f"cannot write {path} ({_why(path, error)}); choose another {flag}") from None
+
+
 def _why(path: Path, error: OSError) -> str:
     """What stops a path: the file in the way, else the operating system's words."""
     for place in (path, *path.parents):
-        if place.exists() and not place.is_dir():
+        try:
+            in_the_way = place.exists() and not place.is_dir()
+        except OSError:  # a name too long to look at: the operating system's words say so
+            in_the_way = False
+        if in_the_way:
             return f"{place} is a file" if place != path else "a file of that name exists"
     return error.strerror or str(error)
+
+
+def is_file(path: str | os.PathLike) -> bool:
+    """path names a regular file; False also where the system cannot look (a name too long, a loop of links),
+    as pathlib answers from Python 3.14 on."""
+    try:
+        return Path(path).is_file()
+    except OSError:
+        return False
+
+
+def is_dir(path: str | os.PathLike) -> bool:
+    """path names a folder; False also where the system cannot look."""
+    try:
+        return Path(path).is_dir()
+    except OSError:
+        return False

@@ -11,18 +11,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlscale.errors import ConfigError
-from dlscale.rundir.files import read_json, read_records
+from dlscale.rundir.files import is_dir, is_file, read_json, read_records
 from dlscale.rundir.run import CommRun, Run
-from dlscale.rundir.schema import THROUGHPUT_KINDS, check_summary, unstamped
+from dlscale.rundir.schema import COMM_RUN, SHAPES, THROUGHPUT_KINDS, check_summary, unstamped
+from dlscale.rundir.shape import check
+
+WRITTEN_BY = "not as dlscale writes it: re-run, or remove the directory"
 
 
 def is_run(path: str | Path) -> bool:
     """A directory with a summary.json: a finished run (or one that has written its summary)."""
-    return (Path(path) / "summary.json").is_file()
+    return is_file(Path(path) / "summary.json")
 
 
 def is_sweep(path: str | Path) -> bool:
-    return (Path(path) / "sweep.json").is_file()
+    return is_file(Path(path) / "sweep.json")
 
 
 def read_summary(path: str | Path, *kinds: str, flag: str = "") -> dict:
@@ -37,6 +40,8 @@ def read_run(path: str | Path, kinds: tuple[str, ...] | None = THROUGHPUT_KINDS,
     directory = Path(path)
     summary, version = _summary(directory, kinds or (), flag)
     records = read_records(directory / "metrics.jsonl")
+    for record in records:
+        check(record, SHAPES["metrics.jsonl"], directory / "metrics.jsonl", what=WRITTEN_BY)
     windows = tuple(r for r in records if r.get("record") == "train")
     return Run(directory, summary, read_optional(directory / "config.json"), read_optional(directory / "env.json"),
                windows, _epochs(summary, records), sweep, point or {}, version)
@@ -44,16 +49,16 @@ def read_run(path: str | Path, kinds: tuple[str, ...] | None = THROUGHPUT_KINDS,
 
 def read_optional(file: Path) -> dict:
     """A run's config.json or env.json without its version; {} when the run has none."""
-    if not file.is_file():
+    if not is_file(file):
         return {}
-    return unstamped(read_json(file), file)[0]
+    return check(unstamped(read_json(file), file)[0], SHAPES.get(file.name, {}), file, what=WRITTEN_BY)
 
 
 def read_runs(path: str | Path) -> list[Run]:
     """A bench or train run directory, or a sweep directory's finished points (smallest world size first)."""
     directory = Path(path)
     if not is_sweep(directory):
-        if directory.is_dir() and not is_run(directory):
+        if is_dir(directory) and not is_run(directory):
             raise ConfigError(f"{directory} holds no summary.json: not a finished run of dlscale bench or train "
                               "(nor a sweep: no sweep.json)")
         return [read_run(directory)]
@@ -66,16 +71,17 @@ def read_runs(path: str | Path) -> list[Run]:
 
 def read_comm_run(path: str | Path, flag: str = "--comm-run") -> CommRun:
     """A run directory of dlscale comm."""
-    return CommRun(Path(path), read_summary(path, "comm", flag=flag))
+    summary = read_summary(path, "comm", flag=flag)
+    return CommRun(Path(path), check(summary, COMM_RUN, Path(path) / "summary.json", what=WRITTEN_BY))
 
 
 def _summary(directory: Path, kinds: tuple[str, ...], flag: str) -> tuple[dict, int]:
     prefix, made_by = f"{flag} " if flag else "", " or ".join(kinds) if kinds else "bench, train, comm or predict"
-    if not directory.is_dir():
+    if not is_dir(directory):
         raise ConfigError(f"{prefix}{directory}: no such directory, so no summary.json; give a run directory of "
                           f"dlscale {made_by}")
     file = directory / "summary.json"
-    if not file.is_file():
+    if not is_file(file):
         raise ConfigError(f"{prefix}{directory} holds no summary.json: not a finished run of dlscale {made_by}")
     summary, version = unstamped(read_json(file, f" dlscale {kinds[0] if kinds else 'command'}"), file)
     if kinds and summary.get("kind") not in kinds:
@@ -135,27 +141,13 @@ class Sweep:
 def read_sweep(path: str | Path) -> Sweep:
     directory = Path(path)
     file = directory / "sweep.json"
-    if not file.is_file():
+    if not is_file(file):
         raise ConfigError(f"{directory}: no sweep.json; give a directory made by dlscale scale")
     data, version = unstamped(read_json(file, " dlscale scale"), file)
-    points = data.get("points", [])
-    if not isinstance(points, list):
-        raise ConfigError(f"{file}: points is not a list; not as dlscale scale writes it: re-run, or remove the "
-                          "directory")
-    for index, point in enumerate(points):
-        wrong = _wrong_point_field(point)
-        if wrong:
-            raise ConfigError(f"{file}: point {index} has {wrong}; not as dlscale scale writes it: re-run, or "
-                              "remove the directory")
+    check(data, SHAPES["sweep.json"], file, what="not as dlscale scale writes it: re-run, or remove the directory")
+    points = data.get("points") or []
+    empty = next((i for i, p in enumerate(points) if not p["run_dir"]), None)
+    if empty is not None:
+        raise ConfigError(f"{file}: points[{empty}].run_dir is empty; not as dlscale scale writes it: re-run, or "
+                          "remove the directory")
     return Sweep(directory, {k: v for k, v in data.items() if k != "points"}, tuple(points), version)
-
-
-def _wrong_point_field(point) -> str | None:
-    if not isinstance(point, dict):
-        return "no fields (not an object)"
-    if not isinstance(point.get("run_dir"), str) or not point["run_dir"]:
-        return "no run_dir"
-    size = point.get("world_size")
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        return f"world_size {size!r} (not a positive whole number)"
-    return None

@@ -36,6 +36,7 @@ from dlscale.metrics.run import environment_info
 from dlscale.metrics.timing import device_synchronizer, format_duration
 from dlscale.metrics.tracking import TrackingTarget
 from dlscale.models import build_model
+from dlscale.models.memory import check_fits, footprint
 from dlscale.precision import build_precision, precision_note
 from dlscale.rundir import RunDir, check_output_file, to_jsonable
 from dlscale.train.checkpoint import CheckpointManager
@@ -188,6 +189,7 @@ def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: Run
     if cfg.model.norm == "batch" and plan.per_rank_batch < 2 and not (cfg.sync_batchnorm and env.is_distributed):
         raise ConfigError(f"{plan.per_rank_batch} image per rank per step: BatchNorm needs at least 2 to normalise "
                           "in training; raise the batch, or use --set model.norm=group")
+    check_memory(cfg, env, device, plan, info)  # before the model is built: what cannot fit or train, in one line
     model = build_model(cfg.model.name, num_classes=info.num_classes, width=cfg.model.width,
                         zero_init_residual=cfg.model.zero_init_residual, norm=cfg.model.norm,
                         conv_init=cfg.model.conv_init)
@@ -213,6 +215,18 @@ def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: Run
                            reads=ReadMeter(count_reads(train_loader)), sync=sync, clock=clock),
         sync=sync, compiling=CompileWatch.for_run(cfg.speed.compile, cfg.speed.compile_mode, device),
     )
+
+
+def check_memory(cfg: TrainConfig, env: DistEnv, device: torch.device, plan: Plan, info: DatasetInfo) -> None:
+    """The model at this rank's batch and the data set's image size against the device's memory, and the step's
+    shapes against what torch trains on (models.memory); one line naming the settings otherwise."""
+    settings = (f"model.name={cfg.model.name}, model.width={cfg.model.width}, {plan.per_rank_batch} images per rank "
+                f"per step, {info.image_size} px (data.image_size)")
+    need = footprint(cfg.model.name, num_classes=info.num_classes, width=cfg.model.width, norm=cfg.model.norm,
+                     batch=plan.per_rank_batch, image_size=info.image_size, settings=settings,
+                     train=not (cfg.sync_batchnorm and env.is_distributed))  # SyncBatchNorm counts every rank's
+    check_fits(need, device, settings=settings, amp=cfg.precision.startswith("amp"),
+               ranks_on_host=env.local_world_size if device.type == "cpu" else 1)
 
 
 def _seed(seed: int, deterministic: bool, device: torch.device) -> None:
