@@ -128,7 +128,7 @@ def test_the_writers_files_read_back_as_written_with_the_version(tmp_path):
 
 def test_one_run_per_directory_and_the_lock_dies_with_its_release(tmp_path):
     first = RunDir.claim_new(tmp_path, "run")
-    with pytest.raises(RunInUse, match=r"is in use by `dlscale .*pid \d+"):
+    with pytest.raises(RunInUse, match=r"is in use by `dlscale[^`]*` \(pid \d+"):  # its arguments, if any
         RunDir.claim_new(tmp_path, "run")
     first.release()
     with RunDir.claim_new(tmp_path, "run") as again:

@@ -84,7 +84,7 @@ RATE = "positive?"
 """Images/s, GB/s, a speedup: a measured rate is above 0."""
 PER_RANK = Maybe(["number"])
 """One figure per rank (train: rank 0's mean over its log windows, per rank)."""
-STRAGGLERS = Maybe({"slowest_rank": "index?", "straggler": "flag?", "median_excess_pct": "number?", "pattern": "text?",
+STRAGGLERS = Maybe({"slowest_rank": "index?", "straggler": "index?", "median_excess_pct": "number?", "pattern": "text?",
                     "windows": "index?", "slowest_windows": "index?"})
 COMMON = {
     "kind": "text", "model": "text?", "precision": "text?", "device": "text?", "device_name": "text?",
@@ -148,8 +148,8 @@ RECORD_SHAPE = {"record": "text?", "epoch": "index?", "step": "index?", "iterati
                 "val_loss": "number?", "rank_step_ms": PER_RANK, "rank_data_ms": PER_RANK, "rank_forward_ms": PER_RANK,
                 "*_gb_per_s": "nonnegative?", "*_per_s": "nonnegative?", "io_*": "nonnegative?"}
 """A metrics.jsonl record (train's log windows and epochs, profile's steps)."""
-CONFIG_SHAPE = {"kind": "text?", "preset": "text?", "data": Maybe({"name": "text?", "num_workers": "index?",
-                                                                   "decode": "text?", "image_size": "count?"}),
+CONFIG_SHAPE = {"kind": "text?", "preset": "text?", "data": ("text?", {"name": "text?", "num_workers": "index?",
+                                                                       "decode": "text?", "image_size": "count?"}),
                 "model": ("text?", {"name": "text?", "width": "count?"}), "speed": "object?", "strategy": "object?",
                 "plan": "object?", "argv": Maybe(["text"]), "world_size": "count?"}
 ENV_SHAPE = {"device_name": "text?", "torch": "text?", "cuda": "text?", "nccl": "text?", "hostname": "text?",
