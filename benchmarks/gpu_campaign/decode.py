@@ -14,17 +14,40 @@ from gpu_campaign.plan import CPU_RATE, LOADER_RATE, RATES, STARTUP_S, Features,
 COMPILED = {"speed.compile": "true", "speed.compile_mode": "reduce-overhead", "speed.cudnn_benchmark": "true"}
 """The GPU default's compile settings, as `--set` pairs of `dlscale train`."""
 
+LOADER_RATES = {"fast": 3000.0, "gpu": 4000.0}
+"""img/s of the campaign's two loader runs on a GPU machine, rounded down from what they measured (2026-11-27, H100,
+16 cores: 3,539 img/s on the fast path with 15 workers, 4,372 on the device path with 8)."""
+
 TRAIN_COMPILE_S = {"first": 45.0, "later": 20.0}
 """The first compiled train run: the bench's training graph from the cache (~15 s) and the evaluation's
 forward graph compiled anew (~30 s); later runs find both (2026-11-27: 76 s for the first run in all,
 54 and 49 s for the later ones, at batch 256 and 2 epochs)."""
 
 
-def _train(shape, name: str, *, synthetic: bool, decode: str | None, device: str) -> list[str]:
+def device_share(workers_ips: float | None, device_ms_per_image: float | None, model_ips: float) -> float:
+    """The share of the training JPEGs the device should decode (data.device_decode_share) so that the
+    loader workers and the device finish a step's images together, from the loader's two runs.
+
+    The workers decode (1 - s) T img/s at most at their measured rate c; the device's decode time adds to its
+    step time: T / m + s T d <= 1 s (m: the model's img/s, d: device-seconds per image). Both bound at the
+    best T: x = s T = (1 - c / m) / (1 / m + d), s = x / (c + x). 0.5 where a figure is missing; at least
+    0.05 (the workers alone: the fast path's run says that)."""
+    if not workers_ips or not device_ms_per_image or model_ips <= 0:
+        return 0.5
+    if workers_ips >= model_ips:
+        return 0.05
+    on_device = (1 - workers_ips / model_ips) / (1 / model_ips + device_ms_per_image / 1000)
+    return min(max(on_device / (workers_ips + on_device), 0.05), 1.0)
+
+
+def _train(shape, name: str, *, synthetic: bool, decode: str | None, device: str, share: str | None = None
+           ) -> list[str]:
     argv = train_argv(shape, name, synthetic=synthetic)
     sets = dict(COMPILED) if device == "cuda" else {}
     if decode is not None:
         sets["data.decode"] = decode
+    if share is not None:
+        sets["data.device_decode_share"] = share
     for key, value in sets.items():
         argv[argv.index("--output-dir"):argv.index("--output-dir")] = ["--set", f"{key}={value}"]
     return argv
@@ -39,7 +62,7 @@ def decode_stage(f: Features) -> Stage:
                "gpu": [min(shape.workers)] if device == "cuda" else shape.workers}
     tree = Run("JPEG tree", ["benchmarks/gpu_campaign/jpeg_tree.py", "{work}/jpegs", "--unique", str(shape.unique),
                              "--train", str(shape.train), "--val", str(shape.val)], "none",
-               15.0 if device == "cuda" else 6.0, settings=f"{shape.train} train JPEGs of 500x375 (~100 KiB)")
+               10.0 if device == "cuda" else 6.0, settings=f"{shape.train} train JPEGs of 500x375 (~100 KiB)")
     loaders = []
     for path in ("fast", "gpu"):
         # 4x the batches the workers hold in flight (2 each), so that what they made before the timer is a quarter
@@ -47,7 +70,7 @@ def decode_stage(f: Features) -> Stage:
         argv = ["-m", "dlscale", "loader", "--data", "{work}/jpegs", "--decode", path, "--workers",
                 ",".join(map(str, workers[path])), "--batch-size", str(batch), "--batches", str(batches),
                 "--image-size", size, "--device", device, "--prewarm", "--out", f"{{work}}/loader-{path}"]
-        rate = LOADER_RATE[device] * (2.0 if path == "gpu" else 1.0)
+        rate = LOADER_RATES[path] if device == "cuda" else LOADER_RATE[device] * (2.0 if path == "gpu" else 1.0)
         estimate = STARTUP_S[device] + len(workers[path]) * (batches + 2 * max(workers[path])) * batch / rate
         run = Run(f"loader {path}", argv, "loader", estimate, output=f"{{work}}/loader-{path}/summary.json",
                   settings=f"decode {path}, workers {','.join(map(str, workers[path]))}, batch {batch}, {size} px",
@@ -66,12 +89,20 @@ def decode_stage(f: Features) -> Stage:
     jpeg_gpu = Run("train JPEG gpu", gpu_argv, "train", later, output="{work}/runs/train-gpu-{round}",
                    settings="ImageFolder of JPEGs, decoded on the GPU (nvJPEG)",
                    unavailable=loaders[1].unavailable)
+    # the workers decode what the device does not, at the fast path's most workers: {share} from the loaders
+    jpeg_shared = Run("train JPEG shared", _train(shape, "train-shared", synthetic=False, decode="gpu",
+                                                  device=device, share="{share}"),
+                      "train", later, output="{work}/runs/train-shared-{round}",
+                      settings="ImageFolder of JPEGs, a share decoded on the GPU (data.device_decode_share from the "
+                               "loader runs: decode.device_share), the others by the workers on the fast path",
+                      unavailable=loaders[1].unavailable)
     jpeg_fast = Run("train JPEG fast", _train(shape, "train-fast", synthetic=False, decode="fast", device=device),
                     "train", later, output="{work}/runs/train-fast-{round}",
                     settings="ImageFolder of JPEGs, the CPU fast path")
     what = "the compiled GPU default" if device == "cuda" else "the tiny CPU model"
     return Stage("decode", f"Real data: JPEGs decoded on the GPU and on the CPU against synthetic input, {what}",
-                 10_000.0, [synthetic, jpeg_gpu, jpeg_fast], setup=[tree, *loaders],
-                 ratios=[("train JPEG gpu", "train synthetic"), ("train JPEG fast", "train synthetic")],
+                 10_000.0, [synthetic, jpeg_gpu, jpeg_shared, jpeg_fast], setup=[tree, *loaders],
+                 ratios=[("train JPEG gpu", "train synthetic"), ("train JPEG shared", "train synthetic"),
+                         ("train JPEG fast", "train synthetic")],
                  note="`dlscale train`, 3 epochs (the first not counted), data.num_workers the loader's fastest "
                       "setting per path; the GPU decode's loader workers only read files and draw the crops")

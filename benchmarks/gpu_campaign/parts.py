@@ -59,8 +59,9 @@ newest GPU tests beside their compilations) and real data; part 2 the default ag
 the bare loop, the other levers, then the data-parallel wrapper and the batch curve (both measured on
 2026-11-27: rerun where time is left), the levers together, the profile."""
 
-BUDGET_S = {1: 460.0, 2: 240.0}
-"""Each part's deadline on a GPU: 7.7 and 4 minutes, so that the commands end within 8 and 4.5 minutes."""
+BUDGET_S = {1: 475.0, 2: 225.0}
+"""Each part's deadline on a GPU: 7.9 and 3.75 minutes, so that the commands end within 8 and 4.5 minutes (part 1
+took 445 s of its 460 on 2026-11-27; it now holds the train run of a shared decode too)."""
 
 OPTIONAL = frozenset(STAGES) - {name for names in PARTS.values() for name in names}
 """Stages in neither plan (--stages runs them): the measurements behind the earlier defaults."""

@@ -13,6 +13,8 @@ GOALS = {
     "vs_timm": ("dlscale bench default / timm benchmark.py (train)", 1.10, None),
     "vs_timm_eager": ("dlscale bench / timm benchmark.py (train), both eager with the same settings", None, None),
     "real_data": ("dlscale train, JPEG decoded on the GPU / synthetic, compiled default", 0.90, None),
+    "real_data_shared": ("dlscale train, JPEG with the decode shared by the GPU and the loader workers "
+                         "(data.device_decode_share) / synthetic: shown, it spends more CPU per image", None, None),
     "cpu_per_image": ("CPU time per image, GPU decode / CPU decode (dlscale loader)", None, None),
     "ddp_wrapper": ("the compiled default wrapped in DDP on one rank / unwrapped", None, None),
 }
@@ -86,6 +88,7 @@ def goals(results: dict, mode: str) -> list[dict]:
               "vs_timm_eager": _ratio(results, "peers", "dlscale bench", "timm benchmark.py"),
               "real_data": (_ratio(results, "decode", "train JPEG gpu", "train synthetic")
                             or _ratio(results, "data", "train JPEG", "train synthetic")),
+              "real_data_shared": _ratio(results, "decode", "train JPEG shared", "train synthetic"),
               "cpu_per_image": fast / gpu if fast and gpu else None,
               "ddp_wrapper": _ratio(results, "ddp", "DDP", "default")}
     rows = []

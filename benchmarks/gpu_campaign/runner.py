@@ -100,6 +100,18 @@ def read_loader(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
     rows = summary["settings"]
     best = max(rows, key=lambda row: row["images_per_s"])
     ctx.values[getattr(run, "sets", None) or "workers"] = str(best["workers"])
+    if getattr(run, "sets", None) != "gpu_workers":
+        ctx.values["workers_ips"] = str(best["images_per_s"])
+    else:  # the device path's loader: the share of the decode the device takes where the workers decode the rest
+        from gpu_campaign.decode import device_share
+        from gpu_campaign.plan import RATES
+
+        baseline = [r["value"] for r in ctx.results.get("baseline", {}).get("runs", []) if _figure(r)]
+        device_ms = best.get("device_ms_per_batch")
+        share = device_share(float(ctx.values.get("workers_ips") or 0) or None,
+                             device_ms / summary["batch_size"] if device_ms else None,
+                             statistics.median(baseline) if baseline else RATES["compiled"])
+        ctx.values["share"] = f"{share:.2f}"
     scalars = {k: v for k, v in summary.items() if not isinstance(v, dict | list)}
     return {"value": best["images_per_s"], "unit": "img/s",
             "details": {"rows": [{k: v for k, v in row.items() if not isinstance(v, dict | list)} for row in rows],

@@ -101,6 +101,23 @@ def test_device_decoded_batches_equal_cpu_decoded_ones_within_the_tolerance(smoo
     warnings.warn(f"device decode path, measured differences in levels of 255: {measured}", stacklevel=1)
 
 
+def test_a_shared_decode_takes_the_workers_rows_from_the_fast_path_and_the_rest_from_nvjpeg(smooth_tree, cuda):
+    """data.device_decode_share=0.5: nvJPEG decodes the odd indices, the workers the even ones on the fast path;
+    every row equals the fast path's (the workers') or the whole device path's (nvJPEG's), and the counts say
+    which side decoded how many."""
+    shared, _, _ = _loaders(smooth_tree, "gpu", cuda, device_decode_share=0.5)
+    device, _, _ = _loaders(smooth_tree, "gpu", cuda)
+    fast, _, _ = _loaders(smooth_tree, "fast", None)
+    got, prefetcher = _epoch(shared, cuda)
+    counts = prefetcher.stage.counts
+    assert (counts.device, counts.workers, counts.refused) == (8, 8, 0), counts
+    rows, want_device, want_fast = (torch.cat([b.images for b in batches]).int()
+                                    for batches in (got, _epoch(device, cuda)[0], _epoch(fast, "cpu")[0]))
+    same_as_fast = [torch.equal(row, f) for row, f in zip(rows, want_fast, strict=True)]
+    near_device = [(row - d).abs().max().item() <= 1 for row, d in zip(rows, want_device, strict=True)]
+    assert sum(same_as_fast) >= 8 and all(f or d for f, d in zip(same_as_fast, near_device, strict=True))
+
+
 def test_device_decoded_batches_are_normalised_channels_last_on_the_device(smooth_tree, cuda):
     train, _, info = _loaders(smooth_tree, "gpu", cuda)
     normalizer = DeviceNormalizer(info.mean, info.std, cuda, channels_last=True)

@@ -123,6 +123,17 @@ def test_world_size_is_a_setting_of_the_run():
         "log_every": (5, 9)}
 
 
+def test_a_checkpoint_from_before_a_setting_existed_resumes_with_its_default():
+    from dlscale.errors import ConfigError
+    from dlscale.train.resume_check import check_resume
+
+    # a checkpoint from before data.device_decode_share ran with the whole decode on its path's side
+    before = {"data": {"decode": "gpu"}}
+    assert check_resume(before, {"data": {"decode": "gpu", "device_decode_share": 1.0}}, run="x") == {}
+    with pytest.raises(ConfigError, match=r"data.device_decode_share 1.0 -> 0.5"):
+        check_resume(before, {"data": {"decode": "gpu", "device_decode_share": 0.5}}, run="x")
+
+
 def test_a_plain_pickle_checkpoint_is_refused_and_left_in_place(finished, capsys):
     latest = sorted((finished / "checkpoints").glob("checkpoint-*.pt"))[-1]
     hostile = pickle.dumps({"step": 99, "model": "anything"}, protocol=4)

@@ -73,6 +73,24 @@ def test_loader_prints_cpu_time_per_image_and_device_time_per_batch_on_each_path
                 assert "decoded_on_device" not in row
 
 
+def test_loader_with_a_device_share_says_so_and_counts_the_files_each_side_decoded(tree, tmp_path, capsys,
+                                                                                  device_path):
+    code = cli.main(["loader", "--data", str(tree), "--workers", "0", "--batch-size", "4", "--batches", "4",
+                     "--warmup-batches", "0", "--image-size", "32", "--device", "cpu", "--decode", "gpu",
+                     "--device-share", "0.5", "--out", str(tmp_path / "shared")])
+    assert code == 0
+    summary, printed = json.loads((tmp_path / "shared" / "summary.json").read_text()), capsys.readouterr().out
+    assert summary["device_decode_share"] == 0.5
+    assert "decode gpu (pillow on cpu, 50% of the training JPEGs, the workers the rest)," in printed
+    # The odd indices of a/0-7, b/0-7 go to the device, but for a/5 (truncated: skipped, a/6 in its place, a
+    # worker's) and b/3 (index 11, CMYK): 6 files; the workers decode the other 10 rows.
+    (row,) = summary["settings"]
+    assert (row["decoded_on_device"], row["decoded_by_workers"], row["refused_by_device"]) == (6, 10, 0)
+    assert row["images"] == 16 and row["skipped"] == 1
+    assert cli.main(["loader", "--data", str(tree), "--device-share", "0", "--out", str(tmp_path / "zero")]) == 2
+    assert "argument --device-share: '0': give a number above 0 and at most 1" in capsys.readouterr().err
+
+
 def _no_torchvision(monkeypatch):
     def missing():
         raise ModuleNotFoundError("No module named 'torchvision'")
@@ -131,13 +149,14 @@ def test_the_input_bound_warning_names_the_path_and_the_cores_it_needs():
     assert "data.decode=gpu" not in input_bound_warning(0.04, 0.1, workers=2, decode="fast", cores=8)  # CPU run
 
 
-def _starved(decode: str) -> Run:
+def _starved(decode: str, share: float | None = None) -> Run:
     windows = [{"record": "train", "epoch": 0, "step": step, "throughput_img_per_s": 3600.0,
                 "compute_img_per_s": 5600.0, "host_cpu_ms_per_image": 3.2 if decode == "fast" else 0.8,
                 "window_s": 5.0} for step in range(1, 6)]
     summary = {"kind": "train", "model": "resnet50", "world_size": 1, "device": "cuda", "batch_size": 256,
                "total_ips": 3600.0, "decode": decode}
-    config = {"data": {"name": "imagefolder", "num_workers": 15, "decode": "auto"}}
+    config = {"data": {"name": "imagefolder", "num_workers": 15, "decode": "auto",
+                       **({"device_decode_share": share} if share else {})}}
     return Run(Path("r"), summary, config, {"cpu_count": 16}, tuple(windows))
 
 
@@ -150,3 +169,9 @@ def test_explain_names_the_decode_path_and_the_cores_per_device_it_needs():
     (found,) = input_bound(Context(_starved("gpu")))
     assert "decode path gpu" in found.evidence and "about 5 cores per device" in found.evidence  # 0.8 x 5.6
     assert "data.decode=gpu" not in found.change
+    # the device decodes every file and the workers only read: the change offers them a share of the decode
+    assert "--set data.device_decode_share=0.5 (the device decodes half the training JPEGs" in found.change
+    (found,) = input_bound(Context(_starved("gpu", share=0.6)))
+    assert "decode path gpu (JPEGs decoded on the device, the loader workers only reading files; 60% of the " \
+           "training JPEGs on the device, the workers the rest)" in found.evidence
+    assert "device_decode_share" not in found.change  # a share already: which way helps is for a measurement

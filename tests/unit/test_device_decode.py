@@ -337,3 +337,61 @@ def test_the_batched_crops_equal_torchs_own_resize_one_image_at_a_time():
     diff = (batched - single).abs()
     assert diff.max() <= 1 and (diff > 0).float().mean() < 0.01, (diff > 0).float().mean()
     assert single[4, :, 0].eq(0).all() == batched[4, :, 0].eq(0).all()  # the padded rows stay zero
+
+
+# ------------------------------------------------------------------------------ a shared decode
+
+
+def test_a_device_share_sends_that_share_of_any_run_of_indices_to_the_device(tmp_path):
+    root = _tree(tmp_path)
+
+    def source(share):
+        cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode="gpu", num_workers=0,
+                         device_decode_share=share)
+        return build_loaders(cfg, rank=0, world_size=1, batch_size=4)[0].dataset.source
+
+    quarter, third, whole = source(0.25), source(1 / 3), source(1.0)
+    assert [quarter.on_device(i) for i in range(8)] == [False, False, False, True] * 2  # the 4th, 8th, ...
+    assert sum(quarter.on_device(i) for i in range(1000)) == 250
+    assert all(sum(quarter.on_device(i) for i in range(start, start + 4)) == 1 for start in range(100))
+    assert sum(third.on_device(i) for i in range(999)) == 333
+    assert all(whole.on_device(i) for i in range(1000))
+
+
+def test_with_a_device_share_the_workers_decode_the_other_files_exactly_as_the_fast_path(tmp_path):
+    """Half the files go to the device (the odd indices); the workers decode the others in the same batches,
+    and those rows are the fast path's images bit for bit; the device's rows are those of a run that sends
+    every file to the device (within a level: the chunks pad to other sizes)."""
+    root = _tree(tmp_path)
+    for epoch in (0, 1):
+        fast, _ = _epoch(root, "fast", epoch=epoch)
+        device, _ = _epoch(root, "gpu", epoch=epoch)
+        shared, prefetcher = _epoch(root, "gpu", epoch=epoch, device_decode_share=0.5)
+        cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode="gpu", num_workers=0)
+        sampler = build_loaders(cfg, rank=0, world_size=1, batch_size=4, seed=7)[0].sampler
+        sampler.set_epoch(epoch)
+        indices = [index for _, index in sampler]
+        to_device = [index % 2 == 1 for index in indices]
+        rows = torch.cat([b.images for b in shared])
+        assert torch.equal(torch.cat([b.labels for b in shared]), torch.cat([b.labels for b in fast]))
+        for row, on_device in enumerate(to_device):
+            if on_device:
+                assert (rows[row].int() - torch.cat([b.images for b in device])[row].int()).abs().max() <= 1
+            else:
+                assert torch.equal(rows[row], torch.cat([b.images for b in fast])[row]), (epoch, row)
+        assert prefetcher.stage.counts.device == sum(to_device) == 8
+        assert prefetcher.stage.counts.workers == len(indices) - sum(to_device) == 8
+
+
+def test_a_device_share_is_refused_in_one_line_where_it_means_nothing(tmp_path):
+    for share in (0, -0.5, 1.5, float("nan"), True):
+        with pytest.raises(ConfigError, match="data.device_decode_share=.*use a share above 0 and at most 1"):
+            DataConfig(decode="gpu", device_decode_share=share)
+    for decode in ("fast", "plain"):
+        with pytest.raises(ConfigError, match=f"with data.decode={decode} the loader workers decode every file"):
+            DataConfig(decode=decode, device_decode_share=0.5)
+    # auto keeps the share for the device path and drops it where auto takes the fast path
+    cfg = DataConfig(name="imagefolder", path=str(_tree(tmp_path)), image_size=SIZE, decode="auto", num_workers=0,
+                     device_decode_share=0.5)
+    assert cfg.on_path("gpu").device_decode_share == 0.5 and cfg.on_path("fast").device_decode_share == 1.0
+    assert build_loaders(cfg, rank=0, world_size=1, batch_size=4, device="cpu")[2].decode == "fast"

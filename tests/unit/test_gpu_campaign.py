@@ -14,7 +14,7 @@ from commands import run_process
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from gpu_campaign import alternate, parts, report, runner  # noqa: E402
+from gpu_campaign import alternate, decode, parts, report, runner  # noqa: E402
 from gpu_campaign import plan as P  # noqa: E402
 
 NEW_TESTS = ("tests/gpu/test_gpu_decode.py", "tests/gpu/test_gpu_ddp.py")
@@ -33,7 +33,7 @@ def test_dry_run_prints_both_plans_and_runs_nothing(tmp_path):
     assert out.returncode == 0, out.stderr
     text = out.stdout
     one, two = text.split("=== part 2 (--part 2)")
-    assert "=== part 1 (--part 1): deadline 460 s" in one and "deadline 240 s" in two
+    assert "=== part 1 (--part 1): deadline 475 s" in one and "deadline 225 s" in two
     for part, chunk in ((1, one), (2, two)):
         assert [line.split(":")[0][6:] for line in chunk.splitlines() if line.startswith("stage ")] == parts.PARTS[part]
     for command in ("benchmarks/gpu_campaign/environment.py", "-m dlscale bench --json",
@@ -306,6 +306,31 @@ def test_loader_reader_picks_the_fastest_worker_count_for_training(tmp_path):
     assert ctx.fill("data.num_workers={workers} {work}/x-{round}", 2) == f"data.num_workers=8 {tmp_path}/x-2"
 
 
+def test_the_shared_decode_balances_the_workers_and_the_device():
+    # workers 3,000 img/s, model 6,000, 0.1 device-ms per image: x = (1 - 0.5) / (1/6000 + 1/10000) = 1,875 on
+    # the device, so 4,875 img/s in all: 4,875 / 6,000 + 1,875 x 0.0001 = 1 s of device time per second
+    assert decode.device_share(3000.0, 0.1, 6000.0) == pytest.approx(1875.0 / 4875.0)
+    assert decode.device_share(7000.0, 0.1, 6000.0) == 0.05  # the workers alone keep up
+    assert decode.device_share(None, 0.1, 6000.0) == decode.device_share(3000.0, None, 6000.0) == 0.5
+    assert decode.device_share(10.0, 0.001, 6000.0) == pytest.approx(1.0, abs=0.01)  # workers of no use
+
+
+def test_the_device_loader_sets_the_share_of_the_shared_train_run(tmp_path):
+    ctx = _context(tmp_path)
+    ctx.results["baseline"] = {"runs": [{"name": "compiled default", "status": "ok", "value": 6000.0}]}
+    for path, sets, rate, device_ms in (("fast", "workers", 3000.0, 1.0), ("gpu", "gpu_workers", 4000.0, 25.6)):
+        (tmp_path / path).mkdir()
+        rows = [{"workers": 8, "images_per_s": rate, "device_ms_per_batch": device_ms}]
+        (tmp_path / path / "summary.json").write_text(json.dumps({"settings": rows, "batch_size": 256}))
+        runner.read_loader(P.Run(f"loader {path}", [], "loader", 1.0, sets=sets), "", tmp_path / path / "summary.json",
+                           ctx)
+    assert ctx.values["share"] == f"{1875.0 / 4875.0:.2f}" == "0.38"  # 25.6 ms / 256 = 0.1 ms per image
+    stage = decode.decode_stage(EVERYTHING)
+    shared = next(run for run in stage.runs if run.name == "train JPEG shared")
+    assert "data.device_decode_share={share}" in shared.argv and "data.num_workers={workers}" in shared.argv
+    assert ("train JPEG shared", "train synthetic") in stage.ratios
+
+
 # ------------------------------------------------------------------------------------- report
 
 def _results():
@@ -327,8 +352,9 @@ def _results():
                        [ratio("dlscale bench", "bare loop", 0.991),
                         ratio("dlscale bench", "timm benchmark.py", 5600.0 / 4800.0),
                         ratio("dlscale bench default", "timm benchmark.py", 6240.0 / 4800.0)]),
-        "decode": stage("decode", {"train JPEG gpu": 4400.0, "train synthetic": 5500.0},
-                        [ratio("train JPEG gpu", "train synthetic", 0.8)],
+        "decode": stage("decode", {"train JPEG gpu": 4400.0, "train synthetic": 5500.0, "train JPEG shared": 4675.0},
+                        [ratio("train JPEG gpu", "train synthetic", 0.8),
+                         ratio("train JPEG shared", "train synthetic", 0.85)],
                         setup=[loader("loader fast", 320.0), loader("loader gpu", 1600.0)],
                         runs=[{"name": "train JPEG gpu", "status": "ok",
                                "details": {"input_bound_warnings": [warning]}}]),
@@ -340,8 +366,8 @@ def _results():
 
 def test_goals_are_judged_on_a_gpu_and_say_why_real_data_falls_short():
     rows = {g["goal"]: g for g in report.goals(_results(), "cuda")}
-    assert list(rows) == ["throughput", "vs_bare", "vs_timm", "vs_timm_eager", "real_data", "cpu_per_image",
-                          "ddp_wrapper"]
+    assert list(rows) == ["throughput", "vs_bare", "vs_timm", "vs_timm_eager", "real_data", "real_data_shared",
+                          "cpu_per_image", "ddp_wrapper"]
     # the fastest single-GPU configuration: the DDP-wrapped run (7,300, made up) does not count
     throughput = rows["throughput"]
     assert (throughput["value"], throughput["source"]) == (6240.0, "peers / dlscale bench default")
@@ -364,6 +390,7 @@ def test_goals_are_judged_on_a_gpu_and_say_why_real_data_falls_short():
     # real data: JPEGs decoded on the GPU at 0.8 of synthetic, below 0.90; the CPU time per image 320 / 1,600
     # img per CPU-second = 0.2 of the CPU path's, within the third allowed
     assert rows["real_data"]["met"] is False and rows["real_data"]["input_bound_warnings"]
+    assert rows["real_data_shared"]["value"] == pytest.approx(0.85) and rows["real_data_shared"]["met"] is None
     assert rows["cpu_per_image"]["value"] == pytest.approx(0.2) and rows["cpu_per_image"]["met"] is True
     need = rows["real_data"]["cores_needed"]
     assert need["per_path"]["fast"]["cores"] == pytest.approx(5500.0 / 320.0)

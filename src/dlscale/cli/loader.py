@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,6 +41,9 @@ def add_parser(subparsers) -> None:
                    help="JPEG decode path (data.decode): fast (also called cpu) and plain decode in the workers; "
                         "gpu decodes on the device (needs --device cuda and torchvision); auto takes gpu where "
                         "it can run, else fast")
+    p.add_argument("--device-share", type=numbers.SHARE, default=1.0, metavar="SHARE",
+                   help="with --decode gpu: the share of the training JPEGs the device decodes, the workers "
+                        "the rest (data.device_decode_share; default 1)")
     p.add_argument("--device", choices=("none", "cpu", "cuda"), default="none",
                    help="also copy batches to this device and normalise them there (none: host batches only); "
                         "the device decode path decodes there")
@@ -83,13 +85,14 @@ def run(args: argparse.Namespace) -> int:
 
     workers = list(args.workers)
     device = _check(args)
-    cfg = DataConfig(name=args.dataset, path=args.data, image_size=args.image_size, decode=args.decode)
+    cfg = DataConfig(name=args.dataset, path=args.data, image_size=args.image_size, decode=args.decode,
+                     device_decode_share=args.device_share)
     if args.dataset == "imagefolder":  # refused here, in one line, where the device decoder cannot run
-        cfg = replace(cfg, decode=resolve_decode(cfg.decode, device))
+        cfg = cfg.on_path(resolve_decode(cfg.decode, device))
     out = RunDir(args.out) if args.out else RunDir(Path("runs") / default_run_name("loader", args.dataset))
     with out.claim("--out"):  # before the work: a run directory that cannot be written is one line now
         rows, table = _measure(args, cfg, workers, device)
-        _write(out, args, cfg.decode, device, rows, table)
+        _write(out, args, cfg, device, rows, table)
     best = max(rows, key=lambda row: row["images_per_s"])
     device_ms = best["device_ms_per_batch"]
     print(f"fastest: {best['workers']} workers, {best['images_per_s']:.1f} img/s ({best['speedup']:.2f}x), "
@@ -110,7 +113,7 @@ def _measure(args: argparse.Namespace, cfg: DataConfig, workers: list[int],
         _prewarm(Path(args.data) / "train" if args.dataset == "imagefolder" else Path(args.data))
     cores = available_cores()
     print(f"{args.dataset} {args.data or ''}: batch {args.batch_size}, {args.batches} timed batches per setting, "
-          f"decode {_said(cfg.decode, device)}, {pillow_build()}, {cores} cores", flush=True)
+          f"decode {_said(cfg.decode, device, cfg.device_decode_share)}, {pillow_build()}, {cores} cores", flush=True)
     if max(workers) > cores:
         print(f"note: settings of more than {cores} workers oversubscribe this machine's {cores} cores", flush=True)
     in_flight = max(workers) * cfg.prefetch_factor
@@ -144,13 +147,16 @@ def _prewarm(root: Path) -> None:
                     pass
 
 
-def _said(decode: str, device: torch.device | None) -> str:
+def _said(decode: str, device: torch.device | None, share: float = 1.0) -> str:
     from dlscale.data.decoders import decoder_name
 
-    return f"gpu ({decoder_name(device)} on {device})" if decode == "gpu" and device is not None else decode
+    if decode != "gpu" or device is None:
+        return decode
+    shared = f", {share:.0%} of the training JPEGs, the workers the rest" if share < 1 else ""
+    return f"gpu ({decoder_name(device)} on {device}{shared})"
 
 
-def _write(out: RunDir, args, decode: str, device, rows: list[dict], table: str) -> None:
+def _write(out: RunDir, args, cfg: DataConfig, device, rows: list[dict], table: str) -> None:
     import torch
 
     from dlscale.bench import loader as loader_bench
@@ -160,11 +166,11 @@ def _write(out: RunDir, args, decode: str, device, rows: list[dict], table: str)
 
     settings = {"dataset": args.dataset, "data": args.data, "batch_size": args.batch_size, "batches": args.batches,
                 "repeats": args.repeats, "warmup_batches": args.warmup_batches, "image_size": args.image_size,
-                "decode": decode, "decode_asked": args.decode,
+                "decode": cfg.decode, "decode_asked": args.decode, "device_decode_share": cfg.device_decode_share,
                 "device": args.device, "prewarm": args.prewarm, "workers": [row["workers"] for row in rows]}
     out.write_setup({"kind": "loader", **settings}, environment_info(1, device or torch.device("cpu"),
                                                                       DistEnv().launcher))
     out.finish({"kind": "loader", **settings, "world_size": 1, "pillow": pillow_build(), "cores": available_cores(),
                 "settings": rows, "columns": [key for _, key, _ in loader_bench.COLUMNS]})
     out.write_text("loader.txt", table + "\n")
-    loader_bench.plot(rows, out.path / "loader.png", f"{args.dataset}: batch {args.batch_size}, decode {decode}")
+    loader_bench.plot(rows, out.path / "loader.png", f"{args.dataset}: batch {args.batch_size}, decode {cfg.decode}")

@@ -138,6 +138,7 @@ PG_TIMEOUT = real(0, TIMEOUT_MAX_S, "seconds before a collective that a peer nev
 POLL_S = real(0, 3600, "seconds between two queries of the jobs' states", "an hour at most")
 PRICE = real(0, 1e9, "what one device costs for one hour", "no currency")
 FRACTION = real(0, 1, "a fraction")
+SHARE = real(0, 1, "the share of the JPEGs the device decodes", "0.6: 60%, the loader workers the rest")
 PIXELS = whole(8, IMAGE_SIDE_MAX, "pixels of a square image's side",
                "a ResNet's stride-2 stages need 8; 16,384 is beyond any ResNet input")
 BATCH = whole(1, BATCH_MAX, "images per rank per step", "more is beyond any device's memory")

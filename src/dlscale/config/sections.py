@@ -17,7 +17,7 @@ their checks in __post_init__ (a bad value is a ConfigError naming the key, at c
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from dlscale.errors import ConfigError
@@ -143,6 +143,13 @@ class DataConfig:
     until it is cropped, and its crop 12 more (float) while it is resized: a 500 x 375 JPEG, ImageNet's
     commonest size, holds 0.56 MB, so a chunk of 64 such images about 36 MB (docs/profiling.md)."""
 
+    device_decode_share: float = 1.0
+    """decode=gpu: the share of the training JPEGs the device decodes (0 to 1, more than 0); the loader
+    workers decode the others on the fast path, in the same batches. The device's decode time is added to
+    each step's, the workers' is not: where the device alone cannot keep up, a share below 1 runs the two
+    side by side (docs/profiling.md, "Sharing the decode"). A file goes the same way in every epoch (by
+    its index), so a run is reproducible."""
+
     num_workers: int = 2
     """DataLoader worker processes per rank; 0 loads in the training process.
     Two suits a small CPU machine; on a GPU node use about cores / GPUs."""
@@ -193,6 +200,14 @@ class DataConfig:
         if self.decode not in DECODE_MODES:
             raise ConfigError(f"data.decode={self.decode!r}; use one of {', '.join(DECODE_MODES)} "
                               f"(or {', '.join(DECODE_ALIASES)})")
+        share = self.device_decode_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+            raise ConfigError(f"data.device_decode_share={share!r}; use a share above 0 and at most 1 (0.6: the "
+                              "device decodes 60% of the training JPEGs, the loader workers the rest)")
+        if share != 1 and self.decode in ("fast", "plain"):
+            raise ConfigError(f"data.device_decode_share={share} splits the device decode path's work; with "
+                              f"data.decode={self.decode} the loader workers decode every file: set data.decode=gpu "
+                              "(or auto), or leave the share at 1")
         if self.on_bad_sample not in ON_BAD_SAMPLE:
             raise ConfigError(f"data.on_bad_sample={self.on_bad_sample!r}; use 'skip' or 'error'")
         for key in ("image_size", "val_image_size", "val_resize"):
@@ -212,6 +227,11 @@ class DataConfig:
         if self.download and self.name not in ("cifar10", "cifar100"):
             raise ConfigError(f"data.download fetches CIFAR-10 and CIFAR-100 only, not data.name={self.name}; drop "
                               "--download (`dlscale data make-jpegs` writes a JPEG tree to try imagefolder)")
+
+    def on_path(self, decode: str) -> DataConfig:
+        """This configuration on the decode path `decode` (data.decode resolved for a device: "auto" taken
+        as "gpu" or "fast"); device_decode_share stays only on the device path."""
+        return replace(self, decode=decode, device_decode_share=self.device_decode_share if decode == "gpu" else 1.0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import io
+import math
 import os
 import warnings
 from pathlib import Path
@@ -69,14 +70,16 @@ class ImageFolderSource:
     draft_min_side: None decodes every image in load() (the plain path); a number hands JPEGs
     whose shorter side is at least that many pixels to the transform undecoded (the fast path).
     for_device: hand JPEGs the device decoder takes over as JpegFile (the device path); the
-    others go the way draft_min_side says.
+    others go the way draft_min_side says. device_share: on the device path, the share of the files
+    handed over (by index: on_device); the others go the way draft_min_side says too.
     """
 
     def __init__(self, split_dir: Path, class_to_index: dict[str, int], *, draft_min_side: int | None = None,
-                 for_device: bool = False):
+                 for_device: bool = False, device_share: float = 1.0):
         self.split_dir = str(split_dir)
         self.draft_min_side = draft_min_side
         self.for_device = for_device
+        self.device_share = device_share
         relative, labels = [], []
         for class_name in _class_folders(split_dir):
             if class_name not in class_to_index:
@@ -105,10 +108,16 @@ class ImageFolderSource:
         twin.for_device = False
         return twin
 
+    def on_device(self, index: int) -> bool:
+        """On the device path, whether the file at index goes to the device (if its decoder takes it): of
+        any run of consecutive indices, the share device_share (rounded), spread evenly."""
+        share = self.device_share
+        return share >= 1 or math.floor((index + 1) * share) > math.floor(index * share)
+
     def load(self, index: int) -> tuple[Image.Image | JpegFile, int]:
         path = self.path(index)
         try:
-            if self.for_device:
+            if self.for_device and self.on_device(index):
                 image = open_for_device(path, self.draft_min_side)
             elif self.draft_min_side is None:
                 with Image.open(path) as file:
@@ -248,14 +257,15 @@ def device_decodable(header: JpegHeader | None) -> bool:
 
 
 def imagefolder_sources(
-    root: str | Path | None, *, decode: str = "fast", image_size: int = 224
+    root: str | Path | None, *, decode: str = "fast", image_size: int = 224, device_share: float = 1.0
 ) -> tuple[ImageFolderSource, ImageFolderSource, tuple[str, ...]]:
     """(train, val, class_names) for root/train and root/val.
 
     decode="fast" lets the train split hand JPEGs of at least 2 x image_size pixels per side to
     the crop transform undecoded (see the module docstring); val always decodes in load().
     decode="gpu" hands the JPEGs the device takes over as JpegFile, in both splits, and the
-    others as "fast" does (ImageFolderSource.on_cpu gives the same split for the CPU path).
+    others as "fast" does (ImageFolderSource.on_cpu gives the same split for the CPU path); of the
+    training JPEGs, device_share (data.device_decode_share) of them, the rest as "fast" does.
     """
     if decode not in DECODE_PATHS:
         raise ConfigError(f"data.decode={decode!r}; use one of {', '.join(DECODE_PATHS)}")
@@ -272,6 +282,7 @@ def imagefolder_sources(
     # A reduced-scale decode needs a crop of at least 2 x image_size on both sides.
     draft_min_side = 2 * image_size if decode in ("fast", "gpu") else None
     device = decode == "gpu"
-    train = ImageFolderSource(root / "train", class_to_index, draft_min_side=draft_min_side, for_device=device)
+    train = ImageFolderSource(root / "train", class_to_index, draft_min_side=draft_min_side, for_device=device,
+                              device_share=device_share)
     val = ImageFolderSource(root / "val", class_to_index, for_device=device)
     return train, val, tuple(classes)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -115,7 +115,8 @@ def _build_cifar(cfg: DataConfig) -> _Built:
 def _build_imagefolder(cfg: DataConfig) -> _Built:
     size = cfg.image_size or 224
     val_size = cfg.val_image_size or size
-    train, val, class_names = imagefolder_sources(cfg.path, decode=cfg.decode, image_size=size)
+    train, val, class_names = imagefolder_sources(cfg.path, decode=cfg.decode, image_size=size,
+                                                   device_share=cfg.device_decode_share)
     info = DatasetInfo(name=cfg.name, num_classes=len(class_names), mean=IMAGENET_MEAN, std=IMAGENET_STD,
                        train_size=len(train), val_size=len(val), image_size=size, val_image_size=val_size,
                        class_names=class_names, decode=cfg.decode)
@@ -196,8 +197,8 @@ def build_loaders(
     if batch_size < 1 or (val_batch_size is not None and val_batch_size < 1):
         raise ConfigError(f"batch_size={batch_size}, val_batch_size={val_batch_size}; use 1 or more")
     if cfg.name == "imagefolder":
-        cfg = replace(cfg, decode=resolve_decode(cfg.decode, device) if device is not None else
-                      "fast" if cfg.decode == "auto" else cfg.decode)
+        cfg = cfg.on_path(resolve_decode(cfg.decode, device) if device is not None else
+                          "fast" if cfg.decode == "auto" else cfg.decode)
     built = _BUILDERS[cfg.name](cfg)
     train_sampler = ShardedTrainSampler(len(built.train), rank=rank, world_size=world_size, seed=seed,
                                         drop_last=cfg.drop_last)

@@ -54,6 +54,10 @@ def input_bound(ctx: Context) -> Result:
     if path in ("fast", "plain") and run.device == "cuda":
         fixes.append("--set data.decode=gpu (nvJPEG decodes on the device; the loader workers only read files: "
                      "`dlscale loader --decode gpu --device cuda` measures the CPU time per image it takes)")
+    if path == "gpu" and workers and _device_share(run) == 1:
+        fixes.append("--set data.device_decode_share=0.5 (the device decodes half the training JPEGs, the loader "
+                     "workers the rest beside it; `dlscale loader --decode gpu --device cuda --device-share 0.5` "
+                     "measures a share)")
     fixes.append("more CPU cores per rank, smaller images or faster storage; `dlscale loader --data PATH` measures "
                  "the pipeline alone (docs/profiling.md)")
     return [Finding("input", "input-bound: the device waits for data", "; ".join(evidence),
@@ -68,11 +72,19 @@ def _decode_path(run) -> str | None:
     return decode if run.data_settings.get("name") == "imagefolder" and decode != "auto" else None
 
 
+def _device_share(run) -> float:
+    """The share of the training JPEGs the device decoded (data.device_decode_share; 1 before it existed)."""
+    share = run.data_settings.get("device_decode_share")
+    return share if isinstance(share, (int, float)) and not isinstance(share, bool) and 0 < share <= 1 else 1.0
+
+
 def _path_cores(run, path: str | None, per_device: float) -> list[str]:
     """The decode path, its CPU time per image and the cores per device it needs at the model's rate."""
     if path is None:
         return []
     said = f"decode path {path} ({DECODE_PATHS.get(path, path)})"
+    if path == "gpu" and _device_share(run) < 1:
+        said = f"{said[:-1]}; {_device_share(run):.0%} of the training JPEGs on the device, the workers the rest)"
     windows = [w for w in run.steady_windows() if number(w.get("host_cpu_ms_per_image")) is not None]
     if not windows:
         return [said]

@@ -22,6 +22,9 @@ MAY_CHANGE = (
 )
 """Settings (keys, or section prefixes ending in '.') that do not change what is trained (model.conv_init
 draws the first weights only, which a resumed run loads from its checkpoint)."""
+ADDED = {"data.device_decode_share": 1.0}
+"""Settings that change what is trained, added after runs were checkpointed: a checkpoint without one ran with
+this value."""
 EPOCHS_MAY_CHANGE = ("constant", "step", "plateau")
 """Schedules whose learning rate at a step does not depend on the number of epochs: a run with one
 of them may be extended or shortened. Cosine and linear decay to the last epoch: refused."""
@@ -41,6 +44,7 @@ def flatten(settings: dict, prefix: str = "") -> dict[str, Any]:
 def changed_settings(saved: dict, current: dict) -> dict[str, tuple[Any, Any]]:
     """Every flattened key whose value differs: {key: (saved, current)}."""
     old, new = flatten(saved), flatten(current)
+    old.update({key: value for key, value in ADDED.items() if key in new and key not in old})
     return {key: (old.get(key), new.get(key)) for key in sorted(old.keys() | new.keys())
             if old.get(key) != new.get(key)}
 
