@@ -12,6 +12,7 @@ their spread, and the test passes with a warning that says so.
 
 import json
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,6 +50,23 @@ def _max_difference(a: dict, b: dict) -> float:
                for x, y in ((a[k], b[k]) for k in a))
 
 
+def assert_resumed_as_uninterrupted(expected: dict, actual: dict, train_again, again: Path, misses: str) -> None:
+    """The resumed run's final state equals the uninterrupted run's bit for bit, or, where this GPU is not
+    bitwise reproducible, differs by at most 10x what a second uninterrupted run (train_again, into `again`)
+    differs by."""
+    difference = _max_difference(expected, actual)
+    if difference == 0.0:
+        return
+    assert train_again() == 0
+    spread = _max_difference(expected, _final_state(again))
+    assert spread > 0.0, (f"uninterrupted runs are bitwise equal but the resumed run differs by {difference:.3e}: "
+                          f"{misses}")
+    assert difference <= 10 * spread, (f"resumed run differs by {difference:.3e}, two uninterrupted runs by "
+                                       f"{spread:.3e}")
+    warnings.warn(f"this GPU is not bitwise reproducible here (two uninterrupted runs differ by {spread:.3e}); "
+                  f"the resumed run is within that ({difference:.3e})", stacklevel=2)
+
+
 def test_train_checkpoint_and_exact_resume_on_the_gpu(jpeg_tree, tmp_path, signal_at_step):
     torch.backends.cudnn.deterministic = True  # put back by the restore_torch_switches fixture
     assert _train(jpeg_tree, tmp_path, "full") == 0
@@ -73,14 +91,5 @@ def test_train_checkpoint_and_exact_resume_on_the_gpu(jpeg_tree, tmp_path, signa
         broken = [key for key, value in state.items() if not torch.isfinite(value).all()]
         assert not broken, (f"the {name} run ends with non-finite {broken[:5]} (fp16 AMP with fused SGD: see "
                             "test_gpu_precision.py::test_a_skipped_first_step_leaves_fused_sgd_equal_to_foreach_sgd)")
-    difference = _max_difference(expected, actual)
-    if difference == 0.0:
-        return
-    assert _train(jpeg_tree, tmp_path, "again") == 0
-    spread = _max_difference(expected, _final_state(tmp_path / "again"))
-    assert spread > 0.0, (f"uninterrupted runs are bitwise equal but the resumed run differs by {difference:.3e}: "
-                          "the checkpoint misses state")
-    assert difference <= 10 * spread, (f"resumed run differs by {difference:.3e}, two uninterrupted runs by "
-                                       f"{spread:.3e}")
-    warnings.warn(f"this GPU is not bitwise reproducible here (two uninterrupted runs differ by {spread:.3e}); "
-                  f"the resumed run is within that ({difference:.3e})", stacklevel=1)
+    assert_resumed_as_uninterrupted(expected, actual, lambda: _train(jpeg_tree, tmp_path, "again"),
+                                    tmp_path / "again", "the checkpoint misses state")

@@ -221,21 +221,30 @@ def _bench_summary(world: int, rate: float, forward_ms: float) -> dict:
             "iterations_per_rank": [[rate / world] * 4] * world, "rank_forward_ms": [[forward_ms] * 4] * world}
 
 
-def test_sweep_prediction_uses_the_measured_same_host_slowdown(tmp_path):
+def _sweep_and_comm(tmp_path, points, *, env: dict | None = None):
+    """A sweep of bench runs at world sizes 1 and 2 (points: (world, img/s, forward ms)) and a comm run of two
+    gloo ranks whose allreduce fit is 2 ms + bytes at 1 GB/s."""
     sweep = tmp_path / "sweep"
-    for world, rate, forward in ((1, 100.0, 50.0), (2, 150.0, 75.0)):
+    for world, rate, forward in points:
         run = sweep / f"world{world}"
         run.mkdir(parents=True)
         (run / "summary.json").write_text(json.dumps(_bench_summary(world, rate, forward)))
-        (run / "env.json").write_text(json.dumps({"torch_threads": 1, "cpu_count": 2}))
+        if env is not None:
+            (run / "env.json").write_text(json.dumps(env))
     (sweep / "sweep.json").write_text(json.dumps({"kind": "sweep", "points": [
-        {"run_dir": f"world{w}", "world_size": w, "nnodes": 1, "status": "ok", "series": "s"} for w in (1, 2)]}))
+        {"run_dir": f"world{w}", "world_size": w, "nnodes": 1, "status": "ok", "series": "s"} for w, _, _ in points]}))
     comm = tmp_path / "comm"
     comm.mkdir()
     fit = {"latency_us": 2000.0, "busbw_gbs": 1.0, "points": 10, "rms_relative_error": 0.1}
     (comm / "summary.json").write_text(json.dumps({"kind": "comm", "world_size": 2, "local_world_size": 2,
                                                    "backend": "gloo", "results": {"world": {"all_reduce": {
                                                        "ranks": 2, "fit": {"in-place": fit}}}}}))
+    return sweep, comm
+
+
+def test_sweep_prediction_uses_the_measured_same_host_slowdown(tmp_path):
+    sweep, comm = _sweep_and_comm(tmp_path, ((1, 100.0, 50.0), (2, 150.0, 75.0)),
+                                  env={"torch_threads": 1, "cpu_count": 2})
     (row,) = sweeps.validate_sweep(sweep, comm)
     assert row.slowdown == pytest.approx(1.5)
     # The compute of each rank is 1.5 x the 1-rank step (0.16 s); 2 ranks fill 2 cores, so the allreduce
@@ -249,19 +258,7 @@ def test_sweep_prediction_uses_the_measured_same_host_slowdown(tmp_path):
 
 
 def test_a_slowdown_measured_otherwise_replaces_the_forward_times(tmp_path):
-    sweep = tmp_path / "sweep"
-    for world, forward in ((1, 50.0), (2, 75.0)):
-        run = sweep / f"world{world}"
-        run.mkdir(parents=True)
-        (run / "summary.json").write_text(json.dumps(_bench_summary(world, 100.0 * world, forward)))
-    (sweep / "sweep.json").write_text(json.dumps({"kind": "sweep", "points": [
-        {"run_dir": f"world{w}", "world_size": w, "nnodes": 1, "status": "ok", "series": "s"} for w in (1, 2)]}))
-    comm = tmp_path / "comm"
-    comm.mkdir()
-    fit = {"latency_us": 2000.0, "busbw_gbs": 1.0, "points": 10, "rms_relative_error": 0.1}
-    (comm / "summary.json").write_text(json.dumps({"kind": "comm", "world_size": 2, "local_world_size": 2,
-                                                   "backend": "gloo", "results": {"world": {"all_reduce": {
-                                                       "ranks": 2, "fit": {"in-place": fit}}}}}))
+    sweep, comm = _sweep_and_comm(tmp_path, ((1, 100.0, 50.0), (2, 200.0, 75.0)))
     (row,) = sweeps.validate_sweep(sweep, comm, {2: 2.0})
     assert row.slowdown == 2.0 and "given: single-rank runs at once" in row.inputs
 
