@@ -1,15 +1,21 @@
 """Per-rank lead times and the straggler verdict (metrics/ranks.py); process read counters that follow
-processes which come and go (metrics/proc_io.py)."""
+processes which come and go (metrics/proc_io.py); log windows that add up to every read (train/windows.py)."""
 
 import os
 import subprocess
 import sys
+import time
 
 import pytest
+import torch
 from commands import start_process
+from torch import nn
 
+from dlscale.data.counting import CountingSource, ReadMeter
 from dlscale.metrics.proc_io import ProcessReads
 from dlscale.metrics.ranks import STRAGGLER_EXCESS, describe, lead_times, slowest, stragglers
+from dlscale.strategies.base import Strategy
+from dlscale.train.windows import LogWindows
 
 
 def test_slowest_is_measured_against_the_median_of_the_other_ranks():
@@ -71,3 +77,57 @@ def test_process_reads_count_known_processes_from_the_first_sample_and_new_ones_
     finally:
         for child in (first, second):
             child.kill()
+
+
+class _FileSource:
+    """Samples that are files of known sizes (CountingSource counts the files a source with path() opens)."""
+
+    def __init__(self, folder):
+        self.files = []
+        for i in range(8):
+            path = folder / f"{i}.bin"
+            path.write_bytes(b"x" * (100 + i))
+            self.files.append(path)
+
+    def __len__(self):
+        return len(self.files)
+
+    def path(self, index):
+        return str(self.files[index])
+
+    def load(self, index):
+        return self.files[index].read_bytes()
+
+
+class _NoComm(Strategy):
+    name = "none"
+
+    def comm_stats(self):
+        return {"comm_time_ms_per_step": None, "comm_bytes_per_step": 0.0}
+
+
+def test_log_windows_count_every_read_also_those_between_windows_and_before_the_first(tmp_path):
+    """Loader workers read while the main process starts the epoch's iterator and while it logs: a window's
+    reads run from the previous window's close, and the epoch's from before its loader started, so the
+    windows add up to every file read (train/windows.py)."""
+    source = CountingSource(_FileSource(tmp_path), workers=0)
+    windows = LogWindows(torch.device("cpu"), model=nn.Linear(2, 2), strategy=_NoComm(), compiled=False,
+                         reads=ReadMeter(source), sync=lambda: None, clock=time.perf_counter)
+    source.load(7)  # the previous epoch's evaluation, or anything before the epoch: not this epoch's input
+    windows.count_reads_from_here()
+    for i in range(3):  # the workers start loading when the iterator starts, before the first window opens
+        source.load(i)
+    files = []
+    window = windows.open(first=True)
+    for batch in ((3, 4), (5,)):
+        for i in batch:
+            source.load(i)
+        window.add(torch.tensor(1.0), images=len(batch))
+        figures, _ = windows.close(window, also_sum={})
+        files.append((figures["io_files"], figures["io_file_bytes"]))
+        source.load(6)  # a worker loads while the main process logs
+        window = windows.open()
+    window.add(torch.tensor(1.0), images=1)
+    figures, _ = windows.close(window, also_sum={})
+    files.append((figures["io_files"], figures["io_file_bytes"]))
+    assert files == [(5, sum(100 + i for i in range(5))), (2, 105 + 106), (1, 106)]
