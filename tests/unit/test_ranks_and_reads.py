@@ -106,19 +106,18 @@ class _NoComm(Strategy):
         return {"comm_time_ms_per_step": None, "comm_bytes_per_step": 0.0}
 
 
-def test_log_windows_count_every_read_also_those_between_windows_and_before_the_first(tmp_path):
-    """Loader workers read while the main process starts the epoch's iterator and while it logs: a window's
-    reads run from the previous window's close, and the epoch's from before its loader started, so the
-    windows add up to every file read (train/windows.py)."""
+def test_log_windows_count_every_read_of_the_epoch_also_those_between_windows(tmp_path):
+    """Loader workers read while the main process logs: a window's reads run from the previous window's close,
+    and the epoch's first window's from its opening, so the windows add up to every file the epoch read and
+    to nothing read before it (train/windows.py)."""
     source = CountingSource(_FileSource(tmp_path), workers=0)
     windows = LogWindows(torch.device("cpu"), model=nn.Linear(2, 2), strategy=_NoComm(), compiled=False,
                          reads=ReadMeter(source), sync=lambda: None, clock=time.perf_counter)
     source.load(7)  # the previous epoch's evaluation, or anything before the epoch: not this epoch's input
-    windows.count_reads_from_here()
-    for i in range(3):  # the workers start loading when the iterator starts, before the first window opens
-        source.load(i)
     files = []
     window = windows.open(first=True)
+    for i in range(3):  # the workers' first loads, before the first step
+        source.load(i)
     for batch in ((3, 4), (5,)):
         for i in batch:
             source.load(i)

@@ -279,9 +279,8 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
     start_index = plan.samples_seen(progress.epoch_step) * run.env.world_size  # over all ranks
     run.train_loader.sampler.set_epoch(progress.epoch, start_index=start_index)
     run.parts.model.train()
-    run.windows.count_reads_from_here()
+    window = run.windows.open(first=True)  # the loader starts its workers at the first next(batches)
     batches = iter(DevicePrefetcher(run.train_loader, run.device, run.normalizer))
-    window = run.windows.open(first=True)
     skipped: list[str] = []
     stopped = False
     while progress.epoch_step < plan.steps_per_epoch and not stopped:

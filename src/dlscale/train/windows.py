@@ -79,15 +79,12 @@ class LogWindows:
         """Each window's communication per step as the strategy's own timer measured it on this rank (ms,
         bytes), for strategies that time it (not DDP: its allreduce runs inside backward)."""
 
-    def count_reads_from_here(self) -> None:
-        """Start counting the training input's reads: called before an epoch's loader starts its workers, so
-        that what they load before the first step counts and evaluation's reads do not. From here each
-        window's reads run from the previous window's close to its own, without gaps: the workers load
-        while the main process logs."""
-        if self.reads is not None:
-            self.reads.sample()
-
     def open(self, first: bool = False) -> Window:
+        """A window from now. An epoch's first counts the training input's reads from here (opened before the
+        loader starts its workers, so evaluation's reads are left out); every later one from the previous
+        window's close, without a gap: the workers load while the main process logs."""
+        if first and self.reads is not None:
+            self.reads.sample()
         self.forward.reset()
         return Window(self.clock(), DeviceTimer(self.device), self.forward, self.forward_in_regions, first=first)
 
