@@ -8,19 +8,19 @@
 Part 1, in order (docs/benchmarks.md explains each table):
   env          GPU, driver, torch, CUDA, cuDNN, NCCL, CPU versions
   baseline     the compiled GPU default (`dlscale bench`, no flags) from a fresh inductor cache: compile seconds
-  levers_a     the padded stem, coordinate-descent tuning and batch 512 against the default, alternated
   decode       a 30,720-file JPEG tree: `dlscale loader` per decode path; `dlscale train` with the compiled
-               default on JPEGs decoded on the GPU and on the CPU against synthetic input
-               (levers_a runs the newest GPU tests beside its compilations)
+               default on JPEGs decoded on the GPU, shared with the workers and on the CPU against synthetic
 Part 2, in order:
-  ddp          the DDP wrapper on one GPU (one-rank NCCL group) and cuDNN's benchmark limit against the
-               default, alternated (the GPU test tier, pytest -m gpu, beside its compilations)
-  curve        step time against the batch per device (16 to 512), eager with CUDA graphs
-  levers_b     coordinate-descent tuning and batch 384 against the default, alternated
-  combined     the levers that helped in part 1 (--after), together, against the default
-  profile      `dlscale profile bench` of the compiled step
+  levers_a     cuDNN's benchmark limit 0 and batch 384 against the default at 256, alternated (the device
+               decode and eager DDP GPU tests beside its compilations)
   peers        dlscale bench against a bare PyTorch loop and timm's benchmark.py, and the GPU default
-Other stages (--stages): gputests, pytest (alone), choices, data, progression.
+  ddp          the DDP wrapper on one GPU (one-rank NCCL group) against the default, alternated (the compiled
+               DDP GPU tests beside its compilations)
+  curve        step time against the batch per device (16 to 512), eager with CUDA graphs
+  combined     the levers that helped in --after's run, together, against the default
+  profile      `dlscale profile bench` of the compiled step
+Other stages (--stages): levers_b (coordinate-descent tuning: its compile takes minutes), gputests, pytest
+(alone), choices, data, progression.
 
 The campaign's compiles share one inductor cache (--inductor-cache; part 1 empties it first), so a
 configuration compiled once compiles again in seconds, in part 2 too on the same machine.
@@ -199,7 +199,8 @@ def run(stages: list[P.Stage], args, pythonpath: bool, device: str) -> int:
                     document["environment"] = result["runs"][0]["details"]
                 document["stages"] = ctx.results
                 document["wall_s"] = time.monotonic() - started
-                document["goals"] = report.goals(ctx.results, device)
+                document["goals"] = report.goals(ctx.results, device,
+                                                 document.get("environment", {}).get("device_name"))
                 report.write_json(out / "gpu.json", document)
                 (out / "gpu.md").write_text(_markdown(document, args.compare))
     finally:

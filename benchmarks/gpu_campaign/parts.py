@@ -52,12 +52,15 @@ STAGES = {"env": env_stage, "baseline": levers.baseline_stage, "levers_a": lever
           "choices": choices_stage, "data": data_stage, "progression": progression_stage}
 """Every stage, in the order they run."""
 
-PARTS = {1: ["env", "baseline", "levers_a", "decode"],
-         2: ["env", "peers", "levers_b", "ddp", "curve", "combined", "profile"]}
-"""The two plans, each in order of value: part 1 the default's baseline, the levers not measured yet (the
-newest GPU tests beside their compilations) and real data; part 2 the default against timm's benchmark.py and
-the bare loop, the other levers, then the data-parallel wrapper and the batch curve (both measured on
-2026-11-27: rerun where time is left), the levers together, the profile."""
+PARTS = {1: ["env", "baseline", "decode"],
+         2: ["env", "levers_a", "peers", "ddp", "curve", "combined", "profile"]}
+"""The two plans, each in order of value: part 1 the default's baseline and real data (the JPEG train runs
+were not reached on 2026-11-27, H200: the device decode's weights were made on the host then); part 2 the
+levers not measured on an H100 (the newest GPU tests beside their compilations), the default against timm's
+benchmark.py and the bare loop, then the data-parallel wrapper and the batch curve (measured on the H100,
+2026-11-27: rerun where time is left), the levers together, the profile. levers_b (coordinate-descent
+tuning) is in neither: its compile outlasted the 150 s it was given on 2026-11-27 (H200); run it alone with
+--stages levers_b."""
 
 BUDGET_S = {1: 475.0, 2: 225.0}
 """Each part's deadline on a GPU: 7.9 and 3.75 minutes, so that the commands end within 8 and 4.5 minutes (part 1

@@ -14,7 +14,7 @@ from commands import run_process
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from gpu_campaign import alternate, decode, parts, report, runner  # noqa: E402
+from gpu_campaign import alternate, decode, levers, parts, report, runner  # noqa: E402
 from gpu_campaign import plan as P  # noqa: E402
 
 NEW_TESTS = ("tests/gpu/test_gpu_decode.py", "tests/gpu/test_gpu_ddp.py")
@@ -37,16 +37,16 @@ def test_dry_run_prints_both_plans_and_runs_nothing(tmp_path):
     for part, chunk in ((1, one), (2, two)):
         assert [line.split(":")[0][6:] for line in chunk.splitlines() if line.startswith("stage ")] == parts.PARTS[part]
     for command in ("benchmarks/gpu_campaign/environment.py", "-m dlscale bench --json",
-                    "benchmarks/gpu_campaign/alternate.py", "--variant 'default 256=--batch-size 256'",
-                    "--variant 'cudnn limit 0=--batch-size 256 --cudnn-benchmark-limit 0'",
-                    "--variant 'batch 384=--batch-size 384'", "benchmarks/gpu_campaign/jpeg_tree.py",
-                    "-m dlscale loader --data", "--set speed.compile_mode=reduce-overhead"):
+                    "benchmarks/gpu_campaign/jpeg_tree.py", "-m dlscale loader --data",
+                    "--set speed.compile_mode=reduce-overhead", "--set data.decode=gpu"):
         assert command in one, command
-    for command in ("--variant 'DDP=--wrap-single-rank --batch-size 256'",
-                    "--variant 'coordinate descent=--batch-size 256 --coordinate-descent-tuning'",
+    for command in ("benchmarks/gpu_campaign/alternate.py", "--variant 'default 256=--batch-size 256'",
+                    "--variant 'cudnn limit 0=--batch-size 256 --cudnn-benchmark-limit 0'",
+                    "--variant 'batch 384=--batch-size 384'", "--variant 'DDP=--wrap-single-rank --batch-size 256'",
                     "--variant 'DDP eager fp16=--wrap-single-rank --model resnet50",
-                    "--coordinate-descent-tuning", "--variant 'combined=--stem-channels 4'", "--cuda-graphs"):
+                    "--variant 'combined=--stem-channels 4'", "--cuda-graphs"):
         assert command in two, command
+    assert "--coordinate-descent-tuning" not in text  # levers_b runs alone (--stages levers_b)
     assert text.count("With these estimates:") == 2 and "Estimates: a process starts" in text
     assert not any(tmp_path.iterdir()) and "Traceback" not in out.stderr
 
@@ -54,7 +54,8 @@ def test_dry_run_prints_both_plans_and_runs_nothing(tmp_path):
 def test_the_default_plans_fit_the_machine():
     """Part 1 in 8 minutes, part 2 in 4 (with the machine's start, 15 minutes of device time): by the plans'
     own estimates nothing of value is dropped from part 1 (only the CPU path's train run may not start), and
-    part 2's first stages, the peers (one round at least) and the last lever, start."""
+    part 2's first stages start: the levers not measured on an H100, and the peers' eager runs (the compiled
+    default beside them where time is left: `--budget-s` gives part 2 what part 1 left)."""
     one = parts.build_plan(EVERYTHING, part=1)
     predicted = P.simulate(one, parts.BUDGET_S[1])
     dropped = [line for line in predicted if "would not start" in line]
@@ -66,8 +67,9 @@ def test_the_default_plans_fit_the_machine():
     assert essential <= parts.BUDGET_S[1]
     two = parts.build_plan(EVERYTHING, part=2)
     assert parts.BUDGET_S[2] <= 240.0
-    assert not any(line.startswith(("peers", "levers_b")) and "would not start" in line
-                   for line in P.simulate(two, parts.BUDGET_S[2]))
+    dropped = [line for line in P.simulate(two, parts.BUDGET_S[2]) if "would not start" in line]
+    assert not any(line.startswith("levers_a") for line in dropped), dropped
+    assert not any(line.startswith("peers") and "default" not in line for line in dropped), dropped
 
 
 def test_a_machine_with_everything_runs_every_entry():
@@ -93,8 +95,12 @@ def test_a_machine_with_everything_runs_every_entry():
     assert stages["levers_a"].variants == ["default 256", "cudnn limit 0", "batch 384"]
     assert stages["ddp"].ratios[0] == ("DDP", "default 256")
     argv = stages["levers_b"].runs[0].argv
-    assert argv[argv.index("--warm") + 1] == "default 256"  # in the cache since part 1's levers: not primed
+    assert argv[argv.index("--warm") + 1] == "default 256"  # in the cache since the levers_a: not primed
     assert argv.count("--warm") == 1 and "--warm" not in lever_run.argv
+    # the wave waits for its slowest compile: coordinate descent's outlasted 150 s (2026-11-27, H200)
+    ready = float(argv[argv.index("--ready-timeout") + 1])
+    assert ready >= 1.2 * (P.COMPILE_S["reduce-overhead"] + levers.COORDINATE_DESCENT_S) > 150.0
+    assert float(lever_run.argv[lever_run.argv.index("--ready-timeout") + 1]) == levers.READY_S["cuda"]
 
 
 def test_a_bare_machine_marks_what_it_cannot_run():
@@ -374,6 +380,16 @@ def test_goals_are_judged_on_a_gpu_and_say_why_real_data_falls_short():
     assert (throughput["floor"], throughput["goal_value"]) == (6000.0, 7200.0)
     assert throughput["met"] is True and throughput["goal_met"] is False
     assert rows["vs_bare"]["met"]
+    # the throughput's floor and goal are an H100's: shown on an H200, not judged, and gpu.md says why
+    on_h200 = report.goals(_results(), "cuda", "NVIDIA H200")
+    assert on_h200[0]["value"] == 6240.0 and on_h200[0]["met"] is None and on_h200[0]["goal_met"] is None
+    assert "NVIDIA H200" in on_h200[0]["not_judged"] and on_h200[1:] == list(rows.values())[1:]
+    assert report.goals(_results(), "cuda", "NVIDIA H100 80GB HBM3")[0]["met"] is True
+    document = {"command": "gpu.py", "device": "cuda", "started": "now", "wall_s": 1.0, "budget_s": 2.0,
+                "environment": {"device_name": "NVIDIA H200"}, "stages": _results(), "goals": on_h200}
+    text = report.markdown(document)
+    assert "| 6,000.00 | 7,200.00 | 6,240.000 | - |" in text
+    assert "not judged: the floor and goal are set for an H100; this GPU is an NVIDIA H200" in text
     # vs_timm is the GPU default (compiled) against timm: 6,240 / 4,800 = 1.3 >= 1.10; the eager ratio with
     # the same settings (5,600 / 4,800 = 1.167) is only shown
     assert rows["vs_timm"]["value"] == pytest.approx(6240.0 / 4800.0) and rows["vs_timm"]["met"] is True
