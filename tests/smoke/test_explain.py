@@ -116,7 +116,7 @@ def _big_jpegs(root):
             folder = root / split / label
             folder.mkdir(parents=True)
             for i in range(count):
-                pixels = rng.integers(0, 256, (768, 1024, 3), dtype=np.uint8)  # noise: a slow full-size decode
+                pixels = rng.integers(0, 256, (1536, 2048, 3), dtype=np.uint8)  # noise: a slow full-size decode
                 Image.fromarray(pixels).save(folder / f"{i}.JPEG", quality=90)
 
 
@@ -132,7 +132,8 @@ def test_a_training_run_starved_by_its_loader_is_explained_as_input_bound(tmp_pa
     # The input cause comes first of the causes; a measurement caveat may rank above it: with 4 steps an
     # epoch, the loader's start-up in each epoch's first window took 49% of the time on a loaded machine; and so
     # may the host's load on a shared machine (load average 6 on 2 cores when this was written). The waiting
-    # share shrinks when the load slows the model too (1.49x in CI at load 2.2, 3.8x on a quiet machine).
+    # share shrinks when the load slows the model too: with 1024 x 768 images it was 1.49x in CI at load 2.2;
+    # with 2048 x 1536 ones 18.7x on a quiet machine and 15.6x beside three busy processes on 2 cores.
     first = next(f for f in explained["findings"] if f["category"] not in ("measurement", "host"))
     assert first["category"] == "input" and first["effect"]["factor"] > 1.2, out.stdout
     assert "1 loader worker(s) per rank deliver" in first["evidence"] and "files/s" in first["evidence"]
