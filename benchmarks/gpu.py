@@ -1,7 +1,7 @@
 """The GPU campaign: two commands that test and measure dlscale on a CUDA machine with no network.
 
     PYTHONPATH=src python3 benchmarks/gpu.py --out DIR --timm-benchmark PATH        # part 1, under 8 minutes
-    PYTHONPATH=src python3 benchmarks/gpu.py --part 2 --after DIR/gpu.json --out DIR2 ...   # part 2, under 4
+    PYTHONPATH=src python3 benchmarks/gpu.py --part 2 --out DIR2                # part 2, under 4 (--budget-s)
     python benchmarks/gpu.py --dry-run                          # both plans: every command, estimated times
     python benchmarks/gpu.py --device cpu --out DIR             # a tiny rehearsal of the orchestration
 
@@ -10,14 +10,14 @@ Part 1, in order (docs/benchmarks.md explains each table):
   baseline     the compiled GPU default (`dlscale bench`, no flags) from a fresh inductor cache: compile seconds
   decode       a 30,720-file JPEG tree: `dlscale loader` per decode path; `dlscale train` with the compiled
                default on JPEGs decoded on the GPU, shared with the workers and on the CPU against synthetic
+  peers        dlscale bench against a bare PyTorch loop and timm's benchmark.py, and the GPU default
 Part 2, in order:
   levers_a     cuDNN's benchmark limit 0 and batch 384 against the default at 256, alternated (the device
                decode and eager DDP GPU tests beside its compilations)
-  peers        dlscale bench against a bare PyTorch loop and timm's benchmark.py, and the GPU default
   ddp          the DDP wrapper on one GPU (one-rank NCCL group) against the default, alternated (the compiled
                DDP GPU tests beside its compilations)
   curve        step time against the batch per device (16 to 512), eager with CUDA graphs
-  combined     the levers that helped in --after's run, together, against the default
+  combined     the levers that helped (in levers_a, and in --after's run), together, against the default
   profile      `dlscale profile bench` of the compiled step
 Other stages (--stages): levers_b (coordinate-descent tuning: its compile takes minutes), gputests, pytest
 (alone), choices, data, progression.
@@ -159,7 +159,7 @@ def estimates_note() -> str:
             "variants at once (the slowest x 1.5).")
 
 
-def run(stages: list[P.Stage], args, pythonpath: bool, device: str) -> int:
+def run(stages: list[P.Stage], args, pythonpath: bool, device: str, f: P.Features) -> int:
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="dlscale-gpu-"))
@@ -186,6 +186,9 @@ def run(stages: list[P.Stage], args, pythonpath: bool, device: str) -> int:
                           deadline=started + args.budget_s, pythonpath=pythonpath,
                           values={"workers": fallback_workers, "gpu_workers": fallback_workers})
             for stage in stages:
+                if stage.name == "combined" and args.combined is None:  # the levers measured so far decide
+                    stage, flags = parts.combined_for_run(f, ctx.results, args.after_stages, args.rounds)
+                    document["combined_flags"] = flags
                 try:
                     result = run_stage(stage, ctx)
                 except Exception:  # noqa: BLE001 - a broken stage is recorded; the others still run
@@ -239,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timm-benchmark", type=Path, default=None, metavar="PATH",
                    help="timm's benchmark.py, the peer of the peers stage (not shipped: " + P.TIMM_SCRIPT_HINT + ")")
     p.add_argument("--after", type=Path, default=None, metavar="GPU_JSON",
-                   help="part 1's gpu.json: the combined stage takes the levers that helped there")
+                   help="an earlier run's gpu.json: the combined stage takes the levers that helped there, with "
+                        "those that helped in this run's levers stages")
     p.add_argument("--combined", default=None, metavar="FLAGS",
                    help="the combined stage's `dlscale bench` flags, instead of reading them from --after")
     p.add_argument("--inductor-cache", type=Path, default=INDUCTOR_CACHE,
@@ -278,18 +282,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         p.error("--out DIR is required to run (or --dry-run)")
     args.budget_s = budget(args.part)
-    return run(parts.build_plan(f, only, args.rounds, args.part), args, pythonpath, device)
+    return run(parts.build_plan(f, only, args.rounds, args.part), args, pythonpath, device, f)
 
 
 def _combined(args, p: argparse.ArgumentParser) -> list[str] | None:
+    """The combined stage's flags as planned: --combined's, or those of --after's levers (this run's levers,
+    measured before it, join them when the stage starts); the --after run's stages in args.after_stages."""
+    args.after_stages = None
+    if args.after is not None:
+        try:
+            args.after_stages = json.loads(args.after.read_text()).get("stages", {})
+        except (OSError, ValueError) as exc:
+            p.error(f"--after {args.after}: {exc}")
     if args.combined is not None:
         return shlex.split(args.combined)
-    if args.after is None:
-        return None
-    try:
-        return parts.read_after(args.after)
-    except (OSError, ValueError) as exc:
-        p.error(f"--after {args.after}: {exc}")
+    return None if args.after_stages is None else parts.helpful_flags({"stages": args.after_stages})
 
 
 if __name__ == "__main__":

@@ -32,8 +32,9 @@ READY_S = {"cuda": 150.0, "cpu": 180.0}
 
 COORDINATE_DESCENT_S = 300.0
 """Assumed extra compile time of coordinate-descent tuning (it times every generated kernel's block sizes): on
-2026-11-27 (H200) its compile of ResNet-50's step was stopped unfinished after 150 s, twice; no run has seen it
-end. The wave waits for it (ready_s)."""
+2026-11-27 (H200) its compile of ResNet-50's step was stopped unfinished after 150 s (the wave's priming run),
+then again after 128 s in its worker (the stage's deadline; docs/results/gpu-2026-11-27-h200-part2.log); no run
+has seen it end. The wave waits for it (ready_s)."""
 
 
 @dataclass(frozen=True)
@@ -116,10 +117,10 @@ def baseline_stage(f: Features) -> Stage:
 
 
 def _lever_variants(f: Features, wave: str) -> list[Variant]:
-    """The levers not measured yet (2026-11-27 measured the padded stem, 0.999x, and batch 512, 1.044x), at
-    batch 256 so that three workers fit at once (a worker at 512 holds 24 GB): wave a cuDNN's benchmark limit
-    and batch 384, wave b coordinate-descent tuning (its compile times every generated kernel: a wave of its
-    own, in part 2)."""
+    """The levers at batch 256, so that three workers fit at once (a worker at 512 holds 24 GB): wave a cuDNN's
+    benchmark limit and batch 384 (on the H200, 2026-11-27: 0.992x and 1.003x; not yet on an H100, where the
+    padded stem gave 0.999x and batch 512 1.044x), wave b coordinate-descent tuning (its compile times every
+    generated kernel: a wave of its own, run alone, the default compiled beside it)."""
     if f.device != "cuda":
         return [Variant("default", []), Variant("stem 4", ["--stem-channels", "4"]),
                 Variant("batch 16", ["--batch-size", "16"], batch=16)]
@@ -127,7 +128,7 @@ def _lever_variants(f: Features, wave: str) -> list[Variant]:
     if wave == "a":
         return [Variant("default 256", b256), Variant("cudnn limit 0", [*b256, "--cudnn-benchmark-limit", "0"]),
                 Variant("batch 384", ["--batch-size", "384"], batch=384)]
-    return [Variant("default 256", b256, compile_s=WARM_COMPILE_S),  # in the cache since part 1's levers_a
+    return [Variant("default 256", b256),
             Variant("coordinate descent", [*b256, "--coordinate-descent-tuning"],
                     compile_s=COMPILE_S["reduce-overhead"] + COORDINATE_DESCENT_S)]
 
@@ -213,8 +214,8 @@ CURVE = [16, 32, 64, 128, 256]
 
 def curve_stage(f: Features) -> Stage:
     """ResNet-50's step time against the batch per device, eager with CUDA graphs (each size compiled anew
-    would cost a minute; the compiled default at 256 and 512 are in levers_a: at both sizes the ratio of
-    the two says what compiling adds)."""
+    would cost a minute; the compiled default at 256 is in levers_a and at 512 in the baseline, other runs:
+    what compiling adds is not a ratio across them)."""
     if f.device == "cuda":
         sizes, flags = [*CURVE, 512], ["--model", "resnet50", "--image-size", "224", "--precision", "amp_bf16",
                                "--channels-last", "--cudnn-benchmark", "--cuda-graphs"]

@@ -7,8 +7,7 @@ recorded as not run, with the command that runs it alone.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import dataclasses
 
 from gpu_campaign import decode, levers
 from gpu_campaign.plan import (
@@ -31,13 +30,26 @@ def combined_stage(f: Features) -> Stage:
                 levers.Variant("combined", flags or [], batch=levers_batch(flags or []))]
     run = levers.alternated("combined", variants, f)
     if flags is None:
-        run.unavailable = ("needs the levers' results: --after PART1/gpu.json (a run of part 1) or --combined FLAGS")
+        run.unavailable = ("needs the levers' results: a levers stage earlier in the run (its flags are read when "
+                           "this stage starts), --after GPU_JSON or --combined FLAGS")
     elif not flags:
-        run.unavailable = "no lever helped in the run given by --after: nothing to combine"
+        run.unavailable = "no lever helped in this run's levers stages or --after's: nothing to combine"
     return Stage("combined", "The levers that helped, together, against the compiled default",
                  run.estimate_s * 1.3 + 20.0, [run], variants=[v.name for v in variants],
-                 ratios=[("combined", "default")], note="the levers of --after's run whose windows beat the "
-                                                        "default's by 1% or more in most rounds")
+                 ratios=[("combined", "default")], note="the levers of this run's levers stages and of --after's "
+                                                        "run whose windows beat the default's by 1% or more in most "
+                                                        "rounds")
+
+
+def combined_for_run(f: Features, results: dict, after: dict | None = None,
+                     rounds: int | None = None) -> tuple[Stage, list[str]]:
+    """The combined stage as it starts, and its flags: the levers that helped in this run's stages before it
+    and in --after's run (this run's figures first where both have a stage)."""
+    flags = helpful_flags({"stages": {**(after or {}), **results}})
+    stage = combined_stage(dataclasses.replace(f, combined_flags=flags))
+    if rounds is not None:
+        stage.rounds = max(1, min(stage.rounds, rounds))
+    return stage, flags
 
 
 def levers_batch(flags: list[str]) -> int:
@@ -52,15 +64,15 @@ STAGES = {"env": env_stage, "baseline": levers.baseline_stage, "levers_a": lever
           "choices": choices_stage, "data": data_stage, "progression": progression_stage}
 """Every stage, in the order they run."""
 
-PARTS = {1: ["env", "baseline", "decode"],
-         2: ["env", "levers_a", "peers", "ddp", "curve", "combined", "profile"]}
-"""The two plans, each in order of value: part 1 the default's baseline and real data (the JPEG train runs
-were not reached on 2026-11-27, H200: the device decode's weights were made on the host then); part 2 the
-levers not measured on an H100 (the newest GPU tests beside their compilations), the default against timm's
-benchmark.py and the bare loop, then the data-parallel wrapper and the batch curve (measured on the H100,
-2026-11-27: rerun where time is left), the levers together, the profile. levers_b (coordinate-descent
-tuning) is in neither: its compile outlasted the 150 s it was given on 2026-11-27 (H200); run it alone with
---stages levers_b."""
+PARTS = {1: ["env", "baseline", "decode", "peers"],
+         2: ["env", "levers_a", "ddp", "curve", "combined", "profile"]}
+"""The two plans, each in order of value: part 1 the default's baseline, real data (the JPEG train runs were
+not reached on 2026-11-27, H200: the device decode's weights were made on the host then) and the default
+against timm's benchmark.py and the bare loop (its compiled default from the baseline's cache); part 2 the
+levers not measured on an H100 (the newest GPU tests beside their compilations), then the data-parallel
+wrapper and the batch curve (measured on the H100, 2026-11-27: rerun where time is left), the levers that
+helped together, the profile. levers_b (coordinate-descent tuning) is in neither: its compile outlasted the
+150 s it was given on 2026-11-27 (H200); run it alone with --stages levers_b."""
 
 BUDGET_S = {1: 475.0, 2: 225.0}
 """Each part's deadline on a GPU: 7.9 and 3.75 minutes, so that the commands end within 8 and 4.5 minutes (part 1
@@ -119,8 +131,4 @@ def helpful_flags(document: dict) -> list[str]:
     return flags + (best_batch[1] if best_batch else [])
 
 
-def read_after(path: Path) -> list[str]:
-    return helpful_flags(json.loads(path.read_text()))
-
-
-__all__ = ["BUDGET_S", "OPTIONAL", "PARTS", "STAGES", "Run", "build_plan", "helpful_flags", "read_after"]
+__all__ = ["BUDGET_S", "OPTIONAL", "PARTS", "STAGES", "Run", "build_plan", "combined_for_run", "helpful_flags"]

@@ -263,11 +263,12 @@ def peers_stage(f: Features) -> Stage:
                settings="--bench train, timm's resnet, " + " ".join(precision + ["--channels-last"]))
     default = Run("dlscale bench default", ["-m", "dlscale", "bench", "--json", "{work}/peers-default-{round}.json",
                                             "--output-dir", "{work}/runs"], "bench",
-                  # compiled from the inductor cache of part 1's baseline: 26.7 s in all (2026-11-27, H200)
+                  # compiled from the baseline's inductor cache: 26.7 s in all (2026-11-27, H200, in part 2 then)
                   bench_estimate(device, 30, shape.batch, RATES["channels_last"], 15.0) + 10,
                   output="{work}/peers-default-{round}.json",
-                  settings="no flags: the GPU default (resnet50, 256, 224 px, bf16 AMP, channels_last, fused SGD, "
-                           "cuDNN autotuning, torch.compile reduce-overhead), 10 warm-up steps, 10 x 10 timed",
+                  settings="no flags: the GPU default (resnet50, batch 512 on a GPU of 40 GiB or more, else 256, "
+                           "224 px, bf16 AMP, channels_last, fused SGD, cuDNN autotuning, torch.compile "
+                           "reduce-overhead), 10 warm-up steps, 10 x 10 timed",
                   unavailable=None if device == "cuda" else "GPU only (the CPU default is another model and size)")
     # 210 s on a GPU: one round (~75 s eager, ~75 s for the compiled default, measured 2026-11-23) and room to spare
     return Stage("peers", f"dlscale bench against a bare PyTorch loop and timm's benchmark.py: {WHAT[device]}",

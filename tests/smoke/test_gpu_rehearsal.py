@@ -19,6 +19,13 @@ def report_goals() -> dict:
     return GOALS
 
 
+def helpful_flags(document: dict) -> list[str]:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_campaign.parts import helpful_flags as flags
+
+    return flags(document)
+
+
 def _campaign(out: Path, *args: str) -> dict:
     done = run_process([sys.executable, "benchmarks/gpu.py", "--device", "cpu", "--out", out, *args], ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -82,14 +89,26 @@ def test_the_real_data_stage(tmp_path):
     assert "train JPEG / train synthetic" in (tmp_path / "gpu.md").read_text()
 
 
-def test_part_one_and_the_levers(tmp_path):
-    """Part 1's stages and the levers on the CPU: the baseline is GPU only; the levers run as alternated workers
-    of the tiny model (each variant's windows, ratios against the default); the real-data stage trains on
-    JPEGs and on synthetic input."""
-    document = _campaign(tmp_path, "--stages", "baseline,levers_a,decode")
+def test_part_one(tmp_path):
+    """The default plan on the CPU: the baseline is GPU only; the real-data stage trains on JPEGs and on
+    synthetic input; the peers run dlscale bench (timm's script and torchvision are not here)."""
+    document = _campaign(tmp_path)
     stages = document["stages"]
-    assert list(stages) == ["env", "baseline", "levers_a", "decode"]
+    assert list(stages) == ["env", "baseline", "decode", "peers"] and document["part"] == 1
     assert stages["baseline"]["runs"][0]["status"] == "unavailable"
+    decode = stages["decode"]
+    runs = {r["name"]: r for r in decode["runs"]}
+    assert runs["train synthetic"]["status"] == runs["train JPEG fast"]["status"] == "ok"
+    assert {r["name"]: r["status"] for r in decode["setup"]}["loader fast"] == "ok"
+    assert {r["name"]: r["status"] for r in stages["peers"]["runs"]}["dlscale bench"] == "ok"
+    assert "train JPEG fast / train synthetic" in (tmp_path / "gpu.md").read_text()
+
+
+def test_the_levers_and_their_combination(tmp_path):
+    """The levers run as alternated workers of the tiny model (each variant's windows, ratios against the
+    default); the combined stage after them takes the levers that helped in this very run."""
+    document = _campaign(tmp_path, "--stages", "levers_a,combined")
+    stages = document["stages"]
     levers = stages["levers_a"]
     medians = levers["medians"]
     assert set(medians) == {"default", "stem 4", "batch 16"} and all(m["median"] > 0 for m in medians.values())
@@ -97,9 +116,8 @@ def test_part_one_and_the_levers(tmp_path):
     stem = next(r for r in levers["ratios"] if r["numerator"] == "stem 4")
     assert stem["ratio"] == medians["stem 4"]["median"] / medians["default"]["median"]
     assert len(stem["per_round"]) == 3
-    decode = stages["decode"]
-    runs = {r["name"]: r for r in decode["runs"]}
-    assert runs["train synthetic"]["status"] == runs["train JPEG fast"]["status"] == "ok"
-    assert {r["name"]: r["status"] for r in decode["setup"]}["loader fast"] == "ok"
-    text = (tmp_path / "gpu.md").read_text()
-    assert "| stem 4 / default |" in text and "train JPEG fast / train synthetic" in text
+    flags = document["combined_flags"]
+    assert flags == helpful_flags({"stages": stages})  # decided from this run's levers, at the stage's start
+    combined = stages["combined"]["runs"][0]
+    assert (combined["status"] == "unavailable") == (flags == []), combined
+    assert "| stem 4 / default |" in (tmp_path / "gpu.md").read_text()

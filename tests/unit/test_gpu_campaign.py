@@ -4,6 +4,7 @@ The tiny CPU rehearsal of the whole command is in tests/smoke/test_gpu_rehearsal
 import dataclasses
 import io
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -95,8 +96,9 @@ def test_a_machine_with_everything_runs_every_entry():
     assert stages["levers_a"].variants == ["default 256", "cudnn limit 0", "batch 384"]
     assert stages["ddp"].ratios[0] == ("DDP", "default 256")
     argv = stages["levers_b"].runs[0].argv
-    assert argv[argv.index("--warm") + 1] == "default 256"  # in the cache since the levers_a: not primed
-    assert argv.count("--warm") == 1 and "--warm" not in lever_run.argv
+    assert "--warm" not in argv and "--warm" not in lever_run.argv  # both run first on their machine: primed
+    ddp_argv = ddp_run.argv
+    assert ddp_argv[ddp_argv.index("--warm") + 1] == "default 256"  # in the cache since levers_a, earlier in part 2
     # the wave waits for its slowest compile: coordinate descent's outlasted 150 s (2026-11-27, H200)
     ready = float(argv[argv.index("--ready-timeout") + 1])
     assert ready >= 1.2 * (P.COMPILE_S["reduce-overhead"] + levers.COORDINATE_DESCENT_S) > 150.0
@@ -183,6 +185,30 @@ def test_the_levers_that_helped_are_combined():
                      ("DDP", ["--wrap-single-rank"], 1.05, [1.05, 1.05, 1.05]))}}
     assert parts.helpful_flags(document) == ["--stem-channels", "4", "--batch-size", "384"]
     assert parts.helpful_flags({"stages": {}}) == []
+
+
+def test_the_combined_stage_takes_the_levers_of_its_own_run_when_it_starts():
+    """Part 2 measures the levers and then combines them: the combined stage, unavailable in the plan, takes at
+    its start the levers that helped in this run's stages before it, with --after's where this run has none."""
+    f = dataclasses.replace(EVERYTHING, combined_flags=None)
+    planned = {s.name: s for s in parts.build_plan(f, part=2)}["combined"]
+    assert "a levers stage earlier in the run" in planned.runs[0].unavailable
+    lever = {"runs": [{"name": "batch 384", "variant_flags": ["--batch-size", "384"]},
+                      {"name": "cudnn limit 0", "variant_flags": ["--cudnn-benchmark-limit", "0"]}],
+             "ratios": [{"numerator": "batch 384", "denominator": "default 256", "ratio": 1.03,
+                         "per_round": [1.03, 1.02, 1.04]},
+                        {"numerator": "cudnn limit 0", "denominator": "default 256", "ratio": 0.99,
+                         "per_round": [0.99, 0.99, 1.0]}]}
+    stage, flags = parts.combined_for_run(f, {"levers_a": lever})
+    assert flags == ["--batch-size", "384"] and stage.runs[0].unavailable is None
+    assert "--variant 'combined=--batch-size 384'" in shlex.join(stage.runs[0].argv)
+    earlier = {"levers_b": {"runs": [{"name": "cd", "variant_flags": ["--coordinate-descent-tuning"]}],
+                            "ratios": [{"numerator": "cd", "denominator": "default", "ratio": 1.05,
+                                        "per_round": [1.05, 1.05]}]}}
+    assert parts.combined_for_run(f, {"levers_a": lever}, earlier)[1] == ["--coordinate-descent-tuning",
+                                                                        "--batch-size", "384"]
+    nothing, flags = parts.combined_for_run(f, {"levers_a": {**lever, "ratios": lever["ratios"][1:]}})
+    assert flags == [] and "nothing to combine" in nothing.runs[0].unavailable
 
 
 def test_alternation_rotates_and_pairs_each_round():

@@ -16,7 +16,7 @@ triangle, as torch's interpolate(antialias=True)) placed at each row's box and m
 53.6 device-ms per batch of 256 that way, more than the 45 ms training step it was to feed). Device
 memory per chunk: the chunk's images padded to its largest (1 byte per pixel and channel, 4 as float)
 and the weights (4 x size x (H + W) bytes per image; while one axis's are made, 8 x size x H or W more,
-made on the device: made on the host they cost 1.0-1.6 CPU-s per batch of 256). Rows a worker decoded
+made on the device: made on the host they cost 1.0-1.6 s of the host per batch of 256). Rows a worker decoded
 on the CPU are copied in. A row whose file the decoder refuses is picked up by the CPU path in this
 process (ImageDataset.sample_from of the plan's fallback data set) at that very file: decoded there
 if libjpeg can, else skipped and counted as the CPU path would (the next file, the same crop draw).
@@ -94,37 +94,47 @@ class DeviceDecodeStage:
                 else:
                     decoded[row] = image
             if decoded:
-                made = self._make(list(decoded.values()), batch, list(decoded))
-                images.index_copy_(0, torch.tensor(list(decoded), device=self.device), made)
+                self._make(list(decoded.values()), batch, list(decoded), images)
         self.counts.device += len(rows) - len(refused)
-        return refused
+        return sorted(refused)  # in row order, as the CPU path meets them
 
-    def _make(self, decoded: list[torch.Tensor], batch: EncodedBatch, rows: list[int]) -> torch.Tensor:
-        """The rows' output images, uint8 (n, 3, size, size), from their decoded uint8 (3, h, w) images."""
+    def _make(self, decoded: list[torch.Tensor], batch: EncodedBatch, rows: list[int], images: torch.Tensor) -> None:
+        """Put the rows' output images, uint8 (3, size, size), made from their decoded uint8 (3, h, w) images,
+        into `images` at `rows`."""
         heights = [image.shape[1] for image in decoded]
         widths = [image.shape[2] for image in decoded]
         padded = torch.zeros((len(decoded), 3, max(heights), max(widths)), dtype=torch.uint8, device=self.device)
         for k, image in enumerate(decoded):
             padded[k, :, :image.shape[1], :image.shape[2]] = image
-        # The weights are made on the device from a few numbers per row: made on the host, they took
-        # 1.0-1.6 CPU-s per batch of 256 (2026-11-27, H200: 129 img/s, 8 CPU-ms per image).
-        on_device = lambda values, dtype=torch.float64: torch.as_tensor(values).to(  # noqa: E731
-            device=self.device, dtype=dtype, non_blocking=True)
-        if self.plan.resize is None:
-            index = torch.tensor(rows)
-            boxes, flips = on_device(batch.boxes[index]), on_device(batch.flips[index], torch.bool)
-            rows_w = resample_weights(self.plan.size, start=boxes[:, 1], length=boxes[:, 3], extent=padded.shape[2])
-            cols_w = resample_weights(self.plan.size, start=boxes[:, 0], length=boxes[:, 2], extent=padded.shape[3],
-                                      mirror=flips)
-        else:
+        # The weights are made on the device from a few numbers per row, sent in one copy: made on the host,
+        # they took 1.0-1.6 s of the host per batch of 256 (2026-11-27, H200: 129 img/s, 8 CPU-ms per image).
+        index = torch.tensor(rows)
+        if self.plan.resize is None:  # row, box (left, top, width, height), flip
+            columns = [index, *batch.boxes[index].unbind(1), batch.flips[index]]
+        else:  # row, height, width, the centre crop's top and left, the resized height and width
             (left, top), (new_w, new_h) = _center_crop_geometry(torch.tensor(widths), torch.tensor(heights),
                                                                 self.plan.resize, self.plan.size)
-            zero = torch.zeros(len(rows), dtype=torch.float64, device=self.device)
-            rows_w = resample_weights(self.plan.size, start=zero, length=on_device(heights), extent=padded.shape[2],
-                                      offset=on_device(top), resized=on_device(new_h))
-            cols_w = resample_weights(self.plan.size, start=zero, length=on_device(widths), extent=padded.shape[3],
-                                      offset=on_device(left), resized=on_device(new_w))
-        return apply_weights(padded, rows_w, cols_w)
+            columns = [index, torch.tensor(heights), torch.tensor(widths), top, left, new_h, new_w]
+        numbers = self._to_device(torch.stack([c.double() for c in columns], 1))
+        if self.plan.resize is None:
+            left, top, width, height, flip = numbers[:, 1:].unbind(1)
+            rows_w = resample_weights(self.plan.size, start=top, length=height, extent=padded.shape[2])
+            cols_w = resample_weights(self.plan.size, start=left, length=width, extent=padded.shape[3],
+                                      mirror=flip != 0)
+        else:
+            height, width, top, left, new_h, new_w = numbers[:, 1:].unbind(1)
+            zero = torch.zeros_like(height)
+            rows_w = resample_weights(self.plan.size, start=zero, length=height, extent=padded.shape[2], offset=top,
+                                      resized=new_h)
+            cols_w = resample_weights(self.plan.size, start=zero, length=width, extent=padded.shape[3], offset=left,
+                                      resized=new_w)
+        images.index_copy_(0, numbers[:, 0].long(), apply_weights(padded, rows_w, cols_w))
+
+    def _to_device(self, numbers: torch.Tensor) -> torch.Tensor:
+        """A small host tensor on the device without waiting for the stream: pinned first on CUDA."""
+        if self.device.type == "cuda":
+            numbers = numbers.pin_memory()
+        return numbers.to(self.device, non_blocking=True)
 
 
 def resample_weights(size: int, *, start: torch.Tensor, length: torch.Tensor, extent: int,
