@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from dlscale import cli
-from dlscale.config.sections import DataConfig
+from dlscale.config.data import DataConfig
 from dlscale.data import loader as data_loader
 from dlscale.data.cifar import CIFAR100, cifar_sources
 from dlscale.data.download import ensure_cifar

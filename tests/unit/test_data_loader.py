@@ -265,7 +265,7 @@ def test_prefetcher_on_cpu_moves_and_normalizes():
 
 def test_every_data_set_name_has_a_builder():
     """DataConfig checks names against DATASET_NAMES; build_loaders dispatches on _BUILDERS: one list."""
-    from dlscale.config.sections import DATASET_NAMES
+    from dlscale.config.data import DATASET_NAMES
     from dlscale.data import loader
 
     assert set(loader._BUILDERS) == set(DATASET_NAMES)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from dlscale.cli import numbers, paths
 from dlscale.config import DataConfig
-from dlscale.config.sections import DATASET_NAMES, DECODE_ALIASES, DECODE_MODES
+from dlscale.config.data import DATASET_NAMES, DECODE_ALIASES, DECODE_MODES
 from dlscale.errors import DeviceError
 from dlscale.metrics.hardware import available_cores, host_memory_bytes
 from dlscale.metrics.progress import ProgressDisplay

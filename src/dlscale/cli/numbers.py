@@ -19,7 +19,7 @@ import argparse
 import math
 import re
 
-from dlscale.config.sections import (
+from dlscale.config.bounds import (
     BATCH_MAX,
     GLOBAL_BATCH_MAX,
     IMAGE_SIDE_MAX,

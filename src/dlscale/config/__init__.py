@@ -1,11 +1,12 @@
-"""Configuration: every section dataclass (sections.py) and the preset files (presets.py)."""
+"""Configuration: every section dataclass (sections.py; the data section in data.py, the bounds every section
+shares in bounds.py) and the preset files (presets.py)."""
 
+from dlscale.config.data import DataConfig
 from dlscale.config.presets import load_config, load_presets, preset_files
 from dlscale.config.sections import (
     PRECISIONS,
     BenchConfig,
     CheckpointConfig,
-    DataConfig,
     ModelConfig,
     OptimConfig,
     ScheduleConfig,

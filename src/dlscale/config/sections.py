@@ -3,7 +3,7 @@ their checks in __post_init__ (a bad value is a ConfigError naming the key, at c
 
     TrainConfig                    what `dlscale train` runs (a preset plus --set overrides)
       model: ModelConfig           which network
-      data: DataConfig             which data set and how it is fed
+      data: DataConfig             which data set and how it is fed (config/data.py)
       optim: OptimConfig           SGD, learning-rate scaling, weight decay, label smoothing
       schedule: ScheduleConfig     warm-up and the shape of the learning rate over training
       strategy: StrategyConfig     how replicas synchronise (DDP or neighbour averaging)
@@ -17,9 +17,19 @@ their checks in __post_init__ (a bad value is a ConfigError naming the key, at c
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal
 
+from dlscale.config.bounds import (
+    BATCH_MAX,
+    GLOBAL_BATCH_MAX,
+    IMAGE_SIDE_MAX,
+    SEED_MAX,
+    TIMEOUT_MAX_S,
+    WIDTH_MAX,
+    check,
+)
+from dlscale.config.data import DataConfig
 from dlscale.errors import ConfigError
 from dlscale.speed import SpeedOptions
 
@@ -28,13 +38,6 @@ PRECISIONS: tuple[str, ...] = typing.get_args(PrecisionName)
 """Numeric precisions, the one list: fp32 (IEEE, TF32 off), tf32 (fp32 with TF32 tensor cores),
 and automatic mixed precision to fp16 (with loss scaling) or bf16 (dlscale.precision)."""
 
-DATASET_NAMES = ("synthetic", "digits", "cifar10", "cifar100", "imagefolder")
-ON_BAD_SAMPLE = ("skip", "error")
-DECODE_MODES = ("fast", "plain", "gpu", "auto")
-DECODE_PATHS = ("fast", "plain", "gpu")
-"""The paths a data set is built for: DECODE_MODES once "auto" is resolved for a device."""
-DECODE_ALIASES = {"cpu": "fast"}
-"""Other names of decode modes: "cpu" is the fast CPU path (`dlscale loader --decode cpu|gpu`)."""
 LrScaling = Literal["none", "linear", "sqrt"]
 LR_SCALING_RULES: tuple[str, ...] = typing.get_args(LrScaling)
 ScheduleName = Literal["constant", "step", "cosine", "linear", "plateau"]
@@ -48,31 +51,6 @@ TOPOLOGY_NAMES = ("exp2", "ring", "mesh", "star", "full")
 """The names of dlscale.strategies.TOPOLOGIES (BlueFog's graphs), here for the same reason."""
 WeightDecayExemption = Literal["module_type", "name_contains_bn"]
 WEIGHT_DECAY_EXEMPTIONS: tuple[str, ...] = typing.get_args(WeightDecayExemption)
-
-
-# Bounds a setting has wherever it is given (a preset, --set, a flag: cli/numbers.py takes the same). An upper
-# bound is where a value stops meaning anything, not a guess at what fits: models/memory.py checks that.
-SEED_MAX = 2**32 - 1
-"""numpy's generators take 32-bit seeds."""
-IMAGE_SIDE_MAX = 16_384
-"""Pixels of a square image's side: beyond any ResNet input."""
-WIDTH_MAX = 1024
-"""A ResNet's base channel count: 16 times the standard 64's channels, 256 times its parameters."""
-BATCH_MAX = 65_536
-"""Images per rank per step: beyond any device's memory."""
-GLOBAL_BATCH_MAX = 2**30
-"""Images per optimizer step over all ranks: beyond any published recipe."""
-WORKERS_MAX = 1024
-"""Loader processes per rank: no node has more cores."""
-TIMEOUT_MAX_S = 365 * 24 * 3600
-"""A year: longer is no timeout (and Python's timedelta ends at 999,999,999 days)."""
-SYNTHETIC_MAX = 10**9
-"""Samples of the synthetic data set (its labels are held in memory)."""
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,147 +69,10 @@ class ModelConfig:
     and output channels differ (36 of ResNet-50's 53)."""
 
     def __post_init__(self) -> None:
-        _check(1 <= self.width <= WIDTH_MAX, f"model.width={self.width} must be 1 to {WIDTH_MAX} channels "
+        check(1 <= self.width <= WIDTH_MAX, f"model.width={self.width} must be 1 to {WIDTH_MAX} channels "
                "(64: the standard ResNet)")
-        _check(self.conv_init in ("fan_out", "fan_in"),
+        check(self.conv_init in ("fan_out", "fan_in"),
                f"model.conv_init={self.conv_init!r}: use fan_out (torchvision's) or fan_in (NVIDIA ConvNets')")
-
-
-@dataclass(frozen=True, kw_only=True)
-class DataConfig:
-    """Which data set to read and how to feed it. Batch sizes live with the training config."""
-
-    name: str = "synthetic"
-    """One of synthetic, digits, cifar10, cifar100, imagefolder."""
-
-    path: str | None = None
-    """Data root. cifar10: a folder holding `cifar-10-batches-py/` (or that folder itself);
-    cifar100: `cifar-100-python/` likewise; imagefolder: a folder with `train/<class>/*.JPEG`
-    and `val/<class>/*.JPEG`. Unused by synthetic and digits."""
-
-    download: bool = False
-    """cifar10 and cifar100: when data.path holds no copy, download the python version there first, its MD5
-    checked against the published one, as torchvision's download=True (`--download`; dlscale.data.download)."""
-
-    image_size: int | None = None
-    """Side in pixels of the square training image; None takes the data set's own:
-    224 for imagefolder, 32 for cifar, digits and synthetic. CIFAR accepts only 32."""
-
-    val_image_size: int | None = None
-    """Side of the square validation crop; None means image_size."""
-
-    val_resize: int | None = None
-    """Validation images (imagefolder) are resized so the shorter side is this many pixels,
-    then center-cropped to val_image_size. None means round(val_image_size * 256 / 224),
-    the ratio of the ImageNet recipe (resize 256, crop 224)."""
-
-    decode: str = "fast"
-    """How training JPEGs become crops (imagefolder). "fast" (also called "cpu"): the loader workers
-    decode; a JPEG whose shorter side is at least 2 x image_size is decoded at 1/2, 1/4 or 1/8 scale
-    when the random crop is that many times image_size (Pillow's draft mode), and crops are resized
-    as uint8 tensors by torch's antialiased bilinear kernel. "plain": every file decoded at full size
-    by the workers, resized by Pillow. "gpu": the workers only read the files, parse their headers and
-    draw the crops; the training process decodes each batch on the device (nvJPEG through
-    torchvision, `pip install 'dlscale[gpu]'`) and crops, resizes, flips and normalises it there, train
-    and validation; files nvJPEG cannot take (CMYK, grayscale, not JPEG, a decode error) go through
-    the fast path. "auto": "gpu" on a CUDA device where torchvision's nvJPEG decoder is installed,
-    else "fast". Every path draws the same crop boxes and flips from the same seeds
-    (docs/profiling.md has the measured speeds)."""
-
-    decode_chunk: int = 64
-    """decode=gpu: images per nvJPEG call. Each decoded image holds 3 bytes per pixel on the device
-    until it is cropped, and its crop 12 more (float) while it is resized: a 500 x 375 JPEG, ImageNet's
-    commonest size, holds 0.56 MB, so a chunk of 64 such images about 36 MB (docs/profiling.md)."""
-
-    device_decode_share: float = 1.0
-    """decode=gpu: the share of the training JPEGs the device decodes (0 to 1, more than 0); the loader
-    workers decode the others on the fast path, in the same batches. The device's decode time is added to
-    each step's, the workers' is not: where the device alone cannot keep up, a share below 1 runs the two
-    side by side (docs/profiling.md, "Sharing the decode"). A file goes the same way in every epoch (by
-    its index), so a run is reproducible."""
-
-    num_workers: int = 2
-    """DataLoader worker processes per rank; 0 loads in the training process.
-    Two suits a small CPU machine; on a GPU node use about cores / GPUs."""
-
-    pin_memory: bool = True
-    """Page-lock host batches so host-to-device copies can be asynchronous. Takes effect
-    only when CUDA is available; ignored on the CPU."""
-
-    persistent_workers: bool = True
-    """Keep the worker processes alive between epochs (only with num_workers > 0)."""
-
-    prefetch_factor: int = 2
-    """Batches each worker loads ahead (only with num_workers > 0)."""
-
-    on_bad_sample: str = "skip"
-    """What to do with an image that cannot be decoded (imagefolder): "skip" substitutes the
-    next index and reports the path in the batch; "error" stops at once with a DataError."""
-
-    max_consecutive_bad: int = 50
-    """With on_bad_sample="skip": this many unreadable files in a row raise a DataError
-    (a broken mount rather than a few bad files). 50 is timm's limit."""
-
-    synthetic_size: int = 2048
-    """Training samples of the synthetic data set."""
-
-    synthetic_val_size: int = 512
-    """Validation samples of the synthetic data set."""
-
-    synthetic_classes: int = 10
-    """Classes of the synthetic data set (labels 0 .. synthetic_classes - 1)."""
-
-    seed: int = 0
-    """Seed of the synthetic images and labels. Shuffling and augmentation take the run's
-    seed (the `seed` argument of build_loaders), so the data stay fixed while it varies."""
-
-    drop_last: bool = True
-    """Training epochs of whole global batches only: the shuffled tail that fills no batch is
-    dropped. False: torch's DistributedSampler without drop_last, as HAL's loader: each rank gets
-    ceil(N / world_size) samples (the order padded with its first indices) and the last, partial
-    batch is kept, so an epoch has ceil(ceil(N / world_size) / batch_size) steps (64 x 208 on
-    ImageNet: 97, not 96). Needs optim.accumulation_steps=1."""
-
-    def __post_init__(self) -> None:
-        if self.name not in DATASET_NAMES:
-            raise ConfigError(f"data.name={self.name!r} is unknown; use one of {', '.join(DATASET_NAMES)}")
-        if self.decode in DECODE_ALIASES:
-            object.__setattr__(self, "decode", DECODE_ALIASES[self.decode])  # one name downstream
-        if self.decode not in DECODE_MODES:
-            raise ConfigError(f"data.decode={self.decode!r}; use one of {', '.join(DECODE_MODES)} "
-                              f"(or {', '.join(DECODE_ALIASES)})")
-        share = self.device_decode_share
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
-            raise ConfigError(f"data.device_decode_share={share!r}; use a share above 0 and at most 1 (0.6: the "
-                              "device decodes 60% of the training JPEGs, the loader workers the rest)")
-        if share != 1 and self.decode in ("fast", "plain"):
-            raise ConfigError(f"data.device_decode_share={share} splits the device decode path's work; with "
-                              f"data.decode={self.decode} the loader workers decode every file: set data.decode=gpu "
-                              "(or auto), or leave the share at 1")
-        if self.on_bad_sample not in ON_BAD_SAMPLE:
-            raise ConfigError(f"data.on_bad_sample={self.on_bad_sample!r}; use 'skip' or 'error'")
-        for key in ("image_size", "val_image_size", "val_resize"):
-            value = getattr(self, key)
-            if value is not None and not 1 <= value <= IMAGE_SIDE_MAX:
-                raise ConfigError(f"data.{key}={value}; use 1 to {IMAGE_SIDE_MAX:,} pixels or leave it unset")
-        for key, most in (("prefetch_factor", 1024), ("max_consecutive_bad", SYNTHETIC_MAX), ("decode_chunk", 65_536),
-                          ("synthetic_size", SYNTHETIC_MAX), ("synthetic_val_size", SYNTHETIC_MAX),
-                          ("synthetic_classes", 10**6)):
-            if not 1 <= getattr(self, key) <= most:
-                raise ConfigError(f"data.{key}={getattr(self, key)}; use a number from 1 to {most:,}")
-        if not 0 <= self.num_workers <= WORKERS_MAX:
-            raise ConfigError(f"data.num_workers={self.num_workers}; use 0 to {WORKERS_MAX:,} (no node has more "
-                              "cores)")
-        if not 0 <= self.seed <= SEED_MAX:
-            raise ConfigError(f"data.seed={self.seed}; use 0 to {SEED_MAX:,} (numpy's generators take 32-bit seeds)")
-        if self.download and self.name not in ("cifar10", "cifar100"):
-            raise ConfigError(f"data.download fetches CIFAR-10 and CIFAR-100 only, not data.name={self.name}; drop "
-                              "--download (`dlscale data make-jpegs` writes a JPEG tree to try imagefolder)")
-
-    def on_path(self, decode: str) -> DataConfig:
-        """This configuration on the decode path `decode` (data.decode resolved for a device: "auto" taken
-        as "gpu" or "fast"); device_decode_share stays only on the device path."""
-        return replace(self, decode=decode, device_decode_share=self.device_decode_share if decode == "gpu" else 1.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -264,24 +105,24 @@ class OptimConfig:
     """Micro-batches whose gradients are summed before one optimizer step (>= 1)."""
 
     def __post_init__(self) -> None:
-        _check(self.lr > 0, f"optim.lr={self.lr} must be > 0")
-        _check(0 <= self.momentum < 1, f"optim.momentum={self.momentum} must be in [0, 1)")
-        _check(
+        check(self.lr > 0, f"optim.lr={self.lr} must be > 0")
+        check(0 <= self.momentum < 1, f"optim.momentum={self.momentum} must be in [0, 1)")
+        check(
             not self.nesterov or self.momentum > 0,
             "optim.nesterov=true needs optim.momentum > 0; set a momentum or turn nesterov off",
         )
-        _check(self.weight_decay >= 0, f"optim.weight_decay={self.weight_decay} must be >= 0")
-        _check(
+        check(self.weight_decay >= 0, f"optim.weight_decay={self.weight_decay} must be >= 0")
+        check(
             self.lr_scaling in LR_SCALING_RULES,
             f"optim.lr_scaling={self.lr_scaling!r} is unknown; use one of {LR_SCALING_RULES}",
         )
-        _check(self.reference_batch >= 1, "optim.reference_batch must be a positive integer")
-        _check(
+        check(self.reference_batch >= 1, "optim.reference_batch must be a positive integer")
+        check(
             0 <= self.label_smoothing < 1,
             f"optim.label_smoothing={self.label_smoothing} must be in [0, 1)",
         )
-        _check(1 <= self.accumulation_steps <= BATCH_MAX, f"optim.accumulation_steps must be 1 to {BATCH_MAX:,}")
-        _check(self.weight_decay_exemption in WEIGHT_DECAY_EXEMPTIONS,
+        check(1 <= self.accumulation_steps <= BATCH_MAX, f"optim.accumulation_steps must be 1 to {BATCH_MAX:,}")
+        check(self.weight_decay_exemption in WEIGHT_DECAY_EXEMPTIONS,
                f"optim.weight_decay_exemption={self.weight_decay_exemption!r}: use one of {WEIGHT_DECAY_EXEMPTIONS}")
 
 
@@ -323,32 +164,32 @@ class ScheduleConfig:
     """Plateau: relative improvement that counts as better (torch's default 1e-4)."""
 
     def __post_init__(self) -> None:
-        _check(
+        check(
             self.name in SCHEDULE_NAMES, f"schedule.name={self.name!r}: use one of {SCHEDULE_NAMES}"
         )
-        _check(self.epochs >= 1, f"schedule.epochs={self.epochs} must be >= 1")
-        _check(self.warmup_epochs >= 0, "schedule.warmup_epochs must be >= 0")
-        _check(
+        check(self.epochs >= 1, f"schedule.epochs={self.epochs} must be >= 1")
+        check(self.warmup_epochs >= 0, "schedule.warmup_epochs must be >= 0")
+        check(
             self.warmup_per in WARMUP_UNITS,
             f"schedule.warmup_per={self.warmup_per!r}: use one of {WARMUP_UNITS}",
         )
-        _check(
+        check(
             self.warmup_per != "epoch" or float(self.warmup_epochs).is_integer(),
             f"schedule.warmup_epochs={self.warmup_epochs} is fractional; per-epoch warm-up "
             "needs whole epochs (or set schedule.warmup_per=iteration)",
         )
-        _check(self.warmup_step_offset >= 0,
+        check(self.warmup_step_offset >= 0,
                f"schedule.warmup_step_offset={self.warmup_step_offset} must be >= 0 (1: peak on the last warm-up step)")
-        _check(self.anneal_per in ANNEAL_UNITS,
+        check(self.anneal_per in ANNEAL_UNITS,
                f"schedule.anneal_per={self.anneal_per!r}: use one of {ANNEAL_UNITS}")
-        _check(self.milestone_every >= 0,
+        check(self.milestone_every >= 0,
                f"schedule.milestone_every={self.milestone_every} must be >= 0 epochs (0: none after the milestones)")
         if self.name in ("cosine", "linear"):
-            _check(
+            check(
                 self.epochs > self.warmup_epochs,
                 f"schedule.epochs={self.epochs} must exceed warmup_epochs={self.warmup_epochs}",
             )
-            _check(self.end_lr >= 0, "schedule.end_lr must be >= 0")
+            check(self.end_lr >= 0, "schedule.end_lr must be >= 0")
         if self.name == "step":
             self._check_milestones()
         if self.name == "plateau":
@@ -356,22 +197,22 @@ class ScheduleConfig:
 
     def _check_milestones(self) -> None:
         ms = self.milestones
-        _check(
+        check(
             all(b > a for a, b in zip(ms, ms[1:], strict=False)),
             f"schedule.milestones={ms} must be strictly increasing",
         )
-        _check(
+        check(
             not ms or ms[0] >= self.warmup_epochs,
             f"schedule.milestones={ms} start inside the warm-up; move them past epoch "
             f"{self.warmup_epochs}",
         )
-        _check(0 < self.gamma <= 1, f"schedule.gamma={self.gamma} must be in (0, 1]")
+        check(0 < self.gamma <= 1, f"schedule.gamma={self.gamma} must be in (0, 1]")
 
     def _check_plateau(self) -> None:
-        _check(0 < self.plateau_factor < 1, "schedule.plateau_factor must be in (0, 1)")
-        _check(self.plateau_patience >= 0, "schedule.plateau_patience must be >= 0")
-        _check(self.plateau_mode in ("min", "max"), "schedule.plateau_mode must be min or max")
-        _check(self.plateau_threshold >= 0, "schedule.plateau_threshold must be >= 0")
+        check(0 < self.plateau_factor < 1, "schedule.plateau_factor must be in (0, 1)")
+        check(self.plateau_patience >= 0, "schedule.plateau_patience must be >= 0")
+        check(self.plateau_mode in ("min", "max"), "schedule.plateau_mode must be min or max")
+        check(self.plateau_threshold >= 0, "schedule.plateau_threshold must be >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -400,14 +241,14 @@ class StrategyConfig:
 
     def __post_init__(self) -> None:
         # The names are checked against the registries (dlscale.strategies) when the strategy is built.
-        _check(not self.wrap_single_rank or self.dist_optimizer == "allreduce",
+        check(not self.wrap_single_rank or self.dist_optimizer == "allreduce",
                f"strategy.wrap_single_rank wraps in DDP, which is the allreduce strategy; "
                f"drop it or use --dist-optimizer allreduce (got {self.dist_optimizer!r})")
-        _check(self.num_steps_per_communication >= 1,
+        check(self.num_steps_per_communication >= 1,
                f"strategy.num_steps_per_communication={self.num_steps_per_communication} must be >= 1")
-        _check(self.global_average_every >= 0,
+        check(self.global_average_every >= 0,
                f"strategy.global_average_every={self.global_average_every} must be >= 0 (0: never)")
-        _check(self.dynamic_schedule in DYNAMIC_SCHEDULES,
+        check(self.dynamic_schedule in DYNAMIC_SCHEDULES,
                f"strategy.dynamic_schedule={self.dynamic_schedule!r}: use one of {DYNAMIC_SCHEDULES}")
 
 
@@ -423,10 +264,10 @@ class CheckpointConfig:
     """Checkpoints kept on disk; older ones are deleted."""
 
     def __post_init__(self) -> None:
-        _check(self.every_epochs >= 1, f"checkpoint.every_epochs={self.every_epochs} must be >= 1 "
+        check(self.every_epochs >= 1, f"checkpoint.every_epochs={self.every_epochs} must be >= 1 "
                "(checkpoint.enabled=false turns checkpoints off)")
-        _check(self.every_steps >= 0, f"checkpoint.every_steps={self.every_steps} must be >= 0 (0: only at epoch ends)")
-        _check(self.keep_last >= 1, f"checkpoint.keep_last={self.keep_last}: keep at least 1 checkpoint")
+        check(self.every_steps >= 0, f"checkpoint.every_steps={self.every_steps} must be >= 0 (0: only at epoch ends)")
+        check(self.keep_last >= 1, f"checkpoint.keep_last={self.keep_last}: keep at least 1 checkpoint")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -470,21 +311,21 @@ class TrainConfig:
     epoch and per run (device-hours x price; no currency)."""
 
     def __post_init__(self) -> None:
-        _check(self.price_per_device_hour is None or self.price_per_device_hour > 0,
+        check(self.price_per_device_hour is None or self.price_per_device_hour > 0,
                f"price_per_device_hour={self.price_per_device_hour} must be > 0 (or unset)")
         for key, most in (("batch_size", BATCH_MAX), ("global_batch_size", GLOBAL_BATCH_MAX),
                           ("val_batch_size", BATCH_MAX), ("max_steps_per_epoch", 2**31)):
             value = getattr(self, key)
-            _check(value is None or 1 <= value <= most, f"{key}={value} must be >= 1 and at most {most:,} (or unset)")
-        _check(self.log_every >= 1, f"log_every={self.log_every} must be >= 1 optimizer steps")
-        _check(0 < self.pg_timeout_s <= TIMEOUT_MAX_S, f"pg_timeout_s={self.pg_timeout_s:g} (--pg-timeout) must be "
+            check(value is None or 1 <= value <= most, f"{key}={value} must be >= 1 and at most {most:,} (or unset)")
+        check(self.log_every >= 1, f"log_every={self.log_every} must be >= 1 optimizer steps")
+        check(0 < self.pg_timeout_s <= TIMEOUT_MAX_S, f"pg_timeout_s={self.pg_timeout_s:g} (--pg-timeout) must be "
                f"positive seconds, at most {TIMEOUT_MAX_S:,} (a year)")
-        _check(0 <= self.seed <= SEED_MAX, f"seed={self.seed} must be 0 to {SEED_MAX:,} (numpy's generators take "
+        check(0 <= self.seed <= SEED_MAX, f"seed={self.seed} must be 0 to {SEED_MAX:,} (numpy's generators take "
                "32-bit seeds)")
-        _check(self.target_accuracy is None or 0 < self.target_accuracy <= 1,
+        check(self.target_accuracy is None or 0 < self.target_accuracy <= 1,
                f"target_accuracy={self.target_accuracy} (--target-accuracy) is a fraction of validation top-1 "
                "in (0, 1], e.g. 0.76")
-        _check(not self.speed.cuda_graphs, "speed.cuda_graphs is a `dlscale bench` option (training changes the "
+        check(not self.speed.cuda_graphs, "speed.cuda_graphs is a `dlscale bench` option (training changes the "
                "learning rate every step and evaluates between epochs); use speed.compile_mode=reduce-overhead")
 
 

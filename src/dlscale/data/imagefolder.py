@@ -34,7 +34,7 @@ from typing import NamedTuple
 import numpy as np
 from PIL import Image
 
-from dlscale.config.sections import DECODE_PATHS
+from dlscale.config.data import DECODE_PATHS
 from dlscale.data.encoded import JpegFile
 from dlscale.data.source import BadSample
 from dlscale.errors import ConfigError, DataError

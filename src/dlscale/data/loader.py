@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from dlscale.config.sections import DataConfig
+from dlscale.config.data import DataConfig
 from dlscale.data import transforms as T
 from dlscale.data.cifar import (
     CIFAR10,

@@ -30,7 +30,7 @@ import torch
 from PIL import Image
 from torch.nn import functional as F
 
-from dlscale.config.sections import DECODE_PATHS
+from dlscale.config.data import DECODE_PATHS
 from dlscale.data.encoded import Encoded, JpegFile
 from dlscale.data.source import BadSample
 from dlscale.errors import ConfigError
