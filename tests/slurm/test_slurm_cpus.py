@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dlscale.cli import main
-from dlscale.launch import slurm as launch
+from dlscale.launch import slurm_jobs
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
@@ -74,7 +74,7 @@ def test_each_rank_runs_on_the_cores_the_script_asked_for(slurm_cluster, tmp_pat
         submitted[name] = job_id
         asked = int(re.search(r"#SBATCH --cpus-per-task=(\d+)", script).group(1))
         assert asked == (1 if name == "srun1" else 2), script
-    states = launch.wait(submitted.values(), poll_s=1, timeout_s=JOB_TIMEOUT_S)
+    states = slurm_jobs.wait(submitted.values(), poll_s=1, timeout_s=JOB_TIMEOUT_S)
     logs = {name: (tmp_path / name / f"slurm-{job}.log").read_text() for name, job in submitted.items()}
     assert all(state == "COMPLETED" for state in states.values()), logs
 

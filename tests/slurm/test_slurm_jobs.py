@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from dlscale.cli import main
-from dlscale.launch import slurm as launch
+from dlscale.launch import slurm_jobs as jobs
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
@@ -54,28 +54,28 @@ def test_generated_bench_scripts_complete_with_a_summary(slurm_cluster, tmp_path
     torchrun = _submit(capsys, "--gpus-per-node", "2", *BENCH, "--output-dir", str(tmp_path), "--name", "agent")
     srun = _submit(capsys, "--gpus-per-node", "2", "--launcher", "srun", *BENCH, "--output-dir", str(tmp_path),
                    "--name", "tasks")
-    states = launch.wait([torchrun, srun], poll_s=1, timeout_s=JOB_TIMEOUT_S)
+    states = jobs.wait([torchrun, srun], poll_s=1, timeout_s=JOB_TIMEOUT_S)
     for job_id, name, launcher in ((torchrun, "agent", "torchrun"), (srun, "tasks", "slurm")):
         log = _log(tmp_path / name, job_id)
         assert states[job_id] == "COMPLETED", log
         summary = json.loads((tmp_path / name / "summary.json").read_text())
         assert summary["world_size"] == 2 and summary["launcher"] == launcher, summary
         assert "Total img/sec on 2 CPU(s)" in log
-        assert launch.point_outcome(job_id, states[job_id], tmp_path / name) == ("ok", "")
+        assert jobs.point_outcome(job_id, states[job_id], tmp_path / name) == ("ok", "")
 
 
 def test_two_point_sweep_through_slurm_reports_failed_and_cancelled_points(slurm_cluster, tmp_path):
     from dlscale.report.load import load
 
     sweep = tmp_path / "sweep"
-    points = {name: launch.submit_point(name, BENCH, world, 2, sweep, request_gpus=False)
+    points = {name: jobs.submit_point(name, BENCH, world, 2, sweep, request_gpus=False)
               for name, world in (("world1", 1), ("world2", 2))}
-    points["broken"] = launch.submit_point("broken", [*BENCH[:2], "no_such_model", *BENCH[3:]], 1, 2, sweep,
+    points["broken"] = jobs.submit_point("broken", [*BENCH[:2], "no_such_model", *BENCH[3:]], 1, 2, sweep,
                                            request_gpus=False)
-    points["cancelled"] = launch.submit_point("cancelled", BENCH, 2, 2, sweep, request_gpus=False)
-    launch.cancel([points["cancelled"]])
-    states = launch.wait(points.values(), poll_s=1, timeout_s=JOB_TIMEOUT_S)
-    outcome = {name: launch.point_outcome(job, states[job], sweep / name) for name, job in points.items()}
+    points["cancelled"] = jobs.submit_point("cancelled", BENCH, 2, 2, sweep, request_gpus=False)
+    jobs.cancel([points["cancelled"]])
+    states = jobs.wait(points.values(), poll_s=1, timeout_s=JOB_TIMEOUT_S)
+    outcome = {name: jobs.point_outcome(job, states[job], sweep / name) for name, job in points.items()}
     logs = {name: (sweep / "logs" / f"{name}.log") for name in points}
     assert outcome["world1"] == ("ok", "") and outcome["world2"] == ("ok", ""), {n: p.read_text() for n, p in
                                                                                  logs.items() if p.exists()}
@@ -114,7 +114,7 @@ def test_usr1_checkpoints_requeues_and_resumes_to_the_uninterrupted_weights(slur
     _wait_for(lambda: "Restarts=1" in _show(job), "the requeue", job_id=job)
     # The uninterrupted run goes while the requeued job waits to become eligible again.
     clean = _submit(capsys, "--gpus-per-node", "2", *TRAIN, "--output-dir", str(tmp_path), "--name", "clean")
-    states = launch.wait([job, clean], poll_s=1, timeout_s=JOB_TIMEOUT_S)
+    states = jobs.wait([job, clean], poll_s=1, timeout_s=JOB_TIMEOUT_S)
     log = _log(cut, job)
     assert states == {job: "COMPLETED", clean: "COMPLETED"}, log + _log(tmp_path / "clean", clean)
 

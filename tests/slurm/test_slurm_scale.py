@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dlscale.cli import main
-from dlscale.launch import slurm as launch
+from dlscale.launch import slurm_jobs as jobs
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
@@ -65,6 +65,6 @@ def test_no_wait_returns_once_submitted_and_report_reads_the_finished_jobs(slurm
     ids = [p["job_id"] for p in points]
     assert f"squeue -j {','.join(ids)}" in out and f"dlscale report {sweep}" in out
     assert returned_s < 15, returned_s  # the jobs (about 10 s each here) were not waited for
-    states = launch.wait(ids, poll_s=1, timeout_s=JOB_TIMEOUT_S)
+    states = jobs.wait(ids, poll_s=1, timeout_s=JOB_TIMEOUT_S)
     assert set(states.values()) == {"COMPLETED"}, (states, _logs(sweep))
     assert _report_worlds(sweep) == [1, 2]

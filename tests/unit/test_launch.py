@@ -14,7 +14,9 @@ from dlscale.cli import main
 from dlscale.distributed.env import DistEnv
 from dlscale.errors import ConfigError
 from dlscale.launch import slurm as launch
-from dlscale.launch.slurm import SlurmJob, mpirun_command, node_layout, sbatch_script, time_limit_s
+from dlscale.launch import slurm_jobs as jobs
+from dlscale.launch.slurm import SlurmJob, mpirun_command, sbatch_script, time_limit_s
+from dlscale.launch.slurm_jobs import node_layout
 
 TRAIN = SlurmJob(program=("train", "--config", "cpu:digits", "--output-dir", "/shared/runs", "--name", "r"),
                  run_dir=Path("/shared/runs/r"), log=Path("/shared/runs/r/slurm-%j.log"), nodes=2, procs_per_node=4,
@@ -168,28 +170,28 @@ def test_bad_time_and_signal_after_the_limit_are_refused():
 
 
 def test_point_outcome(tmp_path):
-    assert launch.point_outcome("7", "COMPLETED", tmp_path)[0] == "failed"  # no summary.json
+    assert jobs.point_outcome("7", "COMPLETED", tmp_path)[0] == "failed"  # no summary.json
     (tmp_path / "summary.json").write_text("{}")
-    assert launch.point_outcome("7", "COMPLETED", tmp_path) == ("ok", "")
-    assert launch.point_outcome("7", "TIMEOUT", tmp_path)[0] == "timeout"
+    assert jobs.point_outcome("7", "COMPLETED", tmp_path) == ("ok", "")
+    assert jobs.point_outcome("7", "TIMEOUT", tmp_path)[0] == "timeout"
     for state in ("FAILED", "CANCELLED", "NODE_FAIL", "OUT_OF_MEMORY", "UNKNOWN"):
-        status, why = launch.point_outcome("7", state, tmp_path)
+        status, why = jobs.point_outcome("7", state, tmp_path)
         assert status == "failed" and state in why
 
 
 def test_wait_follows_a_requeued_job_to_its_end(monkeypatch):
     # "" is a controller that did not answer this time: the job is asked again, not given up.
     seen = {"1": ["PENDING", "", "RUNNING", "PENDING", "RUNNING", "COMPLETED"], "2": ["RUNNING", "", "CANCELLED"]}
-    monkeypatch.setattr(launch, "job_state", lambda job_id: seen[job_id].pop(0))
+    monkeypatch.setattr(jobs, "job_state", lambda job_id: seen[job_id].pop(0))
     changes = []
-    states = launch.wait(["1", "2"], poll_s=0, on_change=lambda job, state: changes.append((job, state)))
+    states = jobs.wait(["1", "2"], poll_s=0, on_change=lambda job, state: changes.append((job, state)))
     assert states == {"1": "COMPLETED", "2": "CANCELLED"}
     assert [s for j, s in changes if j == "1"] == ["PENDING", "RUNNING", "PENDING", "RUNNING", "COMPLETED"]
 
 
 def test_wait_returns_at_the_timeout(monkeypatch):
-    monkeypatch.setattr(launch, "job_state", lambda job_id: "PENDING")
-    assert launch.wait(["1"], poll_s=0, timeout_s=0) == {"1": "PENDING"}
+    monkeypatch.setattr(jobs, "job_state", lambda job_id: "PENDING")
+    assert jobs.wait(["1"], poll_s=0, timeout_s=0) == {"1": "PENDING"}
 
 
 def test_cli_takes_job_flags_after_the_command_and_owns_the_run_directory(tmp_path, capsys, monkeypatch):
@@ -243,17 +245,17 @@ def test_job_state_reads_scontrol_then_sacct(scontrol, sacct, state, tmp_path, m
     _fake(tmp_path, "scontrol", scontrol)
     _fake(tmp_path, "sacct", sacct)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    assert launch.job_state("7") == state
+    assert jobs.job_state("7") == state
 
 
 def test_submit_returns_the_job_id_and_turns_refusals_into_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     _fake(tmp_path, "sbatch", 'echo "4242;cluster"')
-    assert launch.submit(tmp_path / "job.sbatch") == "4242"
+    assert jobs.submit(tmp_path / "job.sbatch") == "4242"
     _fake(tmp_path, "sbatch", 'echo "sbatch: error: invalid partition specified: gpu" >&2; exit 1')
     with pytest.raises(ConfigError, match="sbatch refused .*invalid partition specified: gpu"):
-        launch.submit(tmp_path / "job.sbatch")
+        jobs.submit(tmp_path / "job.sbatch")
     _fake(tmp_path, "sbatch", 'echo "sbatch: error: Batch job submission failed: Requested node configuration is not '
                               'available" >&2; exit 1')
     with pytest.raises(ConfigError, match="not available; .*--cpus-per-node C"):
-        launch.submit(tmp_path / "job.sbatch")
+        jobs.submit(tmp_path / "job.sbatch")

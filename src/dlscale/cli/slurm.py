@@ -16,7 +16,8 @@ from dlscale.cli import OneLineErrorParser, numbers, paths
 from dlscale.cli.common import parse_command_flags, resolve_config
 from dlscale.errors import ConfigError
 from dlscale.launch.local import without_option
-from dlscale.launch.slurm import JOB_COMMANDS, JOB_LAUNCHERS, SlurmJob, sbatch_script, submit, write_script
+from dlscale.launch.slurm import JOB_COMMANDS, JOB_LAUNCHERS, SlurmJob, sbatch_script, write_script
+from dlscale.launch.slurm_jobs import submit
 from dlscale.rundir import check_output_dir, check_output_file
 
 RUN_FLAGS = ("--output-dir", "--name")

@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Protocol
 
 from dlscale.errors import ConfigError
-from dlscale.launch import local
-from dlscale.launch import slurm as slurm_jobs
+from dlscale.launch import local, slurm_jobs
 from dlscale.metrics.progress import ProgressDisplay
 from dlscale.rundir import RunDir, check_output_dir, is_run, is_sweep
 from dlscale.sweep.plan import Point, SweepSpec, given
