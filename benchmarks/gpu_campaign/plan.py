@@ -123,6 +123,17 @@ def may_start(left_s: float, estimate_s: float) -> bool:
     return left_s >= min(0.5 * estimate_s, 60.0)
 
 
+OVERRUN = 4.0
+"""A command is stopped once it has run this many times its estimate (and OVERRUN_MIN_S at least): on
+2026-11-27 (H200) the device loader, estimated at 17 s, took 175 s and left the train runs after it no time."""
+OVERRUN_MIN_S = 60.0
+
+
+def run_limit_s(estimate_s: float) -> float:
+    """How long a command may run before it is stopped as overrun."""
+    return max(OVERRUN * estimate_s, OVERRUN_MIN_S)
+
+
 def round_fits(left_s: float, round_s: float) -> bool:
     """Rounds after the first start only when a whole one fits the stage's budget."""
     return left_s >= round_s

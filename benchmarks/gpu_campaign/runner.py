@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from gpu_campaign.plan import Run, Stage, may_start, round_fits
+from gpu_campaign.plan import OVERRUN, Run, Stage, may_start, round_fits, run_limit_s
 
 LOG_TAIL_CHARS = 200_000
 """Output kept per command in gpu.log (the end of it): the log stays far below 16 MiB."""
@@ -192,13 +192,14 @@ def execute(run: Run, ctx: Context, stage: str, round_index: int, deadline: floa
     started = time.monotonic()
     process = subprocess.Popen([ctx.python, *argv], cwd=ctx.root, env={**ctx.env, **run.env}, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    limit = run_limit_s(run.estimate_s)
     try:
-        out, _ = process.communicate(timeout=max(left, 1.0))
+        out, _ = process.communicate(timeout=max(min(left, limit), 1.0))
         status = "ok" if process.returncode == 0 else "failed"
     except subprocess.TimeoutExpired:
         _stop(process)
         out, _ = process.communicate()
-        status = "timeout"
+        status = "timeout" if left <= limit else "overran"
     seconds = time.monotonic() - started
     ctx.log.write(f"\n### {stage} / {run.name} / round {round_index}: {status} after {seconds:.1f} s "
                   f"(exit {process.returncode})\n$ {shown}\n{out[-LOG_TAIL_CHARS:]}\n")
@@ -213,7 +214,9 @@ def execute(run: Run, ctx: Context, stage: str, round_index: int, deadline: floa
             record["error"] = f"could not read its result: {type(exc).__name__}: {exc}"
     if status != "ok" and "error" not in record:
         tail = [line for line in out.strip().splitlines() if line.strip()][-3:]
-        record["error"] = ("timed out at the deadline; " if status == "timeout" else "") + " | ".join(tail)[-600:]
+        why = {"timeout": "timed out at the deadline; ",
+               "overran": f"stopped after {limit:.0f} s, {OVERRUN:g} times its estimate; "}.get(status, "")
+        record["error"] = why + " | ".join(tail)[-600:]
     value = record.get("value")
     shown_value = f" {value:.1f} {record.get('unit')}" if isinstance(value, float) else ""
     ctx.say(f"[{ctx.elapsed():5.0f} s] {stage}: {run.name} (round {round_index}) {status}{shown_value} "

@@ -283,6 +283,24 @@ def test_a_failed_and_a_timed_out_command_are_recorded_and_the_stage_goes_on(tmp
     assert "### demo / fails / round 0: failed" in ctx.log.getvalue()
 
 
+@pytest.mark.slow
+def test_a_command_far_past_its_estimate_is_stopped_and_the_stage_goes_on(tmp_path, monkeypatch):
+    """A command that runs OVERRUN times its estimate is stopped (the H200's device loader took 10 times its
+    estimate and left the train runs no time), and the next one runs."""
+    monkeypatch.setattr(P, "OVERRUN_MIN_S", 2.0)
+    slow = P.Run("slow", ["-c", "import time; print('started', flush=True); time.sleep(60)"], "none", 0.5)
+    works = P.Run("works", ["-c", "print('done')"], "none", 0.5)
+    ctx = _context(tmp_path, deadline_s=120.0)
+    started = time.monotonic()
+    result = runner.run_stage(P.Stage("demo", "demo", budget_s=100.0, runs=[slow, works]), ctx)
+    assert time.monotonic() - started < 30
+    by_name = {r["name"]: r for r in result["runs"]}
+    assert by_name["slow"]["status"] == "overran" and "stopped after 2 s, 4 times its estimate" in by_name["slow"][
+        "error"] and "started" in by_name["slow"]["error"]
+    assert 2.0 <= by_name["slow"]["seconds"] < 20 and by_name["works"]["status"] == "ok"
+    assert P.run_limit_s(83.0) == 4 * 83.0 and P.run_limit_s(0.25) == 2.0  # OVERRUN_MIN_S at least
+
+
 def test_a_run_that_does_not_fit_is_not_started_and_says_how_to_run_it(tmp_path):
     ctx = _context(tmp_path, deadline_s=5.0)
     record = runner.execute(P.Run("compile_max_autotune", ["-c", "pass"], "none", 240.0), ctx, "progression", 0,
