@@ -61,7 +61,7 @@ class DeviceDecodeStage:
         labels, first_bad = batch.labels.clone(), list(batch.first_bad)
         on_cpu = (batch.lengths == 0).nonzero().flatten()
         if len(on_cpu):
-            images.index_copy_(0, on_cpu.to(self.device), batch.images.to(self.device, non_blocking=True))
+            images.index_copy_(0, self._to_device(on_cpu), batch.images.to(self.device, non_blocking=True))
             self.counts.workers += len(on_cpu)
         refused = self._decode_rows(batch, images)
         for row in refused:
