@@ -60,8 +60,10 @@ from gpu_campaign.runner import Context, run_stage  # noqa: E402
 CPU_BUDGET_S = 300.0
 """The CPU rehearsal's deadline (a GPU part's is parts.BUDGET_S)."""
 
-GPU_TEST_FILES = ("tests/gpu/test_gpu_decode.py", "tests/gpu/test_gpu_ddp.py")
-"""The gputests stage: the GPU tests of the newest work, those this checkout has."""
+GPU_TEST_FILES = ("tests/gpu/test_gpu_decode.py", "tests/gpu/test_gpu_ddp.py", "tests/gpu/test_gpu_memory_estimate.py",
+                  "tests/gpu/test_gpu_comm_header.py", "tests/gpu/test_gpu_bench_curve.py")
+"""The gputests stage: the GPU tests of the newest work, those this checkout has (the last three never ran on a
+GPU before 2026-11-27's H200 run left them out)."""
 
 INDUCTOR_CACHE = Path("/tmp/dlscale-campaign-inductor")
 """The campaign's inductor cache (TORCHINDUCTOR_CACHE_DIR of every command)."""

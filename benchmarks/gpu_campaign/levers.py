@@ -134,14 +134,16 @@ def _lever_variants(f: Features, wave: str) -> list[Variant]:
 
 
 BESIDE = {
-    "levers_a": (("tests/gpu/test_gpu_decode.py", "tests/gpu/test_gpu_ddp.py"), "not compiled and not compile_facts",
-                 80.0),
+    "levers_a": (("tests/gpu/test_gpu_decode.py", "tests/gpu/test_gpu_ddp.py", "tests/gpu/test_gpu_memory_estimate.py",
+                  "tests/gpu/test_gpu_comm_header.py", "tests/gpu/test_gpu_bench_curve.py"),
+                 "not compiled and not compile_facts and not under_compile", 110.0),
     "ddp": (("tests/gpu/test_gpu_ddp.py",), "compiled and not compile_facts", 95.0),
 }
-"""The GPU tests run beside a stage's compilations: (files, -k selection, estimated seconds: 73 and 87 s on
-2026-11-27). The device decode
-tests and the eager DDP equality cases beside levers_a; the compiled DDP equality cases beside the DDP wave.
-The bench test of compile facts is left to the tier: the campaign's own runs record the same facts."""
+"""The GPU tests run beside a stage's compilations: (files, -k selection, estimated seconds). Beside levers_a
+the device decode tests, the eager DDP equality cases (73 s on the H100, 87 s on the H200, 2026-11-27) and
+three small files no GPU has run yet: the memory estimate, comm's header, the batch curve with CUDA graphs
+(its compiled case is left to the tier); beside the DDP wave the compiled DDP equality cases (87 s, H100). The
+bench test of compile facts is left to the tier: the campaign's own runs record the same facts."""
 
 
 def new_tests_run(f: Features, stage: str = "levers_a") -> Run | None:

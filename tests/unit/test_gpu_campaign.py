@@ -88,7 +88,7 @@ def test_a_machine_with_everything_runs_every_entry():
     # beside the DDP wave's
     lever_run, ddp_run = stages["levers_a"].runs[0], stages["ddp"].runs[0]
     assert lever_run.also.argv[:4] == ["-m", "pytest", *NEW_TESTS] and lever_run.also.reader == "pytest"
-    assert lever_run.also.argv[5] == "not compiled and not compile_facts"
+    assert lever_run.also.argv[5] == "not compiled and not compile_facts and not under_compile"
     assert ddp_run.also.argv[2:5] == [NEW_TESTS[1], "-k", "compiled and not compile_facts"]
     tier = stages["pytest"].runs[0].argv
     assert tier[tier.index("-k") + 1] == "not max_autotune"
