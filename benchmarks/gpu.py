@@ -62,8 +62,8 @@ CPU_BUDGET_S = 300.0
 
 GPU_TEST_FILES = ("tests/gpu/test_gpu_decode.py", "tests/gpu/test_gpu_ddp.py", "tests/gpu/test_gpu_memory_estimate.py",
                   "tests/gpu/test_gpu_comm_header.py", "tests/gpu/test_gpu_bench_curve.py")
-"""The gputests stage: the GPU tests of the newest work, those this checkout has (the last three never ran on a
-GPU before 2026-11-27's H200 run left them out)."""
+"""The gputests stage: the GPU tests of the newest work, those this checkout has (no GPU has run the last three
+yet)."""
 
 INDUCTOR_CACHE = Path("/tmp/dlscale-campaign-inductor")
 """The campaign's inductor cache (TORCHINDUCTOR_CACHE_DIR of every command)."""
@@ -268,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     if pythonpath:
         sys.path.insert(0, str(ROOT / "src"))
     args.cores = args.cores or (16 if args.dry_run and args.device == "auto" and not has_cuda_gpu() else _cores())
-    args.combined_flags = _combined(args, p)
+    args.after_stages = _after_stages(args.after, p)
+    args.combined_flags = _combined(args)
     f = features(device, args.timm_benchmark, args.cores, args.combined_flags)
     only = parse_stages(args.stages)
     budget = lambda part: args.budget_s or (parts.BUDGET_S[part] if device == "cuda" else CPU_BUDGET_S)  # noqa: E731
@@ -287,15 +288,19 @@ def main(argv: list[str] | None = None) -> int:
     return run(parts.build_plan(f, only, args.rounds, args.part), args, pythonpath, device, f)
 
 
-def _combined(args, p: argparse.ArgumentParser) -> list[str] | None:
+def _after_stages(after: Path | None, p: argparse.ArgumentParser) -> dict | None:
+    """The stages of --after's gpu.json, or None without it."""
+    if after is None:
+        return None
+    try:
+        return json.loads(after.read_text()).get("stages", {})
+    except (OSError, ValueError) as exc:
+        p.error(f"--after {after}: {exc}")
+
+
+def _combined(args) -> list[str] | None:
     """The combined stage's flags as planned: --combined's, or those of --after's levers (this run's levers,
-    measured before it, join them when the stage starts); the --after run's stages in args.after_stages."""
-    args.after_stages = None
-    if args.after is not None:
-        try:
-            args.after_stages = json.loads(args.after.read_text()).get("stages", {})
-        except (OSError, ValueError) as exc:
-            p.error(f"--after {args.after}: {exc}")
+    measured before it, join them when the stage starts)."""
     if args.combined is not None:
         return shlex.split(args.combined)
     return None if args.after_stages is None else parts.helpful_flags({"stages": args.after_stages})

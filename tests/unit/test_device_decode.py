@@ -369,7 +369,7 @@ def test_the_batched_crops_equal_torchs_own_resize_one_image_at_a_time():
 
 def test_the_stage_makes_its_resampling_weights_on_the_device_not_on_the_host(tmp_path, monkeypatch):
     """Every tensor resample_weights gets is on the decoder's device, so its (rows x size x extent) weights
-    are made there: made on the host, they took 1.0-1.6 s of the host per batch of 256 (2026-11-27, H200: 129 img/s).
+    are made there: made on the host, they held the H200's device loader at 129 img/s (2026-11-27).
     The meta device stands in for CUDA: a host-made tensor shows as "cpu"."""
     from dlscale.data import device_decode as dd
 
