@@ -146,6 +146,8 @@ def print_plan(stages: list[P.Stage], budget_s: float, pythonpath: bool, title: 
                     state = f"figures of {run.reuse} (the same command)"
                 else:
                     state = f"~{run.estimate_s:.0f} s" + (" per round" if kind == "run" and stage.rounds > 1 else "")
+                    if run.min_rate:
+                        state += f"; not started if {run.min_rate[0]} is under {run.min_rate[1]:.0f} img/s"
                 print(f"  {kind} {run.name} [{state}]\n    {run.command('python3', pythonpath)}")
     print(f"\nestimated total {total:.0f} s against a deadline of {budget_s:.0f} s; runs that would start after the "
           "deadline are recorded as not run (with the command to run them alone), extra rounds are dropped first.")

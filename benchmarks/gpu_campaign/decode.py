@@ -9,7 +9,19 @@ most a third of the CPU path's CPU time per image.
 
 from __future__ import annotations
 
-from gpu_campaign.plan import CPU_RATE, LOADER_RATE, RATES, STARTUP_S, Features, Run, Stage, data_shape, train_argv
+from gpu_campaign.plan import (
+    CPU_RATE,
+    LOADER_RATE,
+    RATES,
+    STARTUP_S,
+    TRAIN_EPOCHS,
+    Features,
+    Run,
+    Stage,
+    data_shape,
+    run_limit_s,
+    train_argv,
+)
 
 COMPILED = {"speed.compile": "true", "speed.compile_mode": "reduce-overhead", "speed.cudnn_benchmark": "true"}
 """The GPU default's compile settings, as `--set` pairs of `dlscale train`."""
@@ -79,7 +91,7 @@ def decode_stage(f: Features) -> Stage:
             run.unavailable = "GPU only" if device != "cuda" else "this dlscale loader has no --decode gpu"
         loaders.append(run)
     epoch_s = shape.train / (RATES["compiled"] if device == "cuda" else CPU_RATE)
-    later = STARTUP_S[device] + 3 * epoch_s + (TRAIN_COMPILE_S["later"] if device == "cuda" else 3.0)
+    later = STARTUP_S[device] + TRAIN_EPOCHS * epoch_s + (TRAIN_COMPILE_S["later"] if device == "cuda" else 3.0)
     first = later + (TRAIN_COMPILE_S["first"] - TRAIN_COMPILE_S["later"] if device == "cuda" else 0.0)
     synthetic = Run("train synthetic", _train(shape, "train-synthetic", synthetic=True, decode=None, device=device),
                     "train", first, output="{work}/runs/train-synthetic-{round}",
@@ -89,6 +101,8 @@ def decode_stage(f: Features) -> Stage:
     jpeg_gpu = Run("train JPEG gpu", gpu_argv, "train", later, output="{work}/runs/train-gpu-{round}",
                    settings="ImageFolder of JPEGs, decoded on the GPU (nvJPEG)",
                    unavailable=loaders[1].unavailable)
+    # a device path slower than this cannot finish its epochs before it is stopped: not started at all
+    jpeg_gpu.min_rate = ("device_loader_ips", TRAIN_EPOCHS * shape.train / run_limit_s(later))
     # the workers decode what the device does not, at the fast path's most workers: {share} from the loaders
     jpeg_shared = Run("train JPEG shared", _train(shape, "train-shared", synthetic=False, decode="gpu",
                                                   device=device, share="{share}"),

@@ -62,6 +62,9 @@ class Run:
     """The placeholder its reader fills for later runs (the loader's fastest worker count: "workers")."""
     also: Run | None = None
     """A command alternate.py runs beside its compilations (a test tier), recorded as a run of its own."""
+    min_rate: tuple[str, float] | None = None
+    """(key, img/s): not started when an earlier reader set that key below that rate (a loader too slow for
+    the run to end within its overrun limit)."""
 
     def command(self, python: str = "python3", pythonpath: bool = True) -> str:
         prefix = "PYTHONPATH=src " if pythonpath else ""
@@ -325,11 +328,14 @@ def data_shape(f: Features) -> DataShape:
                      train_sets=sets)
 
 
+TRAIN_EPOCHS = 3
+"""The real-data stage's epochs, the first not counted: at batch 512 an epoch of the 30,720 files is 60 steps,
+twice the 30 batches 15 workers hold in flight."""
+
+
 def train_argv(shape: DataShape, name: str, *, synthetic: bool) -> list[str]:
-    # 3 epochs, the first not counted: at batch 512 an epoch of the 30,720 files is 60 steps, twice the 30 batches
-    # 15 workers hold in flight
     sets = {**shape.train_sets, "speed.channels_last": "true", "speed.fused_optimizer": "true",
-            "schedule.name": "constant", "schedule.epochs": "3", "schedule.warmup_epochs": "0",
+            "schedule.name": "constant", "schedule.epochs": str(TRAIN_EPOCHS), "schedule.warmup_epochs": "0",
             "checkpoint.enabled": "false", "data.num_workers": "{workers}"}
     if synthetic:
         sets.update({"data.name": "synthetic", "data.synthetic_size": str(shape.train),

@@ -103,6 +103,7 @@ def read_loader(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
     if getattr(run, "sets", None) != "gpu_workers":
         ctx.values["workers_ips"] = str(best["images_per_s"])
     else:  # the device path's loader: the share of the decode the device takes where the workers decode the rest
+        ctx.values["device_loader_ips"] = str(best["images_per_s"])
         from gpu_campaign.decode import device_share
         from gpu_campaign.plan import RATES
 
@@ -178,6 +179,18 @@ def _stop(process: subprocess.Popen) -> None:
             continue
 
 
+def _too_slow(run: Run, ctx: Context) -> str | None:
+    """Why the run is not started: the rate an earlier run measured for its input is below its min_rate."""
+    if run.min_rate is None or run.min_rate[0] not in ctx.values:
+        return None
+    key, needed = run.min_rate
+    measured = float(ctx.values[key])
+    if measured >= needed:
+        return None
+    return (f"{key} measured {measured:.0f} img/s, under the {needed:.0f} img/s at which it would end within "
+            f"its limit of {run_limit_s(run.estimate_s):.0f} s")
+
+
 def execute(run: Run, ctx: Context, stage: str, round_index: int, deadline: float) -> dict:
     """Run one command until it ends or the deadline; its record for gpu.json."""
     argv = [ctx.fill(a, round_index) for a in run.argv]
@@ -189,6 +202,10 @@ def execute(run: Run, ctx: Context, stage: str, round_index: int, deadline: floa
                 f"~{run.estimate_s:.0f} s needed")
         return {**record, "status": "not_run", "error": f"budget: {max(left, 0):.0f} s left, ~{run.estimate_s:.0f} s "
                 f"estimated; run it alone with --stages {stage}:{run.name.replace(' ', '_')}"}
+    slow = _too_slow(run, ctx)
+    if slow:
+        ctx.say(f"[{ctx.elapsed():5.0f} s] {stage}: {run.name}: not run, {slow}")
+        return {**record, "status": "not_run", "error": slow}
     started = time.monotonic()
     process = subprocess.Popen([ctx.python, *argv], cwd=ctx.root, env={**ctx.env, **run.env}, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)

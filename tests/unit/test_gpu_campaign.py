@@ -381,6 +381,26 @@ def test_the_device_loader_sets_the_share_of_the_shared_train_run(tmp_path):
     assert ("train JPEG shared", "train synthetic") in stage.ratios
 
 
+
+def test_a_device_loader_too_slow_for_the_epochs_keeps_the_gpu_train_run_from_starting(tmp_path):
+    stage = decode.decode_stage(EVERYTHING)
+    gpu = next(run for run in stage.runs if run.name == "train JPEG gpu")
+    key, needed = gpu.min_rate
+    # its 3 epochs of the tree within 4x its estimate, the overrun limit
+    assert needed == pytest.approx(3 * 30720 / (4 * gpu.estimate_s))
+    ctx = _context(tmp_path)
+    (tmp_path / "summary.json").write_text(json.dumps({"settings": [
+        {"workers": 8, "images_per_s": 129.4, "device_ms_per_batch": 1974.0}], "batch_size": 256}))
+    runner.read_loader(P.Run("loader gpu", [], "loader", 1.0, sets="gpu_workers"), "", tmp_path / "summary.json",
+                       ctx)
+    ran = tmp_path / "ran"
+    probe = P.Run("probe", ["-c", f"open({str(ran)!r}, 'w').close()"], "none", gpu.estimate_s, min_rate=gpu.min_rate)
+    record = runner.execute(probe, ctx, "decode", 0, time.monotonic() + 600)
+    assert record["status"] == "not_run" and "measured 129 img/s" in record["error"]
+    assert not ran.exists()
+    ctx.values[key] = "4000.0"
+    assert runner.execute(probe, ctx, "decode", 0, time.monotonic() + 600)["status"] == "ok" and ran.exists()
+
 # ------------------------------------------------------------------------------------- report
 
 def _results():
