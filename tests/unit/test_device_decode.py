@@ -9,6 +9,7 @@ path skips and counts them, also where the device decoder refuses a file; decodi
 same batches; `decode: gpu` without torchvision is one line naming what to install."""
 
 import io
+import threading
 from dataclasses import replace
 
 import numpy as np
@@ -65,13 +66,13 @@ def _tree(root, extra=None):
     return root
 
 
-def _epoch(root, decode, *, decoder=None, epoch=1, split="train", **options):
+def _epoch(root, decode, *, decoder=None, epoch=1, split="train", ahead=0, **options):
     """Every batch of one epoch of `split` through DevicePrefetcher on the CPU."""
     cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode=decode, num_workers=0, **options)
     train, val, _ = build_loaders(cfg, rank=0, world_size=1, batch_size=4, seed=7)
     loader = train if split == "train" else val
     loader.sampler.set_epoch(epoch) if split == "train" else None
-    prefetcher = DevicePrefetcher(loader, "cpu", decoder=decoder)
+    prefetcher = DevicePrefetcher(loader, "cpu", decoder=decoder, ahead=ahead)
     return list(prefetcher), prefetcher
 
 
@@ -289,15 +290,64 @@ def test_files_the_decoder_refuses_are_the_cpu_paths_samples_exactly(tmp_path):
     assert prefetcher.stage.counts.device == 0 and prefetcher.stage.counts.refused == 22 - 4
 
 
-def test_a_refused_unreadable_file_stops_the_run_in_one_line_with_on_bad_sample_error(tmp_path):
+@pytest.mark.parametrize("ahead", [0, 2])
+def test_a_refused_unreadable_file_stops_the_run_in_one_line_with_on_bad_sample_error(tmp_path, ahead):
     root = _tree(tmp_path, {"scan.JPEG": _scan_corrupt()})
     cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode="gpu", num_workers=0,
                      on_bad_sample="error")
     train, _, _ = build_loaders(cfg, rank=0, world_size=1, batch_size=4, seed=7)
     with pytest.raises(BadSampleError) as raised:
-        list(DevicePrefetcher(train, "cpu"))
+        list(DevicePrefetcher(train, "cpu", ahead=ahead))  # raised in the caller's thread, not lost in another
     assert "\n" not in str(raised.value) and "scan.JPEG: cannot decode" in str(raised.value)
 
+
+# ------------------------------------------------------------------------- decoding ahead in a thread
+
+
+def _prefetch_threads():
+    return [t for t in threading.enumerate() if t.name == "dlscale-prefetch"]
+
+
+@pytest.mark.parametrize("decode", ["gpu", "fast"], ids=["device-path", "fast-path"])  # "gpu" marks a GPU test
+def test_batches_brought_over_by_a_background_thread_are_the_same_batches_in_the_same_order(tmp_path, decode):
+    root = _tree(tmp_path, _bad_files())  # skipped files too: their substitutes and counts must not move
+    threads = []
+
+    class Recording(PillowDecoder):
+        def decode(self, files):
+            threads.append(threading.current_thread().name)
+            return super().decode(files)
+
+    inline, _ = _epoch(root, decode, epoch=3, drop_last=False)
+    ahead, _ = _epoch(root, decode, epoch=3, drop_last=False, ahead=2, decoder=Recording())
+    assert len(inline) == len(ahead) == 6
+    assert set(threads) == ({"dlscale-prefetch"} if decode == "gpu" else set())  # decoded off the caller's thread
+    for a, b in zip(inline, ahead, strict=True):
+        assert torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels) and a.skipped == b.skipped
+    assert not _prefetch_threads()
+
+
+def test_a_consumer_that_stops_early_ends_the_thread_and_the_next_epoch_is_whole(tmp_path):
+    root = _tree(tmp_path)
+    cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode="gpu", num_workers=2)
+    train, _, _ = build_loaders(cfg, rank=0, world_size=1, batch_size=4, seed=7)  # persistent workers
+    train.sampler.set_epoch(0)
+    batches = iter(DevicePrefetcher(train, "cpu", ahead=1))
+    next(batches)
+    batches.close()  # a preemption stops the epoch after a step
+    assert not _prefetch_threads()
+    train.sampler.set_epoch(1)
+    again = list(DevicePrefetcher(train, "cpu", ahead=1))
+    train.sampler.set_epoch(1)
+    assert [b.labels.tolist() for b in again] == [b.labels.tolist() for b in DevicePrefetcher(train, "cpu")]
+    assert len(again) == 4 and not _prefetch_threads()
+
+
+def test_device_ahead_is_checked_in_one_line():
+    assert DataConfig(device_ahead=2).device_ahead == 2
+    for bad in (-1, 65, True, 1.5):
+        with pytest.raises(ConfigError, match="data.device_ahead"):
+            DataConfig(device_ahead=bad)
 
 # ------------------------------------------------------------------------------- choosing the path
 

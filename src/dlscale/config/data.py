@@ -70,6 +70,12 @@ class DataConfig:
     side by side (docs/profiling.md, "Sharing the decode"). A file goes the same way in every epoch (by
     its index), so a run is reproducible."""
 
+    device_ahead: int = 0
+    """Training batches a background thread of the training process brings to the device ahead of the
+    step: copied, and with decode=gpu decoded, cropped and normalised there, on a CUDA stream of its own.
+    0: the training thread does it between two steps, one batch ahead; while nvJPEG decodes, that thread
+    waits and enqueues no step. The batches are the same either way (docs/profiling.md)."""
+
     num_workers: int = 2
     """DataLoader worker processes per rank; 0 loads in the training process.
     Two suits a small CPU machine; on a GPU node use about cores / GPUs."""
@@ -134,6 +140,10 @@ class DataConfig:
             value = getattr(self, key)
             if value is not None and not 1 <= value <= IMAGE_SIDE_MAX:
                 raise ConfigError(f"data.{key}={value}; use 1 to {IMAGE_SIDE_MAX:,} pixels or leave it unset")
+        if isinstance(self.device_ahead, bool) or not isinstance(self.device_ahead, int) \
+                or not 0 <= self.device_ahead <= 64:
+            raise ConfigError(f"data.device_ahead={self.device_ahead!r}; use 0 (the training thread brings each "
+                              "batch over) to 64 batches brought over ahead by a background thread")
         for key, most in (("prefetch_factor", 1024), ("max_consecutive_bad", SYNTHETIC_MAX), ("decode_chunk", 65_536),
                           ("synthetic_size", SYNTHETIC_MAX), ("synthetic_val_size", SYNTHETIC_MAX),
                           ("synthetic_classes", 10**6)):

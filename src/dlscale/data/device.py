@@ -8,6 +8,8 @@ path (data.decode=gpu) the loader yields files, and the prefetcher decodes them 
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 
 import torch
@@ -61,15 +63,21 @@ class DevicePrefetcher:
     A loader of EncodedBatch (its data set has a device_plan) is decoded on `device` by `decoder`
     (default: the device's own, data.decoders.build_decoder) in the same place. timer, if given,
     sums the device time of that work per batch: copy, decode, crop, normalise (`dlscale loader`).
+
+    ahead (data.device_ahead): 0 does that work in the calling thread, one batch ahead, between two
+    steps; n > 0 does it in a background thread of this process (on a CUDA stream of its own), up to
+    n batches ahead, so that the caller enqueues its next step while a batch is decoded: the host
+    waits inside nvJPEG's calls until their decode ends. The batches and their order are the same.
     """
 
     def __init__(self, loader: Iterable[Batch], device: torch.device | str,
                  normalizer: DeviceNormalizer | None = None, *, decoder: ImageDecoder | None = None,
-                 timer: DeviceTimer | None = None):
+                 timer: DeviceTimer | None = None, ahead: int = 0):
         self.loader = loader
         self.device = torch.device(device)
         self.normalizer = normalizer
         self.timer = timer
+        self.ahead = ahead
         plan = getattr(getattr(loader, "dataset", None), "device_plan", None)
         self.stage = None if plan is None else DeviceDecodeStage(plan, decoder or build_decoder(self.device))
 
@@ -92,6 +100,9 @@ class DevicePrefetcher:
         return Batch(images, labels, batch.skipped)
 
     def __iter__(self) -> Iterator[Batch]:
+        if self.ahead > 0:
+            yield from self._from_thread()
+            return
         if self.device.type != "cuda":
             for batch in self.loader:
                 yield self._to_device(batch)
@@ -114,3 +125,76 @@ class DevicePrefetcher:
             return None
         with torch.cuda.stream(stream):
             return self._to_device(batch)
+
+    def _from_thread(self) -> Iterator[Batch]:
+        """The batches as a background thread loads them (see ahead), each handed to the caller's stream."""
+        cuda = self.device.type == "cuda"
+        ready: queue.Queue = queue.Queue(maxsize=self.ahead)
+        stop = threading.Event()
+        thread = threading.Thread(target=self._load_ahead, args=(ready, stop, cuda), name="dlscale-prefetch",
+                                  daemon=True)
+        thread.start()
+        try:
+            while (item := ready.get()) is not _END:
+                if isinstance(item, _Raised):
+                    raise item.error
+                batch, done = item
+                if done is not None:
+                    current = torch.cuda.current_stream(self.device)
+                    current.wait_event(done)
+                    batch.images.record_stream(current)
+                    batch.labels.record_stream(current)
+                yield batch
+        finally:  # also where the caller stops early: the thread ends before the loader is iterated again
+            stop.set()
+            while thread.is_alive():
+                _drain(ready)
+                thread.join(0.05)
+
+    def _load_ahead(self, ready: queue.Queue, stop: threading.Event, cuda: bool) -> None:
+        try:
+            stream = torch.cuda.Stream(self.device) if cuda else None
+            for batch in self.loader:
+                if stop.is_set():
+                    return
+                if stream is None:
+                    item = (self._to_device(batch), None)
+                else:
+                    with torch.cuda.stream(stream):
+                        loaded = self._to_device(batch)
+                        done = torch.cuda.Event()
+                        done.record(stream)
+                    item = (loaded, done)
+                if not _put(ready, item, stop):
+                    return
+            _put(ready, _END, stop)
+        except BaseException as error:  # noqa: BLE001 - raised again in the caller's thread
+            _put(ready, _Raised(error), stop)
+
+
+_END = object()
+"""The background thread's last item: the loader has no more batches."""
+
+
+class _Raised:
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def _put(ready: queue.Queue, item, stop: threading.Event) -> bool:
+    """Queue the item unless the consumer stopped; False when it did."""
+    while not stop.is_set():
+        try:
+            ready.put(item, timeout=0.05)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
+def _drain(ready: queue.Queue) -> None:
+    try:
+        while True:
+            ready.get_nowait()
+    except queue.Empty:
+        pass
