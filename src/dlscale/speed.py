@@ -11,6 +11,8 @@ that act on it: the configuration, and with it every command's --help, loads wit
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -51,6 +53,11 @@ class SpeedOptions:
     """Run the stem convolution on this many input channels, the image's and zero ones with zero weights
     (MLPerf's ResNet-50 pads 3 to 4): the same mathematics, possibly a faster kernel. 0: the image's
     channels. The weights stay 3-channel, so checkpoints load into an unpadded model."""
+    step_stream: bool = False
+    """`dlscale train` only: run the training (steps, evaluation, checkpoints) on a CUDA stream of its own
+    instead of torch's default stream, the legacy stream that a library's synchronous copies and blocking
+    streams wait for and make wait: with nvJPEG decoding beside the step (data.decode=gpu) that can
+    serialise the two (docs/profiling.md)."""
     cuda_graphs: bool = False
     """`dlscale bench` only: capture the whole eager train step (forward, loss, backward, optimizer step) in
     one torch.cuda.CUDAGraph after warm-up and replay it every step (dlscale.bench.cuda_graphs). One CUDA rank,
@@ -91,6 +98,9 @@ class SpeedOptions:
         if self.cudnn_benchmark and device.type != "cuda":
             raise DeviceError("--cudnn-benchmark (speed.cudnn_benchmark in presets) needs a CUDA device; drop it on "
                               "the CPU, e.g. --set speed.cudnn_benchmark=false")
+        if self.step_stream and device.type != "cuda":
+            raise DeviceError(f"speed.step_stream runs the training on a CUDA stream, this run is on the "
+                              f"{device.type.upper()}; drop it, e.g. --set speed.step_stream=false")
         if self.cuda_graphs and device.type != "cuda":
             raise DeviceError(f"--cuda-graphs needs a CUDA device, this run is on the {device.type.upper()}; "
                               "drop --cuda-graphs")
@@ -99,6 +109,11 @@ class SpeedOptions:
         torch.backends.cudnn.benchmark = self.cudnn_benchmark
         if self.cudnn_benchmark_limit is not None:
             torch.backends.cudnn.benchmark_limit = self.cudnn_benchmark_limit
+
+    def training_stream(self, device: torch.device) -> contextlib.AbstractContextManager:
+        """Where `dlscale train` runs its epochs: a CUDA stream of its own with step_stream (ordered after
+        the default stream's work so far, and the default stream after it at the end), else as it is."""
+        return _own_stream(device) if self.step_stream else contextlib.nullcontext()
 
     def place_model(self, model: nn.Module, device: torch.device) -> nn.Module:
         return model.to(device=device, memory_format=self.memory_format)
@@ -129,3 +144,17 @@ class SpeedOptions:
     def optimizer_kwargs(self) -> dict:
         """Keyword arguments for torch.optim.SGD: fused where asked, torch's choice otherwise."""
         return {"fused": True} if self.fused_optimizer else {}
+
+
+@contextlib.contextmanager
+def _own_stream(device: torch.device) -> Iterator[None]:
+    import torch
+
+    default = torch.cuda.current_stream(device)
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(default)  # the model, the optimizer and a resumed checkpoint were placed on the default
+    try:
+        with torch.cuda.stream(stream):
+            yield
+    finally:
+        default.wait_stream(stream)

@@ -12,7 +12,7 @@ from torch import nn
 from dlscale.cli import build_parser
 from dlscale.cli.bench import config_from_args
 from dlscale.config import load_config
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, DeviceError
 from dlscale.models import PaddedStemConv, build_model, pad_stem
 from dlscale.speed import SpeedOptions
 
@@ -123,3 +123,13 @@ def test_coordinate_descent_tuning_is_the_mode_plus_one_option():
     assert options.inductor_options() == {"triton.cudagraphs": True, "coordinate_descent_tuning": True}
     default = SpeedOptions(compile=True, coordinate_descent_tuning=True)
     assert default.inductor_options() == {"coordinate_descent_tuning": True}
+
+
+def test_the_training_stream_is_a_cuda_option_refused_on_the_cpu_in_one_line():
+    cfg, _ = load_config("cpu:digits", ["speed.step_stream=true"])
+    assert cfg.speed.step_stream and asdict(cfg)["speed"]["step_stream"] is True  # config.json records it
+    with pytest.raises(DeviceError, match=r"speed.step_stream runs the training on a CUDA stream.*CPU") as raised:
+        cfg.speed.apply_globals(torch.device("cpu"))
+    assert "\n" not in str(raised.value)
+    with SpeedOptions().training_stream(torch.device("cpu")):  # without it: the run as it is, on any device
+        pass
