@@ -161,8 +161,8 @@ def test_a_corrupt_and_a_cmyk_file_in_a_device_decoded_epoch_are_handled_as_on_t
     warnings.warn(f"device decode path with bad files, against the fast path: {measured}", stacklevel=1)
 
 
-def _train(tree, out, name: str) -> int:
-    flags = [arg for setting in [*SETTINGS, "data.decode=gpu"] for arg in ("--set", setting)]
+def _train(tree, out, name: str, *settings: str) -> int:
+    flags = [arg for setting in [*SETTINGS, "data.decode=gpu", *settings] for arg in ("--set", setting)]
     return cli.main(["train", "--config", "imagenet:default", "--data", str(tree), *flags,
                      "--output-dir", str(out), "--name", name])
 
@@ -183,6 +183,27 @@ def test_train_with_decode_gpu_records_the_path_and_resumes_exactly(jpeg_tree, t
     expected, actual = _final_state(tmp_path / "full"), _final_state(tmp_path / "cut")
     assert_resumed_as_uninterrupted(expected, actual, lambda: _train(jpeg_tree, tmp_path, "again"),
                                     tmp_path / "again", "the checkpoint or the device decode path misses state")
+
+
+def test_batches_decoded_ahead_by_a_thread_are_the_inline_ones(smooth_tree, cuda):
+    train, _, _ = _loaders(smooth_tree, "gpu", cuda)
+    inline, _ = _epoch(train, cuda)
+    ahead, prefetcher = _epoch(train, cuda, ahead=2)
+    assert prefetcher.stage.counts.device == 16
+    for a, b in zip(inline, ahead, strict=True):
+        assert torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels) and a.skipped == b.skipped
+
+
+def test_training_on_a_stream_of_its_own_from_batches_decoded_ahead_ends_as_the_default_run(jpeg_tree, tmp_path):
+    """speed.step_stream and data.device_ahead change where the work runs, not what is trained."""
+    torch.backends.cudnn.deterministic = True  # put back by the restore_torch_switches fixture
+    assert _train(jpeg_tree, tmp_path, "default") == 0
+    assert _train(jpeg_tree, tmp_path, "overlapped", "data.device_ahead=2", "speed.step_stream=true") == 0
+    summary = json.loads((tmp_path / "overlapped" / "summary.json").read_text())
+    assert summary["decode"] == "gpu" and summary["steps"] == 2 * STEPS_PER_EPOCH and summary["skipped_samples"] == 0
+    assert_resumed_as_uninterrupted(_final_state(tmp_path / "default"), _final_state(tmp_path / "overlapped"),
+                                    lambda: _train(jpeg_tree, tmp_path, "again"), tmp_path / "again",
+                                    "the training stream or the decoding thread changes the batches or their order")
 
 
 def test_loader_command_decodes_on_the_gpu(smooth_tree, tmp_path, capsys):

@@ -159,7 +159,7 @@ def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, 
         if meter:
             meter.start()
         host.timed()
-        with counting_replays(run.compiling):
+        with counting_replays(run.compiling), cfg.speed.training_stream(device):
             preempted = _epochs(run, progress)
         summary = _summary(run, progress, preempted=preempted, signal=run.stop_signal or preemption.signal_name)
         summary["host_load"] = host.finish()  # rank 0's: the load at the end, its CPU time over the training
@@ -280,7 +280,7 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
     run.train_loader.sampler.set_epoch(progress.epoch, start_index=start_index)
     run.parts.model.train()
     window = run.windows.open(first=True)  # the loader starts its workers at the first next(batches)
-    batches = iter(DevicePrefetcher(run.train_loader, run.device, run.normalizer))
+    batches = iter(DevicePrefetcher(run.train_loader, run.device, run.normalizer, ahead=cfg.data.device_ahead))
     skipped: list[str] = []
     stopped = False
     while progress.epoch_step < plan.steps_per_epoch and not stopped:
