@@ -1,0 +1,276 @@
+"""Why a training step fed by the device decode path runs slower than the step and the decode would side by side.
+
+On 2026-11-27 (H100, docs/benchmarks.md) the device path's loader decoded 6,533 img/s alone and the compiled
+default trained 5,888 img/s on synthetic data, yet `dlscale train` with data.decode=gpu trained 2,841 img/s:
+each step lasted about as long as the step and its batch's decode one after the other. This script tells the
+possible causes apart in about a minute of GPU time:
+
+    python benchmarks/decode_overlap.py --data JPEG_TREE --json overlap.json
+
+probe   the host time of one batch's decode (DeviceDecodeStage on an EncodedBatch) with the GPU idle, and
+        with a queue of matrix products running (a) on torch's default stream, (b) on a stream of their own.
+        A decode that waits for (a) only waits for the legacy default stream (a blocking stream or a
+        synchronous copy inside the decoder): the training step on a stream of its own (speed.step_stream)
+        lets the two overlap. One that waits for (b) too waits for the whole device (cudaFree and the
+        like): only a decode in another thread (data.device_ahead) lets the next step be enqueued first.
+        One that waits for neither runs beside the step and shares the GPU with it.
+calls   torch.profiler's count of the CUDA runtime calls that synchronise, over two decodes beside (b).
+steps   a training step (eager, bf16 autocast, channels_last, fused SGD) fed in turns, round after round,
+        by a pool of synthetic batches on the device and by the device decode path in each arrangement:
+        the decode in the training thread (today's default), the step on a stream of its own, the decode
+        in a background thread, and both; img/s of each and the arrangement to train with ("best").
+
+On the CPU (the rehearsal of benchmarks/gpu.py, and the tests) the probe and the stream arrangements are
+skipped: the Pillow decoder stands in for nvJPEG and the step is a tiny model's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+
+from dlscale.config import DataConfig
+from dlscale.data import DeviceNormalizer, DevicePrefetcher, build_loaders
+from dlscale.models import build_model
+from dlscale.speed import SpeedOptions
+
+ARRANGEMENTS = {
+    "synthetic": None,
+    "inline": {},
+    "step stream": {"speed.step_stream": "true"},
+    "thread": {"data.device_ahead": "2"},
+    "thread + step stream": {"data.device_ahead": "2", "speed.step_stream": "true"},
+}
+"""Each way of feeding the step: the `dlscale train` settings it corresponds to (None: synthetic batches)."""
+SYNC_CALLS = ("cudaFree", "cudaFreeHost", "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+              "cudaMemcpy", "cudaMemcpy2D", "cudaMemset", "cudaMalloc", "cudaHostAlloc", "cudaMallocHost",
+              "cuMemFree_v2", "cuCtxSynchronize", "cuStreamSynchronize", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2")
+"""Runtime and driver calls that can make the host, or the whole device, wait."""
+WAITS = 0.5
+"""A decode 'waits' for the busy queue when it returns at least this share of the queue's time later than idle."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="an ImageFolder tree of JPEGs (train/<class>/*.JPEG)")
+    p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    p.add_argument("--model", default=None, help="default: resnet50 on a GPU, resnet18 of width 8 on the CPU")
+    p.add_argument("--batch-size", type=int, default=None, help="default: 256 on a GPU, 8 on the CPU")
+    p.add_argument("--image-size", type=int, default=None, help="default: 224 on a GPU, 32 on the CPU")
+    p.add_argument("--workers", type=int, default=8, help="loader workers (they only read files and draw crops)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps per arrangement and round")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps before them (the workers' restart)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds; each runs every arrangement, in a rotated order")
+    p.add_argument("--busy-ms", type=float, default=200.0, help="the probe's queue of matrix products, in ms")
+    p.add_argument("--json", type=Path, default=None, help="write the figures here")
+    args = p.parse_args(argv)
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda" if cuda else "cpu")
+    setup = {"model": args.model or ("resnet50" if cuda else "resnet18"),
+             "batch_size": args.batch_size or (256 if cuda else 8),
+             "image_size": args.image_size or (224 if cuda else 32), "workers": args.workers,
+             "device": torch.cuda.get_device_name(device) if cuda else "cpu"}
+    print(f"decode overlap on {setup['device']}: {setup['model']}, batch {setup['batch_size']}, "
+          f"{setup['image_size']} px, {args.workers} workers", flush=True)
+    cfg = DataConfig(name="imagefolder", path=args.data, image_size=setup["image_size"], decode="gpu",
+                     num_workers=args.workers)
+    # on the CPU the device path runs with the Pillow decoder (no device given: nvJPEG is not asked for)
+    loader, _, info = build_loaders(cfg, rank=0, world_size=1, batch_size=setup["batch_size"], seed=0,
+                                    device=device if cuda else None)
+    normalizer = DeviceNormalizer(info.mean, info.std, device, channels_last=True)
+    result = {"setup": setup}
+    if cuda:
+        result["probe"] = probe(loader, device, args.busy_ms)
+        print(describe_probe(result["probe"]), flush=True)
+        try:  # the profiler's CUDA activity needs CUPTI; the steps below are measured without it
+            result["calls"] = sync_calls(loader, device, args.busy_ms)
+            print("synchronising calls over two decodes beside a busy stream: "
+                  + (", ".join(f"{name} x{count}" for name, count in result["calls"].items()) or "none seen"),
+                  flush=True)
+        except RuntimeError as error:
+            result["calls_error"] = " ".join(str(error).split())[:300]
+            print(f"synchronising calls: not counted ({result['calls_error']})", flush=True)
+    step = make_step(setup["model"], info.num_classes, device, width=None if cuda else 8)
+    result["steps"] = feed_steps(step, loader, normalizer, device, setup["batch_size"], setup["image_size"],
+                                 info.num_classes, steps=args.steps, warmup=args.warmup, rounds=args.rounds)
+    result["best"] = best(result["steps"])
+    for name, rates in result["steps"].items():
+        print(f"{name:>22}: {statistics.median(rates):9.1f} img/s (rounds: {', '.join(f'{r:.1f}' for r in rates)})",
+              flush=True)
+    print(f"train with: {' '.join(f'--set {k}={v}' for k, v in result['best']['settings'].items()) or 'the defaults'}"
+          f" ({result['best']['name']}, {result['best']['of_synthetic']:.3f} of synthetic)", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ probe
+
+
+def _busy(device: torch.device, ms: float) -> tuple[Callable[[], None], float]:
+    """A function that queues about `ms` of matrix products on the current stream, and their measured time."""
+    a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
+    products = 8
+    for _ in range(2):  # calibrate: ms per product, warm
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(products):
+            a @ a
+        end.record()
+        torch.cuda.synchronize(device)
+        per = start.elapsed_time(end) / products
+        products = max(int(ms / max(per, 1e-3)), 1)
+
+    def queue_products() -> None:
+        for _ in range(products):
+            a @ a
+    return queue_products, products * per
+
+
+def _decode_host_ms(stage, encoded, side: torch.cuda.Stream) -> float:
+    started = time.perf_counter()
+    with torch.cuda.stream(side):
+        stage(encoded)
+    return 1000 * (time.perf_counter() - started)
+
+
+def probe(loader, device: torch.device, busy_ms: float) -> dict:
+    """The decode's host time idle and beside a busy default stream and a busy stream of its own (median of 3)."""
+    prefetcher = DevicePrefetcher(loader, device)
+    loader.sampler.set_epoch(0)
+    batches = iter(loader)
+    encoded = [next(batches) for _ in range(2)]
+    del batches
+    stage, side, own = prefetcher.stage, torch.cuda.Stream(device), torch.cuda.Stream(device)
+    busy, measured_busy_ms = _busy(device, busy_ms)
+    figures = {"busy_ms": measured_busy_ms}
+    for where in ("idle", "beside the default stream", "beside a stream of its own"):
+        times = []
+        for k in range(3):
+            torch.cuda.synchronize(device)
+            if where == "beside the default stream":
+                busy()
+            elif where == "beside a stream of its own":
+                with torch.cuda.stream(own):
+                    busy()
+            times.append(_decode_host_ms(stage, encoded[k % 2], side))
+        torch.cuda.synchronize(device)
+        figures[where] = statistics.median(times)
+    return figures
+
+
+def describe_probe(figures: dict) -> str:
+    idle, busy = figures["idle"], figures["busy_ms"]
+    waits = {where: figures[where] - idle >= WAITS * busy
+             for where in ("beside the default stream", "beside a stream of its own")}
+    said = (f"decode of one batch: {idle:.1f} ms idle, {figures['beside the default stream']:.1f} ms beside "
+            f"{busy:.0f} ms of work on the default stream, {figures['beside a stream of its own']:.1f} ms beside it "
+            "on a stream of its own: ")
+    if waits["beside a stream of its own"]:
+        return said + "it waits for the whole device (a device-wide synchronisation inside the decode)"
+    if waits["beside the default stream"]:
+        return said + "it waits for torch's default stream (speed.step_stream lets the step overlap it)"
+    return said + "it waits for neither (a slower step shares the GPU with it)"
+
+
+def sync_calls(loader, device: torch.device, busy_ms: float) -> dict[str, int]:
+    """The synchronising CUDA calls torch.profiler sees over two decodes beside a busy stream."""
+    from torch.profiler import ProfilerActivity, profile
+
+    prefetcher = DevicePrefetcher(loader, device)
+    loader.sampler.set_epoch(1)
+    batches = iter(loader)
+    encoded = [next(batches) for _ in range(2)]
+    del batches
+    side, own = torch.cuda.Stream(device), torch.cuda.Stream(device)
+    busy, _ = _busy(device, busy_ms)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
+        for batch in encoded:
+            with torch.cuda.stream(own):
+                busy()
+            _decode_host_ms(prefetcher.stage, batch, side)
+        torch.cuda.synchronize(device)
+    counts = {event.key: event.count for event in trace.key_averages() if event.key in SYNC_CALLS}
+    return dict(sorted(counts.items()))
+
+
+# ------------------------------------------------------------------------------------------ steps
+
+
+def make_step(model_name: str, num_classes: int, device: torch.device, *, width: int | None) -> Callable:
+    model = build_model(model_name, num_classes=num_classes, **({"width": width} if width else {}))
+    model = model.to(device, memory_format=torch.channels_last)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, **({"fused": True} if
+                                                                              device.type == "cuda" else {}))
+    torch.backends.cudnn.benchmark = device.type == "cuda"
+
+    def step(images: torch.Tensor, labels: torch.Tensor) -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return step
+
+
+def _synthetic(device: torch.device, batch: int, size: int, num_classes: int):
+    pool = [(torch.randn(batch, 3, size, size, device=device).contiguous(memory_format=torch.channels_last),
+             torch.randint(0, num_classes, (batch,), device=device)) for _ in range(4)]
+    while True:
+        yield from pool
+
+
+def _rate(step, batches, device, *, batch: int, steps: int, warmup: int) -> float:
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        step(*next(batches)[:2])
+    sync()
+    started = time.perf_counter()
+    for _ in range(steps):
+        step(*next(batches)[:2])
+    sync()
+    return steps * batch / (time.perf_counter() - started)
+
+
+def feed_steps(step, loader, normalizer, device: torch.device, batch: int, size: int, num_classes: int, *,
+               steps: int, warmup: int, rounds: int) -> dict[str, list[float]]:
+    """img/s of each arrangement per round; every round a new epoch, the order rotated."""
+    names = [n for n, settings in ARRANGEMENTS.items()
+             if device.type == "cuda" or settings is None or "speed.step_stream" not in settings]
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    epoch = 0
+    for k in range(rounds):
+        for name in names[k % len(names):] + names[:k % len(names)]:
+            settings = ARRANGEMENTS[name]
+            if settings is None:
+                batches = _synthetic(device, batch, size, num_classes)
+                rates[name].append(_rate(step, batches, device, batch=batch, steps=steps, warmup=warmup))
+                continue
+            loader.sampler.set_epoch(epoch)
+            epoch += 1
+            speed = SpeedOptions(step_stream=settings.get("speed.step_stream") == "true")
+            prefetcher = DevicePrefetcher(loader, device, normalizer, ahead=int(settings.get("data.device_ahead", 0)))
+            with speed.training_stream(device):
+                batches = iter(prefetcher)
+                rates[name].append(_rate(step, batches, device, batch=batch, steps=steps, warmup=warmup))
+                batches.close()
+    return rates
+
+
+def best(rates: dict[str, list[float]]) -> dict:
+    """The fastest arrangement fed by the decode path, its settings and its share of the synthetic rate."""
+    fed = {name: statistics.median(values) for name, values in rates.items() if ARRANGEMENTS[name] is not None}
+    name = max(fed, key=fed.get)
+    return {"name": name, "settings": ARRANGEMENTS[name], "img_per_s": fed[name],
+            "of_synthetic": fed[name] / statistics.median(rates["synthetic"])}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""benchmarks/decode_overlap.py without a GPU: its steps section on the CPU (the Pillow decoder standing in for
+nvJPEG), the arrangement it picks, the verdict its probe's figures give, and the campaign's train runs taking
+that arrangement (benchmarks/gpu_campaign: the decode stage's setup)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from commands import run_process
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import decode_overlap  # noqa: E402
+from gpu_campaign import decode, runner  # noqa: E402
+from test_gpu_campaign import EVERYTHING, _context  # noqa: E402
+
+
+@pytest.mark.slow
+def test_on_the_cpu_it_feeds_the_step_inline_and_from_a_thread_and_picks_the_faster(tmp_path):
+    tree = tmp_path / "jpegs"
+    made = run_process([sys.executable, "benchmarks/gpu_campaign/jpeg_tree.py", str(tree), "--unique", "8",
+                        "--train", "48", "--val", "4"], ROOT)
+    assert made.returncode == 0, made.stderr
+    out = run_process([sys.executable, "benchmarks/decode_overlap.py", "--data", str(tree), "--workers", "0",
+                       "--steps", "2", "--warmup", "1", "--rounds", "2", "--json", str(tmp_path / "o.json")], ROOT)
+    assert out.returncode == 0, out.stderr
+    figures = json.loads((tmp_path / "o.json").read_text())
+    assert "probe" not in figures  # a GPU's: no streams here
+    assert list(figures["steps"]) == ["synthetic", "inline", "thread"]
+    assert all(len(rates) == 2 and min(rates) > 0 for rates in figures["steps"].values())
+    best = figures["best"]
+    assert best == decode_overlap.best(figures["steps"]) and best["name"] in ("inline", "thread")
+    assert best["settings"] == decode_overlap.ARRANGEMENTS[best["name"]]
+    assert "train with: " in out.stdout
+
+
+def test_the_fastest_arrangement_fed_by_the_decode_path_is_picked_never_synthetic():
+    rates = {"synthetic": [900.0, 1000.0, 950.0], "inline": [400.0, 420.0, 410.0], "step stream": [700.0, 720.0, 710.0],
+             "thread": [500.0, 800.0, 510.0], "thread + step stream": [690.0, 700.0, 705.0]}
+    best = decode_overlap.best(rates)
+    assert best["name"] == "step stream" and best["settings"] == {"speed.step_stream": "true"}
+    assert best["of_synthetic"] == pytest.approx(710.0 / 950.0)  # medians, not the best round
+
+
+@pytest.mark.parametrize(("default_ms", "own_ms", "said"), [
+    (30.0, 31.0, "it waits for neither (a slower step shares the GPU with it)"),
+    (225.0, 32.0, "it waits for torch's default stream (speed.step_stream lets the step overlap it)"),
+    (228.0, 226.0, "it waits for the whole device (a device-wide synchronisation inside the decode)"),
+])
+def test_the_probe_says_what_the_decode_waits_for(default_ms, own_ms, said):
+    figures = {"busy_ms": 200.0, "idle": 30.0, "beside the default stream": default_ms,
+               "beside a stream of its own": own_ms}
+    assert decode_overlap.describe_probe(figures).endswith(said)
+
+
+def test_the_device_paths_train_runs_take_the_arrangement_the_probe_picked(tmp_path):
+    stage = decode.decode_stage(EVERYTHING)
+    runs = {run.name: run for run in stage.runs}
+    ctx = _context(tmp_path)
+    for key, value in stage.values.items():  # as run_stage does when the stage starts
+        ctx.values.setdefault(key, value)
+    filled = lambda name: [ctx.fill(arg, 0) for arg in runs[name].argv]  # noqa: E731
+    assert {"data.device_ahead=0", "speed.step_stream=false"} <= set(filled("train JPEG gpu"))  # no probe: defaults
+    (tmp_path / "overlap.json").write_text(json.dumps({
+        "setup": {"model": "resnet50", "batch_size": 256}, "steps": {"synthetic": [5000.0], "thread + step stream":
+                                                                      [4600.0]},
+        "best": {"name": "thread + step stream", "settings": decode_overlap.ARRANGEMENTS["thread + step stream"],
+                 "img_per_s": 4600.0, "of_synthetic": 0.92}}))
+    out = "decode of one batch: 40.0 ms idle, ...: it waits for the whole device\nsomething else\n"
+    got = runner.read_overlap(None, out, tmp_path / "overlap.json", ctx)
+    assert got["value"] == 0.92 and got["details"]["verdict"] == [out.splitlines()[0]]
+    for name in ("train JPEG gpu", "train JPEG shared"):
+        assert {"data.device_ahead=2", "speed.step_stream=true"} <= set(filled(name)), name
+    assert not any("device_ahead" in arg or "step_stream" in arg for arg in filled("train JPEG fast"))
+    assert not any("device_ahead" in arg for arg in filled("train synthetic"))
