@@ -30,10 +30,14 @@ LOADER_RATES = {"fast": 3000.0, "gpu": 4000.0}
 """img/s of the campaign's two loader runs on a GPU machine, rounded down from what they measured (2026-11-27, H100,
 16 cores: 3,539 img/s on the fast path with 15 workers, 4,372 on the device path with 8)."""
 
-TRAIN_COMPILE_S = {"first": 45.0, "later": 20.0}
-"""The first compiled train run: the bench's training graph from the cache (~15 s) and the evaluation's
-forward graph compiled anew (~30 s); later runs find both (2026-11-27: 76 s for the first run in all,
-54 and 49 s for the later ones, at batch 256 and 2 epochs)."""
+TRAIN_COMPILE_S = {"first": 58.0, "later": 34.0}
+"""The first compiled train run: the bench's training graph from the cache and the evaluation's forward graph
+compiled anew; later runs find both. 2026-11-27 (H100, batch 512, 3 epochs of 30,720 files): 88 s for the
+first run in all, 63-65 s for each later one, each with about 18 s of training."""
+
+OVERLAP_S = {"cuda": 60.0, "cpu": 8.0}
+"""benchmarks/decode_overlap.py: the probe, the calls and 2 rounds of 5 arrangements of 13 eager steps (on a GPU:
+about 12 s to start, 10 s of probes, 2-3 s per arrangement and round with the loader's restart)."""
 
 
 def device_share(workers_ips: float | None, device_ms_per_image: float | None, model_ips: float) -> float:
@@ -52,12 +56,20 @@ def device_share(workers_ips: float | None, device_ms_per_image: float | None, m
     return min(max(on_device / (workers_ips + on_device), 0.05), 1.0)
 
 
+ARRANGED = {"data.device_ahead": "{device_ahead}", "speed.step_stream": "{step_stream}"}
+"""The device path's train runs take the arrangement the overlap probe found fastest (read_overlap fills these)."""
+UNARRANGED = {"device_ahead": "0", "step_stream": "false"}
+"""The placeholders' values where the probe did not run: the defaults."""
+
+
 def _train(shape, name: str, *, synthetic: bool, decode: str | None, device: str, share: str | None = None
            ) -> list[str]:
     argv = train_argv(shape, name, synthetic=synthetic)
     sets = dict(COMPILED) if device == "cuda" else {}
     if decode is not None:
         sets["data.decode"] = decode
+    if decode == "gpu":
+        sets.update(ARRANGED)
     if share is not None:
         sets["data.device_decode_share"] = share
     for key, value in sets.items():
@@ -90,6 +102,15 @@ def decode_stage(f: Features) -> Stage:
         if path == "gpu" and not (f.gpu_decode and device == "cuda"):
             run.unavailable = "GPU only" if device != "cuda" else "this dlscale loader has no --decode gpu"
         loaders.append(run)
+    # why the device path's steps do not overlap their decode, and the arrangement the train runs take
+    overlap = Run("decode overlap", ["benchmarks/decode_overlap.py", "--data", "{work}/jpegs", "--workers",
+                                     "{gpu_workers}" if device == "cuda" else str(min(shape.workers)),
+                                     "--json", "{work}/overlap.json"]
+                  + (["--rounds", "2"] if device == "cuda" else ["--steps", "2", "--warmup", "1", "--rounds", "2"]),
+                  "overlap", OVERLAP_S[device], output="{work}/overlap.json",
+                  settings="the decode beside a busy default stream and a busy stream of its own; eager steps fed "
+                           "inline, on a stream of their own, by a decoding thread, both")
+    loaders.append(overlap)
     epoch_s = shape.train / (RATES["compiled"] if device == "cuda" else CPU_RATE)
     later = STARTUP_S[device] + TRAIN_EPOCHS * epoch_s + (TRAIN_COMPILE_S["later"] if device == "cuda" else 3.0)
     first = later + (TRAIN_COMPILE_S["first"] - TRAIN_COMPILE_S["later"] if device == "cuda" else 0.0)
@@ -117,6 +138,7 @@ def decode_stage(f: Features) -> Stage:
     return Stage("decode", f"Real data: JPEGs decoded on the GPU and on the CPU against synthetic input, {what}",
                  10_000.0, [synthetic, jpeg_gpu, jpeg_shared, jpeg_fast], setup=[tree, *loaders],
                  ratios=[("train JPEG gpu", "train synthetic"), ("train JPEG shared", "train synthetic"),
-                         ("train JPEG fast", "train synthetic")],
+                         ("train JPEG fast", "train synthetic")], values=dict(UNARRANGED),
                  note="`dlscale train`, 3 epochs (the first not counted), data.num_workers the loader's fastest "
-                      "setting per path; the GPU decode's loader workers only read files and draw the crops")
+                      "setting per path; the GPU decode's loader workers only read files and draw the crops; its "
+                      "train runs take data.device_ahead and speed.step_stream from the decode overlap probe")

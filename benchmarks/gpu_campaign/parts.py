@@ -64,19 +64,21 @@ STAGES = {"env": env_stage, "baseline": levers.baseline_stage, "levers_a": lever
           "choices": choices_stage, "data": data_stage, "progression": progression_stage}
 """Every stage, in the order they run."""
 
-PARTS = {1: ["env", "baseline", "decode", "peers"],
-         2: ["env", "levers_a", "ddp", "curve", "combined", "profile"]}
-"""The two plans, each in order of value: part 1 the default's baseline, real data (the JPEG train runs were
-not reached on 2026-11-27, H200: the device decode's weights were made on the host then) and the default
-against timm's benchmark.py and the bare loop (its compiled default from the baseline's cache); part 2 the
-levers not measured on an H100 (the newest GPU tests beside their compilations), then the data-parallel
-wrapper and the batch curve (measured on the H100, 2026-11-27: rerun where time is left), the levers that
-helped together, the profile. levers_b (coordinate-descent tuning) is in neither: its compile outlasted the
-150 s it was given on 2026-11-27 (H200); run it alone with --stages levers_b."""
+PARTS = {1: ["env", "baseline", "decode"],
+         2: ["env", "levers_a", "peers", "ddp", "curve", "combined", "profile"]}
+"""The two plans, each in order of value: part 1 the default's baseline and real data (on 2026-11-27, H100, the
+device path's loader decoded 6,533 img/s but its train run reached 0.483 of the synthetic rate: the decode
+overlap probe now says why and picks the arrangement its train runs take); part 2 the default's batch against
+768 (its 5,981 img/s is 0.3% under the floor), the default against timm's benchmark.py and the bare loop (its
+compiled default from the baseline's cache), then the data-parallel wrapper and the batch curve (measured on
+the H100 on 2026-11-27: rerun where time is left), the levers that helped together, the profile. levers_b
+(coordinate-descent tuning) is in neither: its compile outlasted the 150 s it was given on 2026-11-27 (H200);
+run it alone with --stages levers_b."""
 
 BUDGET_S = {1: 475.0, 2: 225.0}
-"""Each part's deadline on a GPU: 7.9 and 3.75 minutes, so that the commands end within 8 and 4.5 minutes (part 1
-took 445 s of its 460 on 2026-11-27; it now holds the train run of a shared decode too)."""
+"""Each part's deadline on a GPU: 7.9 and 3.75 minutes, so that the commands end within 8 and 4.5 minutes (on
+2026-11-27, H100, part 1 ran 481 s for its 475 and left part 2 335 s of the 15 minutes: give part 2 what
+status's budget_left_s says, less 20 s)."""
 
 OPTIONAL = frozenset(STAGES) - {name for names in PARTS.values() for name in names}
 """Stages in neither plan (--stages runs them): the measurements behind the earlier defaults."""

@@ -4,6 +4,7 @@ goals of the campaign checked against the figures."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 GOALS = {
@@ -190,7 +191,28 @@ def data_tables(result: dict) -> list[str]:
                   f"{_fmt(row.get('device_ms_per_batch'), 2)} |"
                   for loader in loaders for row in loader["details"]["rows"]]
         lines.append("")
-    return lines + stage_table(result)
+    return lines + overlap_table(result) + stage_table(result)
+
+
+def overlap_table(result: dict) -> list[str]:
+    """benchmarks/decode_overlap.py's verdict and its steps' rates per way of feeding them."""
+    run = next((r for r in result.get("setup", []) if r["name"] == "decode overlap" and r.get("status") == "ok"), None)
+    if run is None:
+        return []
+    figures = run["details"]
+    setup, steps = figures["setup"], figures["steps"]
+    synthetic = statistics.median(steps["synthetic"])
+    verdict = [f"- {line}" for line in figures.get("verdict", [])]
+    lines = [f"`benchmarks/decode_overlap.py` ({setup['model']}, batch {setup['batch_size']}, eager steps):", "",
+             *verdict, *([""] if verdict else []),
+             "| feeding | img/s per round | median | of synthetic |", "|---|---|---|---|"]
+    lines += [f"| {name} | {', '.join(_fmt(r) for r in rates)} | {_fmt(statistics.median(rates))} | "
+              f"{_fmt(statistics.median(rates) / synthetic, 3)} |" for name, rates in steps.items()]
+    chosen = figures["best"]["settings"]
+    lines += ["", "The device path's train runs took "
+              + (", ".join(f"{k}={v}" for k, v in chosen.items()) or "the defaults")
+              + f" ({figures['best']['name']}).", ""]
+    return lines
 
 
 def curve_table(result: dict) -> list[str]:

@@ -119,6 +119,17 @@ def read_loader(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
                         "best_workers": best["workers"], "summary": scalars}}
 
 
+def read_overlap(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
+    """benchmarks/decode_overlap.py's figures; the arrangement it found fastest goes to the train runs after it."""
+    figures = json.loads(path.read_text())
+    settings = figures["best"]["settings"]
+    ctx.values["device_ahead"] = settings.get("data.device_ahead", "0")
+    ctx.values["step_stream"] = settings.get("speed.step_stream", "false")
+    lines = [line for line in out.splitlines() if line.startswith(("decode of one batch", "synchronising calls"))]
+    return {"value": figures["best"]["of_synthetic"], "unit": "of synthetic",
+            "details": {**figures, "verdict": lines}}
+
+
 def read_alternate(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
     """alternate.py's figures: every variant's windows; run_stage turns them into a record per window."""
     return {"value": None, "unit": None, "details": json.loads(path.read_text())}
@@ -160,7 +171,7 @@ def read_nothing(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
 
 READERS = {"env": read_env, "pytest": read_pytest, "bench": read_bench, "bare": read_bare, "timm": read_timm,
            "loader": read_loader, "train": read_train, "none": read_nothing, "alternate": read_alternate,
-           "curve": read_curve}
+           "curve": read_curve, "overlap": read_overlap}
 
 
 # ---------------------------------------------------------------------------------- commands
@@ -227,8 +238,9 @@ def execute(run: Run, ctx: Context, stage: str, round_index: int, deadline: floa
         try:
             record.update(READERS[run.reader](run, out, path, ctx))
         except Exception as exc:  # noqa: BLE001 - recorded; the campaign goes on
-            status = record["status"] = "failed"
-            record["error"] = f"could not read its result: {type(exc).__name__}: {exc}"
+            if status == "ok":  # a command stopped at the deadline, or failed, and wrote nothing keeps its status
+                status = record["status"] = "failed"
+                record["error"] = f"could not read its result: {type(exc).__name__}: {exc}"
     if status != "ok" and "error" not in record:
         tail = [line for line in out.strip().splitlines() if line.strip()][-3:]
         why = {"timeout": "timed out at the deadline; ",
@@ -248,6 +260,8 @@ def run_stage(stage: Stage, ctx: Context) -> dict:
     deadline = min(ctx.deadline, started + stage.budget_s)
     ctx.say(f"[{ctx.elapsed():5.0f} s] stage {stage.name}: {stage.title} (budget {stage.budget_s:.0f} s, "
             f"estimate {stage.estimate_s():.0f} s)")
+    for key, value in stage.values.items():
+        ctx.values.setdefault(key, value)
     result = {"name": stage.name, "title": stage.title, "note": stage.note, "budget_s": stage.budget_s,
               "estimate_s": round(stage.estimate_s(), 1), "setup": [], "runs": [], "rounds_done": 0}
     for run in stage.setup:

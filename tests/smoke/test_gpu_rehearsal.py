@@ -90,18 +90,20 @@ def test_the_real_data_stage(tmp_path):
 
 
 def test_part_one(tmp_path):
-    """The default plan on the CPU: the baseline is GPU only; the real-data stage trains on JPEGs and on
-    synthetic input; the peers run dlscale bench (timm's script and torchvision are not here)."""
+    """The default plan on the CPU: the baseline is GPU only; the real-data stage probes how the device path's
+    decode overlaps eager steps (the Pillow decoder standing in) and trains on JPEGs and on synthetic input."""
     document = _campaign(tmp_path)
     stages = document["stages"]
-    assert list(stages) == ["env", "baseline", "decode", "peers"] and document["part"] == 1
+    assert list(stages) == ["env", "baseline", "decode"] and document["part"] == 1
     assert stages["baseline"]["runs"][0]["status"] == "unavailable"
     decode = stages["decode"]
     runs = {r["name"]: r for r in decode["runs"]}
     assert runs["train synthetic"]["status"] == runs["train JPEG fast"]["status"] == "ok"
-    assert {r["name"]: r["status"] for r in decode["setup"]}["loader fast"] == "ok"
-    assert {r["name"]: r["status"] for r in stages["peers"]["runs"]}["dlscale bench"] == "ok"
-    assert "train JPEG fast / train synthetic" in (tmp_path / "gpu.md").read_text()
+    setup = {r["name"]: r for r in decode["setup"]}
+    assert setup["loader fast"]["status"] == setup["decode overlap"]["status"] == "ok"
+    assert set(setup["decode overlap"]["details"]["steps"]) == {"synthetic", "inline", "thread"}
+    text = (tmp_path / "gpu.md").read_text()
+    assert "train JPEG fast / train synthetic" in text and "`benchmarks/decode_overlap.py`" in text
 
 
 def test_the_levers_and_their_combination(tmp_path):
