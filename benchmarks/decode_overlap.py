@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             print("synchronising calls over two decodes beside a busy stream: "
                   + (", ".join(f"{name} x{count}" for name, count in result["calls"].items()) or "none seen"),
                   flush=True)
-        except RuntimeError as error:
+        except Exception as error:  # noqa: BLE001 - recorded; the probe and the steps stand without it
             result["calls_error"] = " ".join(str(error).split())[:300]
             print(f"synchronising calls: not counted ({result['calls_error']})", flush=True)
     step = make_step(setup["model"], info.num_classes, device, width=None if cuda else 8)
@@ -163,14 +163,42 @@ def probe(loader, device: torch.device, busy_ms: float) -> dict:
             times.append(_decode_host_ms(stage, encoded[k % 2], side))
         torch.cuda.synchronize(device)
         figures[where] = statistics.median(times)
+    # idle again: how much of it is the decoder's own call, and when the crops queued after it are done
+    timed = stage.decoder = _TimedDecoder(stage.decoder)
+    decoder_ms, done_ms = [], []
+    for k in range(3):
+        torch.cuda.synchronize(device)
+        timed.seconds, started = 0.0, time.perf_counter()
+        _decode_host_ms(stage, encoded[k % 2], side)
+        torch.cuda.synchronize(device)
+        done_ms.append(1000 * (time.perf_counter() - started))
+        decoder_ms.append(1000 * timed.seconds)
+    figures["idle, decoder calls"] = statistics.median(decoder_ms)
+    figures["idle, batch done"] = statistics.median(done_ms)
     return figures
+
+
+class _TimedDecoder:
+    """The stage's decoder, its calls' host time summed (nvJPEG's call returns when its decode is done)."""
+
+    def __init__(self, decoder):
+        self.decoder, self.name, self.device, self.seconds = decoder, decoder.name, decoder.device, 0.0
+
+    def decode(self, files):
+        started = time.perf_counter()
+        try:
+            return self.decoder.decode(files)
+        finally:
+            self.seconds += time.perf_counter() - started
 
 
 def describe_probe(figures: dict) -> str:
     idle, busy = figures["idle"], figures["busy_ms"]
     waits = {where: figures[where] - idle >= WAITS * busy
              for where in ("beside the default stream", "beside a stream of its own")}
-    said = (f"decode of one batch: {idle:.1f} ms idle, {figures['beside the default stream']:.1f} ms beside "
+    split = (f" (the decoder's calls {figures['idle, decoder calls']:.1f} ms, done after "
+             f"{figures['idle, batch done']:.1f} ms)" if "idle, decoder calls" in figures else "")
+    said = (f"decode of one batch: {idle:.1f} ms idle{split}, {figures['beside the default stream']:.1f} ms beside "
             f"{busy:.0f} ms of work on the default stream, {figures['beside a stream of its own']:.1f} ms beside it "
             "on a stream of its own: ")
     if waits["beside a stream of its own"]:

@@ -75,3 +75,31 @@ def test_the_device_paths_train_runs_take_the_arrangement_the_probe_picked(tmp_p
         assert {"data.device_ahead=2", "speed.step_stream=true"} <= set(filled(name)), name
     assert not any("device_ahead" in arg or "step_stream" in arg for arg in filled("train JPEG fast"))
     assert not any("device_ahead" in arg for arg in filled("train synthetic"))
+
+
+def test_the_probe_runs_its_three_cases_and_splits_the_idle_decode(tmp_path, monkeypatch):
+    """The probe's control flow on the CPU: torch.cuda's streams and synchronisation stand-ins, the Pillow
+    decoder behind the stage, a busy queue that only counts its calls. What it measures needs a GPU."""
+    import contextlib
+
+    import torch
+
+    from dlscale.config import DataConfig
+    from dlscale.data import build_loaders
+
+    made = run_process([sys.executable, "benchmarks/gpu_campaign/jpeg_tree.py", str(tmp_path / "jpegs"),
+                        "--unique", "4", "--train", "16", "--val", "4"], ROOT)
+    assert made.returncode == 0, made.stderr
+    cfg = DataConfig(name="imagefolder", path=str(tmp_path / "jpegs"), image_size=32, decode="gpu", num_workers=0)
+    loader, _, _ = build_loaders(cfg, rank=0, world_size=1, batch_size=4, seed=0)
+    queued = []
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: object())
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(decode_overlap, "_busy", lambda device, ms: (lambda: queued.append(ms), ms))
+    figures = decode_overlap.probe(loader, torch.device("cpu"), 50.0)
+    assert len(queued) == 6  # three decodes beside the default stream, three beside a stream of its own
+    assert set(figures) == {"busy_ms", "idle", "beside the default stream", "beside a stream of its own",
+                            "idle, decoder calls", "idle, batch done"}
+    assert 0 < figures["idle, decoder calls"] <= figures["idle, batch done"]
+    assert "(the decoder's calls " in decode_overlap.describe_probe(figures)
