@@ -114,10 +114,12 @@ def main(argv: list[str] | None = None) -> int:
 # ------------------------------------------------------------------------------------------ probe
 
 
-def _busy(device: torch.device, ms: float) -> tuple[Callable[[], None], float]:
-    """A function that queues about `ms` of matrix products on the current stream, and their measured time."""
-    a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
-    products = 8
+def _busy(device: torch.device, ms: float) -> tuple[Callable[[], torch.cuda.Event], float]:
+    """A function that queues about `ms` of matrix products on the current stream and returns an event recorded
+    after them, and their measured time. 8192-square bf16 products (about 1.1 TFLOP each): a hundred or so
+    launches, well under the launch queue's depth, so that queueing them returns at once."""
+    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    products = 4
     for _ in range(2):  # calibrate: ms per product, warm
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -128,9 +130,12 @@ def _busy(device: torch.device, ms: float) -> tuple[Callable[[], None], float]:
         per = start.elapsed_time(end) / products
         products = max(int(ms / max(per, 1e-3)), 1)
 
-    def queue_products() -> None:
+    def queue_products() -> torch.cuda.Event:
         for _ in range(products):
             a @ a
+        done = torch.cuda.Event()
+        done.record()
+        return done
     return queue_products, products * per
 
 
@@ -152,17 +157,22 @@ def probe(loader, device: torch.device, busy_ms: float) -> dict:
     busy, measured_busy_ms = _busy(device, busy_ms)
     figures = {"busy_ms": measured_busy_ms}
     for where in ("idle", "beside the default stream", "beside a stream of its own"):
-        times = []
+        times, finished = [], []
         for k in range(3):
             torch.cuda.synchronize(device)
+            queued = None
             if where == "beside the default stream":
-                busy()
+                queued = busy()
             elif where == "beside a stream of its own":
                 with torch.cuda.stream(own):
-                    busy()
+                    queued = busy()
             times.append(_decode_host_ms(stage, encoded[k % 2], side))
+            if queued is not None:  # had the products ended when the decode returned?
+                finished.append(queued.query())
         torch.cuda.synchronize(device)
         figures[where] = statistics.median(times)
+        if finished:
+            figures[f"{where}, products done at its return"] = sum(finished) / len(finished)
     # idle again: how much of it is the decoder's own call, and when the crops queued after it are done
     timed = stage.decoder = _TimedDecoder(stage.decoder)
     decoder_ms, done_ms = [], []
@@ -194,7 +204,10 @@ class _TimedDecoder:
 
 def describe_probe(figures: dict) -> str:
     idle, busy = figures["idle"], figures["busy_ms"]
+    # it waited when it returned that much later and (where recorded) after the products had ended, most times:
+    # a decode merely slowed by sharing the multiprocessors with them returns before they end
     waits = {where: figures[where] - idle >= WAITS * busy
+             and figures.get(f"{where}, products done at its return", 1.0) >= 0.5
              for where in ("beside the default stream", "beside a stream of its own")}
     split = (f" (the decoder's calls {figures['idle, decoder calls']:.1f} ms, done after "
              f"{figures['idle, batch done']:.1f} ms)" if "idle, decoder calls" in figures else "")

@@ -110,6 +110,8 @@ def decode_stage(f: Features) -> Stage:
                   "overlap", OVERLAP_S[device], output="{work}/overlap.json",
                   settings="the decode beside a busy default stream and a busy stream of its own; eager steps fed "
                            "inline, on a stream of their own, by a decoding thread, both")
+    if device == "cuda":  # on the CPU it runs with the Pillow decoder
+        overlap.unavailable = loaders[1].unavailable
     loaders.append(overlap)
     epoch_s = shape.train / (RATES["compiled"] if device == "cuda" else CPU_RATE)
     later = STARTUP_S[device] + TRAIN_EPOCHS * epoch_s + (TRAIN_COMPILE_S["later"] if device == "cuda" else 3.0)

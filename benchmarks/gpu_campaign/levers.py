@@ -118,7 +118,7 @@ def baseline_stage(f: Features) -> Stage:
 
 def _lever_variants(f: Features, wave: str) -> list[Variant]:
     """Wave a: the default's batch 512 against 768 (64 GB at once). At batch 256 the H100 measured cuDNN's
-    benchmark limit 0 at 1.001x and batch 384 at 1.015x (2026-11-27, docs/results/gpu-2026-11-27-h100-part2.json),
+    benchmark limit 0 at 1.001x and batch 384 at 1.015x (2026-11-27, gpu-2026-11-27-h100-run2-part2.json),
     the H200 0.992x and 1.003x; earlier the padded stem 0.999x and batch 512 1.044x: the default's 5,981 img/s
     at 512 is 0.3% under the 6,000 floor, and a larger batch is the lever the trend points to. Wave b:
     coordinate-descent tuning at 256 (its compile times every generated kernel: a wave of its own, run alone,

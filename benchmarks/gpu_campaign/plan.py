@@ -82,9 +82,9 @@ class Stage:
     setup: list[Run] = field(default_factory=list)
     """Run once, in order, before the rounds; a failed one fails the rounds."""
     ratios: list[tuple[str, str]] = field(default_factory=list)
+    """(numerator, denominator) run names: ratios of their medians."""
     values: dict[str, str] = field(default_factory=dict)
     """Placeholders' values from the stage's start, unless a run before it set them (a reader may set them)."""
-    """(numerator, denominator) run names: ratios of their medians."""
     chain: bool = False
     """Also each run against the one before it (the progression's steps)."""
     note: str = ""

@@ -53,6 +53,17 @@ def test_the_probe_says_what_the_decode_waits_for(default_ms, own_ms, said):
     figures = {"busy_ms": 200.0, "idle": 30.0, "beside the default stream": default_ms,
                "beside a stream of its own": own_ms}
     assert decode_overlap.describe_probe(figures).endswith(said)
+    done = {"beside the default stream, products done at its return": 1.0,
+            "beside a stream of its own, products done at its return": 1.0}
+    assert decode_overlap.describe_probe({**figures, **done}).endswith(said)
+
+
+def test_a_decode_slowed_beside_the_products_but_back_before_they_end_did_not_wait_for_them():
+    figures = {"busy_ms": 200.0, "idle": 30.0, "beside the default stream": 150.0, "beside a stream of its own": 150.0,
+               "beside the default stream, products done at its return": 0.0,
+               "beside a stream of its own, products done at its return": 1 / 3}
+    assert decode_overlap.describe_probe(figures).endswith("it waits for neither (a slower step shares the GPU "
+                                                          "with it)")
 
 
 def test_the_device_paths_train_runs_take_the_arrangement_the_probe_picked(tmp_path):
@@ -96,10 +107,17 @@ def test_the_probe_runs_its_three_cases_and_splits_the_idle_decode(tmp_path, mon
     monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: object())
     monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
-    monkeypatch.setattr(decode_overlap, "_busy", lambda device, ms: (lambda: queued.append(ms), ms))
+    class Ended:
+        def query(self):
+            return True
+
+    monkeypatch.setattr(decode_overlap, "_busy", lambda device, ms: (lambda: queued.append(ms) or Ended(), ms))
     figures = decode_overlap.probe(loader, torch.device("cpu"), 50.0)
     assert len(queued) == 6  # three decodes beside the default stream, three beside a stream of its own
     assert set(figures) == {"busy_ms", "idle", "beside the default stream", "beside a stream of its own",
+                            "beside the default stream, products done at its return",
+                            "beside a stream of its own, products done at its return",
                             "idle, decoder calls", "idle, batch done"}
+    assert figures["beside a stream of its own, products done at its return"] == 1.0
     assert 0 < figures["idle, decoder calls"] <= figures["idle, batch done"]
     assert "(the decoder's calls " in decode_overlap.describe_probe(figures)

@@ -311,17 +311,20 @@ def _prefetch_threads():
 @pytest.mark.parametrize("decode", ["gpu", "fast"], ids=["device-path", "fast-path"])  # "gpu" marks a GPU test
 def test_batches_brought_over_by_a_background_thread_are_the_same_batches_in_the_same_order(tmp_path, decode):
     root = _tree(tmp_path, _bad_files())  # skipped files too: their substitutes and counts must not move
-    threads = []
-
-    class Recording(PillowDecoder):
-        def decode(self, files):
-            threads.append(threading.current_thread().name)
-            return super().decode(files)
-
     inline, _ = _epoch(root, decode, epoch=3, drop_last=False)
-    ahead, _ = _epoch(root, decode, epoch=3, drop_last=False, ahead=2, decoder=Recording())
+    threads, original = [], DevicePrefetcher._to_device
+
+    def recording(self, batch):
+        threads.append(threading.current_thread().name)
+        return original(self, batch)
+
+    DevicePrefetcher._to_device = recording
+    try:
+        ahead, _ = _epoch(root, decode, epoch=3, drop_last=False, ahead=2)
+    finally:
+        DevicePrefetcher._to_device = original
     assert len(inline) == len(ahead) == 6
-    assert set(threads) == ({"dlscale-prefetch"} if decode == "gpu" else set())  # decoded off the caller's thread
+    assert set(threads) == {"dlscale-prefetch"}  # decoded (gpu) or copied (fast) off the caller's thread
     for a, b in zip(inline, ahead, strict=True):
         assert torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels) and a.skipped == b.skipped
     assert not _prefetch_threads()
@@ -341,6 +344,30 @@ def test_a_consumer_that_stops_early_ends_the_thread_and_the_next_epoch_is_whole
     train.sampler.set_epoch(1)
     assert [b.labels.tolist() for b in again] == [b.labels.tolist() for b in DevicePrefetcher(train, "cpu")]
     assert len(again) == 4 and not _prefetch_threads()
+
+
+def test_an_error_in_a_training_step_ends_the_thread_bringing_batches_ahead(tmp_path, monkeypatch):
+    """The error (a CUDA out-of-memory error, say) keeps its traceback, and with it the epoch's frames, alive
+    until the process ends: the epoch closes its batches itself, or the thread outlives the run and can abort
+    the interpreter's exit."""
+    import dlscale.train.loop as loop
+    from dlscale.config import load_config
+    from dlscale.distributed import DistEnv
+
+    original, calls = loop.train_step, []
+
+    def fails_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("out of memory (a stand-in)")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "train_step", fails_second)
+    cfg, _ = load_config("cpu:digits", ["schedule.epochs=2", "max_steps_per_epoch=6", "model.width=8",
+                                        "data.device_ahead=2"])
+    with pytest.raises(RuntimeError, match="a stand-in") as raised:
+        loop.fit(cfg, DistEnv(), run_name="fails", output_dir=tmp_path)
+    assert raised.traceback and not _prefetch_threads()
 
 
 def test_device_ahead_is_checked_in_one_line():

@@ -72,7 +72,8 @@ class DataConfig:
 
     device_ahead: int = 0
     """Training batches a background thread of the training process brings to the device ahead of the
-    step: copied, and with decode=gpu decoded, cropped and normalised there, on a CUDA stream of its own.
+    step (that many wait ready, one more is being made: each holds a batch's images on the device): copied,
+    and with decode=gpu decoded, cropped and normalised there, on a CUDA stream of its own.
     0: the training thread does it between two steps, one batch ahead; while nvJPEG decodes, that thread
     waits and enqueues no step. The batches are the same either way (docs/profiling.md)."""
 

@@ -65,9 +65,11 @@ class DevicePrefetcher:
     sums the device time of that work per batch: copy, decode, crop, normalise (`dlscale loader`).
 
     ahead (data.device_ahead): 0 does that work in the calling thread, one batch ahead, between two
-    steps; n > 0 does it in a background thread of this process (on a CUDA stream of its own), up to
-    n batches ahead, so that the caller enqueues its next step while a batch is decoded: the host
-    waits inside nvJPEG's calls until their decode ends. The batches and their order are the same.
+    steps; n > 0 does it in a background thread of this process (on a CUDA stream of its own): n
+    batches wait ready while one more is made, so that the caller enqueues its next step while a batch
+    is decoded (the host waits inside nvJPEG's calls until their decode ends). The batches and their
+    order are the same. Close the iterator where the caller may stop early or fail (the thread ends
+    with it; contextlib.closing).
     """
 
     def __init__(self, loader: Iterable[Batch], device: torch.device | str,
@@ -153,6 +155,8 @@ class DevicePrefetcher:
 
     def _load_ahead(self, ready: queue.Queue, stop: threading.Event, cuda: bool) -> None:
         try:
+            if cuda and self.device.index is not None:  # a new thread's current device is 0: this rank's, for
+                torch.cuda.set_device(self.device)         # the loader's pinning thread too
             stream = torch.cuda.Stream(self.device) if cuda else None
             for batch in self.loader:
                 if stop.is_set():

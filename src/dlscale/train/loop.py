@@ -8,6 +8,7 @@ closes (train/windows.py); each epoch ends with an evaluation (train/evaluate.py
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -280,32 +281,34 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
     run.train_loader.sampler.set_epoch(progress.epoch, start_index=start_index)
     run.parts.model.train()
     window = run.windows.open(first=True)  # the loader starts its workers at the first next(batches)
-    batches = iter(DevicePrefetcher(run.train_loader, run.device, run.normalizer, ahead=cfg.data.device_ahead))
     skipped: list[str] = []
     stopped = False
-    while progress.epoch_step < plan.steps_per_epoch and not stopped:
-        run.schedule.apply(progress.step)
-        micro = []
-        for _ in range(plan.accumulation_steps):
-            window.data.start()  # on a GPU: from the end of the queued step to the batch being there
-            batch = next(batches)
-            window.data.stop()
-            skipped.extend(batch.skipped)
-            micro.append((batch.images, batch.labels))
-        with timed_first_step(run.compiling, run.sync, clock):  # this attempt's first step: it compiles
-            loss = train_step(run.parts, micro, regions=window.regions)
-        window.add(loss, plan.rank_images_per_step)
-        progress.step += 1
-        progress.epoch_step += 1
-        run.records.tick(progress.epoch, progress.epoch_step)  # the terminal's bar; nothing elsewhere
-        if progress.step % cfg.log_every == 0 or progress.epoch_step == plan.steps_per_epoch:
-            stopped = _log(run, progress, window)
-            window = run.windows.open()
-        else:
-            stopped = _preempted_locally(run)
-        every = cfg.checkpoint.every_steps
-        if not stopped and cfg.checkpoint.enabled and every and progress.step % every == 0:
-            _save(run, progress, reason="step")
+    # closed however the epoch ends (an error in a step too): a thread bringing batches ahead ends with it
+    prefetcher = DevicePrefetcher(run.train_loader, run.device, run.normalizer, ahead=cfg.data.device_ahead)
+    with contextlib.closing(iter(prefetcher)) as batches:
+        while progress.epoch_step < plan.steps_per_epoch and not stopped:
+            run.schedule.apply(progress.step)
+            micro = []
+            for _ in range(plan.accumulation_steps):
+                window.data.start()  # on a GPU: from the end of the queued step to the batch being there
+                batch = next(batches)
+                window.data.stop()
+                skipped.extend(batch.skipped)
+                micro.append((batch.images, batch.labels))
+            with timed_first_step(run.compiling, run.sync, clock):  # this attempt's first step: it compiles
+                loss = train_step(run.parts, micro, regions=window.regions)
+            window.add(loss, plan.rank_images_per_step)
+            progress.step += 1
+            progress.epoch_step += 1
+            run.records.tick(progress.epoch, progress.epoch_step)  # the terminal's bar; nothing elsewhere
+            if progress.step % cfg.log_every == 0 or progress.epoch_step == plan.steps_per_epoch:
+                stopped = _log(run, progress, window)
+                window = run.windows.open()
+            else:
+                stopped = _preempted_locally(run)
+            every = cfg.checkpoint.every_steps
+            if not stopped and cfg.checkpoint.enabled and every and progress.step % every == 0:
+                _save(run, progress, reason="step")
     train_s = time.perf_counter() - started
     total = int(sum_over_ranks({"skipped": len(skipped)}, run.device)["skipped"])
     progress.skipped_samples += _say_skipped(run, total, skipped, "training")
