@@ -223,13 +223,17 @@ def test_chunks_gather_images_of_one_shape_so_that_padding_wastes_little(tmp_pat
             calls.append([tuple(image.shape[1:]) for image in images])
             return images
 
-    _epoch(tmp_path, "gpu", decoder=Recording(), decode_chunk=2)
+    by_shape, _ = _epoch(tmp_path, "gpu", decoder=Recording(), decode_chunk=2)
     assert len(calls) == 6 and all(len(call) == 2 for call in calls)  # 3 batches of 4, in calls of 2
     for batch in (calls[0:2], calls[2:4], calls[4:6]):
         shapes = [shape for call in batch for shape in call]
         assert shapes == sorted(shapes)
         mixed = sum(len(set(call)) > 1 for call in batch)
         assert mixed == shapes.count((375, 500)) % 2, batch
+    # a chunk of one shape is stacked, a mixed one padded: the same images either way
+    padded, _ = _epoch(tmp_path, "gpu", decode_chunk=64)
+    for a, b in zip(by_shape, padded, strict=True):
+        assert torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels)
 
 
 # ------------------------------------------------------------------------------------- bad files
