@@ -38,6 +38,7 @@ from torch.nn import functional as F
 
 from dlscale.config import DataConfig
 from dlscale.data import DeviceNormalizer, DevicePrefetcher, build_loaders
+from dlscale.errors import DlscaleError
 from dlscale.models import build_model
 from dlscale.speed import SpeedOptions
 
@@ -79,11 +80,14 @@ def main(argv: list[str] | None = None) -> int:
              "device": torch.cuda.get_device_name(device) if cuda else "cpu"}
     print(f"decode overlap on {setup['device']}: {setup['model']}, batch {setup['batch_size']}, "
           f"{setup['image_size']} px, {args.workers} workers", flush=True)
-    cfg = DataConfig(name="imagefolder", path=args.data, image_size=setup["image_size"], decode="gpu",
-                     num_workers=args.workers)
-    # on the CPU the device path runs with the Pillow decoder (no device given: nvJPEG is not asked for)
-    loader, _, info = build_loaders(cfg, rank=0, world_size=1, batch_size=setup["batch_size"], seed=0,
-                                    device=device if cuda else None)
+    try:
+        cfg = DataConfig(name="imagefolder", path=args.data, image_size=setup["image_size"], decode="gpu",
+                         num_workers=args.workers)
+        # on the CPU the device path runs with the Pillow decoder (no device given: nvJPEG is not asked for)
+        loader, _, info = build_loaders(cfg, rank=0, world_size=1, batch_size=setup["batch_size"], seed=0,
+                                        device=device if cuda else None)
+    except DlscaleError as error:
+        p.error(str(error))
     normalizer = DeviceNormalizer(info.mean, info.std, device, channels_last=True)
     result = {"setup": setup}
     if cuda:
@@ -146,14 +150,18 @@ def _decode_host_ms(stage, encoded, side: torch.cuda.Stream) -> float:
     return 1000 * (time.perf_counter() - started)
 
 
+def _stage_and_batches(loader, device: torch.device, epoch: int) -> tuple:
+    """The device path's decode stage (as DevicePrefetcher builds it) and two encoded batches of `epoch`."""
+    stage = DevicePrefetcher(loader, device).stage
+    loader.sampler.set_epoch(epoch)
+    batches = iter(loader)
+    return stage, [next(batches) for _ in range(2)]
+
+
 def probe(loader, device: torch.device, busy_ms: float) -> dict:
     """The decode's host time idle and beside a busy default stream and a busy stream of its own (median of 3)."""
-    prefetcher = DevicePrefetcher(loader, device)
-    loader.sampler.set_epoch(0)
-    batches = iter(loader)
-    encoded = [next(batches) for _ in range(2)]
-    del batches
-    stage, side, own = prefetcher.stage, torch.cuda.Stream(device), torch.cuda.Stream(device)
+    stage, encoded = _stage_and_batches(loader, device, epoch=0)
+    side, own = torch.cuda.Stream(device), torch.cuda.Stream(device)
     busy, measured_busy_ms = _busy(device, busy_ms)
     figures = {"busy_ms": measured_busy_ms}
     for where in ("idle", "beside the default stream", "beside a stream of its own"):
@@ -183,6 +191,7 @@ def probe(loader, device: torch.device, busy_ms: float) -> dict:
         torch.cuda.synchronize(device)
         done_ms.append(1000 * (time.perf_counter() - started))
         decoder_ms.append(1000 * timed.seconds)
+    stage.decoder = timed.decoder
     figures["idle, decoder calls"] = statistics.median(decoder_ms)
     figures["idle, batch done"] = statistics.median(done_ms)
     return figures
@@ -225,18 +234,14 @@ def sync_calls(loader, device: torch.device, busy_ms: float) -> dict[str, int]:
     """The synchronising CUDA calls torch.profiler sees over two decodes beside a busy stream."""
     from torch.profiler import ProfilerActivity, profile
 
-    prefetcher = DevicePrefetcher(loader, device)
-    loader.sampler.set_epoch(1)
-    batches = iter(loader)
-    encoded = [next(batches) for _ in range(2)]
-    del batches
+    stage, encoded = _stage_and_batches(loader, device, epoch=1)
     side, own = torch.cuda.Stream(device), torch.cuda.Stream(device)
     busy, _ = _busy(device, busy_ms)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
         for batch in encoded:
             with torch.cuda.stream(own):
                 busy()
-            _decode_host_ms(prefetcher.stage, batch, side)
+            _decode_host_ms(stage, batch, side)
         torch.cuda.synchronize(device)
     counts = {event.key: event.count for event in trace.key_averages() if event.key in SYNC_CALLS}
     return dict(sorted(counts.items()))

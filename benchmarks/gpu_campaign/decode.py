@@ -28,7 +28,8 @@ COMPILED = {"speed.compile": "true", "speed.compile_mode": "reduce-overhead", "s
 
 LOADER_RATES = {"fast": 3000.0, "gpu": 4000.0}
 """img/s of the campaign's two loader runs on a GPU machine, rounded down from what they measured (2026-11-27, H100,
-16 cores: 3,539 img/s on the fast path with 15 workers, 4,372 on the device path with 8)."""
+16 cores: 3,539 and 2,974 img/s on the fast path with 15 workers in two runs; 4,372 and 6,533 on the device path
+with 8)."""
 
 TRAIN_COMPILE_S = {"first": 58.0, "later": 34.0}
 """The first compiled train run: the bench's training graph from the cache and the evaluation's forward graph

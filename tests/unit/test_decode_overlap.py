@@ -121,3 +121,10 @@ def test_the_probe_runs_its_three_cases_and_splits_the_idle_decode(tmp_path, mon
     assert figures["beside a stream of its own, products done at its return"] == 1.0
     assert 0 < figures["idle, decoder calls"] <= figures["idle, batch done"]
     assert "(the decoder's calls " in decode_overlap.describe_probe(figures)
+
+
+def test_a_folder_that_is_no_image_tree_is_one_line(tmp_path):
+    out = run_process([sys.executable, "benchmarks/decode_overlap.py", "--data", str(tmp_path)], ROOT)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].endswith("train is not a folder; data.path must hold "
+                                                        "train/<class>/*.JPEG, val/<class>/*.JPEG")
