@@ -70,9 +70,9 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         check(1 <= self.width <= WIDTH_MAX, f"model.width={self.width} must be 1 to {WIDTH_MAX} channels "
-               "(64: the standard ResNet)")
+              "(64: the standard ResNet)")
         check(self.conv_init in ("fan_out", "fan_in"),
-               f"model.conv_init={self.conv_init!r}: use fan_out (torchvision's) or fan_in (NVIDIA ConvNets')")
+              f"model.conv_init={self.conv_init!r}: use fan_out (torchvision's) or fan_in (NVIDIA ConvNets')")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,7 +123,7 @@ class OptimConfig:
         )
         check(1 <= self.accumulation_steps <= BATCH_MAX, f"optim.accumulation_steps must be 1 to {BATCH_MAX:,}")
         check(self.weight_decay_exemption in WEIGHT_DECAY_EXEMPTIONS,
-               f"optim.weight_decay_exemption={self.weight_decay_exemption!r}: use one of {WEIGHT_DECAY_EXEMPTIONS}")
+              f"optim.weight_decay_exemption={self.weight_decay_exemption!r}: use one of {WEIGHT_DECAY_EXEMPTIONS}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,11 +179,11 @@ class ScheduleConfig:
             "needs whole epochs (or set schedule.warmup_per=iteration)",
         )
         check(self.warmup_step_offset >= 0,
-               f"schedule.warmup_step_offset={self.warmup_step_offset} must be >= 0 (1: peak on the last warm-up step)")
+              f"schedule.warmup_step_offset={self.warmup_step_offset} must be >= 0 (1: peak on the last warm-up step)")
         check(self.anneal_per in ANNEAL_UNITS,
-               f"schedule.anneal_per={self.anneal_per!r}: use one of {ANNEAL_UNITS}")
+              f"schedule.anneal_per={self.anneal_per!r}: use one of {ANNEAL_UNITS}")
         check(self.milestone_every >= 0,
-               f"schedule.milestone_every={self.milestone_every} must be >= 0 epochs (0: none after the milestones)")
+              f"schedule.milestone_every={self.milestone_every} must be >= 0 epochs (0: none after the milestones)")
         if self.name in ("cosine", "linear"):
             check(
                 self.epochs > self.warmup_epochs,
@@ -242,14 +242,14 @@ class StrategyConfig:
     def __post_init__(self) -> None:
         # The names are checked against the registries (dlscale.strategies) when the strategy is built.
         check(not self.wrap_single_rank or self.dist_optimizer == "allreduce",
-               f"strategy.wrap_single_rank wraps in DDP, which is the allreduce strategy; "
-               f"drop it or use --dist-optimizer allreduce (got {self.dist_optimizer!r})")
+              f"strategy.wrap_single_rank wraps in DDP, which is the allreduce strategy; "
+              f"drop it or use --dist-optimizer allreduce (got {self.dist_optimizer!r})")
         check(self.num_steps_per_communication >= 1,
-               f"strategy.num_steps_per_communication={self.num_steps_per_communication} must be >= 1")
+              f"strategy.num_steps_per_communication={self.num_steps_per_communication} must be >= 1")
         check(self.global_average_every >= 0,
-               f"strategy.global_average_every={self.global_average_every} must be >= 0 (0: never)")
+              f"strategy.global_average_every={self.global_average_every} must be >= 0 (0: never)")
         check(self.dynamic_schedule in DYNAMIC_SCHEDULES,
-               f"strategy.dynamic_schedule={self.dynamic_schedule!r}: use one of {DYNAMIC_SCHEDULES}")
+              f"strategy.dynamic_schedule={self.dynamic_schedule!r}: use one of {DYNAMIC_SCHEDULES}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,7 +265,7 @@ class CheckpointConfig:
 
     def __post_init__(self) -> None:
         check(self.every_epochs >= 1, f"checkpoint.every_epochs={self.every_epochs} must be >= 1 "
-               "(checkpoint.enabled=false turns checkpoints off)")
+              "(checkpoint.enabled=false turns checkpoints off)")
         check(self.every_steps >= 0, f"checkpoint.every_steps={self.every_steps} must be >= 0 (0: only at epoch ends)")
         check(self.keep_last >= 1, f"checkpoint.keep_last={self.keep_last}: keep at least 1 checkpoint")
 
@@ -312,21 +312,21 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check(self.price_per_device_hour is None or self.price_per_device_hour > 0,
-               f"price_per_device_hour={self.price_per_device_hour} must be > 0 (or unset)")
+              f"price_per_device_hour={self.price_per_device_hour} must be > 0 (or unset)")
         for key, most in (("batch_size", BATCH_MAX), ("global_batch_size", GLOBAL_BATCH_MAX),
                           ("val_batch_size", BATCH_MAX), ("max_steps_per_epoch", 2**31)):
             value = getattr(self, key)
             check(value is None or 1 <= value <= most, f"{key}={value} must be >= 1 and at most {most:,} (or unset)")
         check(self.log_every >= 1, f"log_every={self.log_every} must be >= 1 optimizer steps")
         check(0 < self.pg_timeout_s <= TIMEOUT_MAX_S, f"pg_timeout_s={self.pg_timeout_s:g} (--pg-timeout) must be "
-               f"positive seconds, at most {TIMEOUT_MAX_S:,} (a year)")
+              f"positive seconds, at most {TIMEOUT_MAX_S:,} (a year)")
         check(0 <= self.seed <= SEED_MAX, f"seed={self.seed} must be 0 to {SEED_MAX:,} (numpy's generators take "
-               "32-bit seeds)")
+              "32-bit seeds)")
         check(self.target_accuracy is None or 0 < self.target_accuracy <= 1,
-               f"target_accuracy={self.target_accuracy} (--target-accuracy) is a fraction of validation top-1 "
-               "in (0, 1], e.g. 0.76")
+              f"target_accuracy={self.target_accuracy} (--target-accuracy) is a fraction of validation top-1 "
+              "in (0, 1], e.g. 0.76")
         check(not self.speed.cuda_graphs, "speed.cuda_graphs is a `dlscale bench` option (training changes the "
-               "learning rate every step and evaluates between epochs); use speed.compile_mode=reduce-overhead")
+              "learning rate every step and evaluates between epochs); use speed.compile_mode=reduce-overhead")
 
 
 @dataclass(frozen=True, kw_only=True)
