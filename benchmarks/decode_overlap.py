@@ -27,6 +27,7 @@ skipped: the Pillow decoder stands in for nvJPEG and the step is a tiny model's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import time
@@ -303,10 +304,8 @@ def feed_steps(step, loader, normalizer, device: torch.device, batch: int, size:
             epoch += 1
             speed = SpeedOptions(step_stream=settings.get("speed.step_stream") == "true")
             prefetcher = DevicePrefetcher(loader, device, normalizer, ahead=int(settings.get("data.device_ahead", 0)))
-            with speed.training_stream(device):
-                batches = iter(prefetcher)
+            with speed.training_stream(device), contextlib.closing(iter(prefetcher)) as batches:
                 rates[name].append(_rate(step, batches, device, batch=batch, steps=steps, warmup=warmup))
-                batches.close()
     return rates
 
 
