@@ -18,7 +18,9 @@ calls   torch.profiler's count of the CUDA runtime calls that synchronise, over 
 steps   a training step (eager, bf16 autocast, channels_last, fused SGD) fed in turns, round after round,
         by a pool of synthetic batches on the device and by the device decode path in each arrangement:
         the decode in the training thread (today's default), the step on a stream of its own, the decode
-        in a background thread, and both; img/s of each and the arrangement to train with ("best").
+        in a background thread, both, and the decode in a process of its own (data.device_decode_process:
+        its own CUDA context, which a device-wide synchronisation in the decode does not hold up); img/s
+        of each and the arrangement to train with ("best").
 
 On the CPU (the rehearsal of benchmarks/gpu.py, and the tests) the probe and the stream arrangements are
 skipped: the Pillow decoder stands in for nvJPEG and the step is a tiny model's.
@@ -39,6 +41,7 @@ from torch.nn import functional as F
 
 from dlscale.config import DataConfig
 from dlscale.data import DeviceNormalizer, DevicePrefetcher, build_loaders
+from dlscale.data.decode_process import DecodeProcess
 from dlscale.errors import DlscaleError
 from dlscale.models import build_model
 from dlscale.speed import SpeedOptions
@@ -49,6 +52,7 @@ ARRANGEMENTS = {
     "step stream": {"speed.step_stream": "true"},
     "thread": {"data.device_ahead": "2"},
     "thread + step stream": {"data.device_ahead": "2", "speed.step_stream": "true"},
+    "process": {"data.device_ahead": "2", "data.device_decode_process": "true"},
 }
 """Each way of feeding the step: the `dlscale train` settings it corresponds to (None: synthetic batches)."""
 SYNC_CALLS = ("cudaFree", "cudaFreeHost", "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
@@ -292,6 +296,15 @@ def feed_steps(step, loader, normalizer, device: torch.device, batch: int, size:
     names = [n for n, settings in ARRANGEMENTS.items()
              if device.type == "cuda" or settings is None or "speed.step_stream" not in settings]
     rates: dict[str, list[float]] = {name: [] for name in names}
+    process = DecodeProcess(loader.dataset.device_plan, device, ahead=2)  # started by its first round, then kept
+    with contextlib.closing(process):
+        _feed_rounds(step, loader, normalizer, device, batch, size, num_classes, names, rates, process,
+                     steps=steps, warmup=warmup, rounds=rounds)
+    return rates
+
+
+def _feed_rounds(step, loader, normalizer, device, batch, size, num_classes, names, rates, process, *,
+                 steps: int, warmup: int, rounds: int) -> None:
     epoch = 0
     for k in range(rounds):
         for name in names[k % len(names):] + names[:k % len(names)]:
@@ -303,10 +316,10 @@ def feed_steps(step, loader, normalizer, device: torch.device, batch: int, size:
             loader.sampler.set_epoch(epoch)
             epoch += 1
             speed = SpeedOptions(step_stream=settings.get("speed.step_stream") == "true")
-            prefetcher = DevicePrefetcher(loader, device, normalizer, ahead=int(settings.get("data.device_ahead", 0)))
+            prefetcher = DevicePrefetcher(loader, device, normalizer, ahead=int(settings.get("data.device_ahead", 0)),
+                                          process=process if settings.get("data.device_decode_process") else None)
             with speed.training_stream(device), contextlib.closing(iter(prefetcher)) as batches:
                 rates[name].append(_rate(step, batches, device, batch=batch, steps=steps, warmup=warmup))
-    return rates
 
 
 def best(rates: dict[str, list[float]]) -> dict:

@@ -125,6 +125,7 @@ def read_overlap(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
     settings = figures["best"]["settings"]
     ctx.values["device_ahead"] = settings.get("data.device_ahead", "0")
     ctx.values["step_stream"] = settings.get("speed.step_stream", "false")
+    ctx.values["decode_process"] = settings.get("data.device_decode_process", "false")
     lines = [line for line in out.splitlines() if line.startswith(("decode of one batch", "synchronising calls"))]
     return {"value": figures["best"]["of_synthetic"], "unit": "of synthetic",
             "details": {**figures, "verdict": lines}}
@@ -162,7 +163,16 @@ def read_train(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
                         "data_time_ms": statistics.median(r["data_time_ms"] for r in steady),
                         "step_time_ms": statistics.median(r["step_time_ms"] for r in steady),
                         "input_bound_warnings": warnings, "summary_total_ips": summary.get("total_ips"),
-                        "num_workers": ctx.values.get("workers")}}
+                        **_data_settings(path)}}
+
+
+def _data_settings(path: Path) -> dict:
+    """The run's loader workers and decode arrangement as its config.json has them (the run's own, not the stage's
+    placeholders: the device path's runs take other workers than the CPU path's)."""
+    config = path / "config.json"
+    data = json.loads(config.read_text()).get("data", {}) if config.exists() else {}
+    keys = ("num_workers", "decode", "device_decode_share", "device_ahead", "device_decode_process")
+    return {key: data[key] for key in keys if key in data}
 
 
 def read_nothing(run: Run, out: str, path: Path | None, ctx: Context) -> dict:

@@ -194,6 +194,23 @@ def test_batches_decoded_ahead_by_a_thread_are_the_inline_ones(smooth_tree, cuda
         assert torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels) and a.skipped == b.skipped
 
 
+def test_batches_decoded_in_a_process_of_their_own_are_the_inline_ones(smooth_tree, cuda):
+    """The decode process's images come through CUDA IPC, are copied, and the shared blocks go back to it."""
+    from dlscale.data.decode_process import DecodeProcess
+
+    train, _, _ = _loaders(smooth_tree, "gpu", cuda)
+    inline, _ = _epoch(train, cuda)
+    process = DecodeProcess(train.dataset.device_plan, cuda, ahead=2)
+    try:
+        for epoch in (1, 1):  # the second epoch reuses the process and its released blocks
+            apart, _ = _epoch(train, cuda, epoch=epoch, process=process)
+            for a, b in zip(inline, apart, strict=True):
+                assert torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels) and a.skipped == b.skipped
+        assert process.counts.device == 32 and process.counts.refused == 0
+    finally:
+        process.close()
+
+
 def test_training_on_a_stream_of_its_own_from_batches_decoded_ahead_ends_as_the_default_run(jpeg_tree, tmp_path):
     """speed.step_stream and data.device_ahead change where the work runs, not what is trained."""
     torch.backends.cudnn.deterministic = True  # put back by the restore_torch_switches fixture
@@ -204,6 +221,12 @@ def test_training_on_a_stream_of_its_own_from_batches_decoded_ahead_ends_as_the_
     assert_resumed_as_uninterrupted(_final_state(tmp_path / "default"), _final_state(tmp_path / "overlapped"),
                                     lambda: _train(jpeg_tree, tmp_path, "again"), tmp_path / "again",
                                     "the training stream or the decoding thread changes the batches or their order")
+    assert _train(jpeg_tree, tmp_path, "apart", "data.device_decode_process=true") == 0
+    apart = json.loads((tmp_path / "apart" / "summary.json").read_text())
+    assert apart["decode"] == "gpu" and apart["decode_process"] and not summary["decode_process"]
+    assert_resumed_as_uninterrupted(_final_state(tmp_path / "default"), _final_state(tmp_path / "apart"),
+                                    lambda: _train(jpeg_tree, tmp_path, "again2"), tmp_path / "again2",
+                                    "the decode process changes the batches or their order")
 
 
 def test_loader_command_decodes_on_the_gpu(smooth_tree, tmp_path, capsys):

@@ -146,17 +146,22 @@ def test_the_input_bound_warning_names_the_path_and_the_cores_it_needs():
                                     cpu_s_per_image=0.0005, device_type="cuda")
     assert "decode path gpu (JPEGs decoded on the device" in on_device and ": about 3 cores per rank" in on_device
     assert "data.decode=gpu" not in on_device
+    # nvJPEG's device-wide synchronisation (H100, 2026-11-27): the process of its own comes first, until it is on
+    assert "try the device decode in a process of its own (data.device_decode_process=true" in on_device
+    assert "device_decode_process" not in input_bound_warning(0.04, 0.1, workers=4, decode="gpu", cores=16,
+                                                              device_type="cuda", decode_process=True)
     assert "data.decode=gpu" not in input_bound_warning(0.04, 0.1, workers=2, decode="fast", cores=8)  # CPU run
 
 
-def _starved(decode: str, share: float | None = None) -> Run:
+def _starved(decode: str, share: float | None = None, process: bool = False) -> Run:
     windows = [{"record": "train", "epoch": 0, "step": step, "throughput_img_per_s": 3600.0,
                 "compute_img_per_s": 5600.0, "host_cpu_ms_per_image": 3.2 if decode == "fast" else 0.8,
                 "window_s": 5.0} for step in range(1, 6)]
     summary = {"kind": "train", "model": "resnet50", "world_size": 1, "device": "cuda", "batch_size": 256,
                "total_ips": 3600.0, "decode": decode}
     config = {"data": {"name": "imagefolder", "num_workers": 15, "decode": "auto",
-                       **({"device_decode_share": share} if share else {})}}
+                       **({"device_decode_share": share} if share else {}),
+                       **({"device_decode_process": True} if process else {})}}
     return Run(Path("r"), summary, config, {"cpu_count": 16}, tuple(windows))
 
 
@@ -175,3 +180,8 @@ def test_explain_names_the_decode_path_and_the_cores_per_device_it_needs():
     assert "decode path gpu (JPEGs decoded on the device, the loader workers only reading files; 60% of the " \
            "training JPEGs on the device, the workers the rest)" in found.evidence
     assert "device_decode_share" not in found.change  # a share already: which way helps is for a measurement
+    (found,) = input_bound(Context(_starved("gpu")))
+    assert "--set data.device_decode_process=true (nvJPEG synchronises the whole device of its process" \
+        in found.change
+    (found,) = input_bound(Context(_starved("gpu", process=True)))
+    assert "decoded in a process of its own)" in found.evidence and "device_decode_process" not in found.change

@@ -101,7 +101,7 @@ def test_part_one(tmp_path):
     assert runs["train synthetic"]["status"] == runs["train JPEG fast"]["status"] == "ok"
     setup = {r["name"]: r for r in decode["setup"]}
     assert setup["loader fast"]["status"] == setup["decode overlap"]["status"] == "ok"
-    assert set(setup["decode overlap"]["details"]["steps"]) == {"synthetic", "inline", "thread"}
+    assert set(setup["decode overlap"]["details"]["steps"]) == {"synthetic", "inline", "thread", "process"}
     text = (tmp_path / "gpu.md").read_text()
     assert "train JPEG fast / train synthetic" in text and "`benchmarks/decode_overlap.py`" in text
 

@@ -18,7 +18,7 @@ from test_gpu_campaign import EVERYTHING, _context  # noqa: E402
 
 
 @pytest.mark.slow
-def test_on_the_cpu_it_feeds_the_step_inline_and_from_a_thread_and_picks_the_faster(tmp_path):
+def test_on_the_cpu_it_feeds_the_step_inline_from_a_thread_and_from_a_process_and_picks_the_fastest(tmp_path):
     tree = tmp_path / "jpegs"
     made = run_process([sys.executable, "benchmarks/gpu_campaign/jpeg_tree.py", str(tree), "--unique", "8",
                         "--train", "48", "--val", "4"], ROOT)
@@ -28,10 +28,10 @@ def test_on_the_cpu_it_feeds_the_step_inline_and_from_a_thread_and_picks_the_fas
     assert out.returncode == 0, out.stderr
     figures = json.loads((tmp_path / "o.json").read_text())
     assert "probe" not in figures  # a GPU's: no streams here
-    assert list(figures["steps"]) == ["synthetic", "inline", "thread"]
+    assert list(figures["steps"]) == ["synthetic", "inline", "thread", "process"]
     assert all(len(rates) == 2 and min(rates) > 0 for rates in figures["steps"].values())
     best = figures["best"]
-    assert best == decode_overlap.best(figures["steps"]) and best["name"] in ("inline", "thread")
+    assert best == decode_overlap.best(figures["steps"]) and best["name"] in ("inline", "thread", "process")
     assert best["settings"] == decode_overlap.ARRANGEMENTS[best["name"]]
     assert "train with: " in out.stdout
 
@@ -73,7 +73,8 @@ def test_the_device_paths_train_runs_take_the_arrangement_the_probe_picked(tmp_p
     for key, value in stage.values.items():  # as run_stage does when the stage starts
         ctx.values.setdefault(key, value)
     filled = lambda name: [ctx.fill(arg, 0) for arg in runs[name].argv]  # noqa: E731
-    assert {"data.device_ahead=0", "speed.step_stream=false"} <= set(filled("train JPEG gpu"))  # no probe: defaults
+    assert {"data.device_ahead=0", "speed.step_stream=false", "data.device_decode_process=false"} \
+        <= set(filled("train JPEG gpu"))  # no probe: the defaults
     (tmp_path / "overlap.json").write_text(json.dumps({
         "setup": {"model": "resnet50", "batch_size": 256}, "steps": {"synthetic": [5000.0], "thread + step stream":
                                                                       [4600.0]},
@@ -83,7 +84,15 @@ def test_the_device_paths_train_runs_take_the_arrangement_the_probe_picked(tmp_p
     got = runner.read_overlap(None, out, tmp_path / "overlap.json", ctx)
     assert got["value"] == 0.92 and got["details"]["verdict"] == [out.splitlines()[0]]
     for name in ("train JPEG gpu", "train JPEG shared"):
-        assert {"data.device_ahead=2", "speed.step_stream=true"} <= set(filled(name)), name
+        assert {"data.device_ahead=2", "speed.step_stream=true", "data.device_decode_process=false"} \
+            <= set(filled(name)), name
+    (tmp_path / "overlap.json").write_text(json.dumps({
+        "setup": {}, "steps": {"synthetic": [5000.0], "process": [4700.0]},
+        "best": {"name": "process", "settings": decode_overlap.ARRANGEMENTS["process"], "img_per_s": 4700.0,
+                 "of_synthetic": 0.94}}))
+    runner.read_overlap(None, out, tmp_path / "overlap.json", ctx)
+    assert {"data.device_ahead=2", "speed.step_stream=false", "data.device_decode_process=true"} \
+        <= set(filled("train JPEG gpu"))
     assert not any("device_ahead" in arg or "step_stream" in arg for arg in filled("train JPEG fast"))
     assert not any("device_ahead" in arg for arg in filled("train synthetic"))
 

@@ -338,6 +338,12 @@ def test_train_reader_keeps_the_steady_windows(tmp_path):
     # 3,000 images in 0.25 + 0.5 + 0.25 s, not the median window (4,000)
     assert got["value"] == pytest.approx(3000.0) and got["details"]["windows"] == 3
     assert got["details"]["input_bound_warnings"] == ["WARNING: training is input-bound: 40% of each step ..."]
+    assert "num_workers" not in got["details"]  # no config.json: nothing said, rather than the stage's guess
+    (tmp_path / "config.json").write_text(json.dumps({"data": {"num_workers": 8, "decode": "gpu", "device_ahead": 2,
+                                                               "device_decode_process": True, "path": "x"}}))
+    got = runner.read_train(None, out, tmp_path, _context(tmp_path))
+    assert {k: got["details"][k] for k in ("num_workers", "decode", "device_ahead", "device_decode_process")} == \
+        {"num_workers": 8, "decode": "gpu", "device_ahead": 2, "device_decode_process": True}
 
 
 def test_pytest_reader_counts_outcomes(tmp_path):

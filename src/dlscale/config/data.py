@@ -77,6 +77,14 @@ class DataConfig:
     0: the training thread does it between two steps, one batch ahead; while nvJPEG decodes, that thread
     waits and enqueues no step. The batches are the same either way (docs/profiling.md)."""
 
+    device_decode_process: bool = False
+    """decode=gpu: decode the training batches on the device in a process of its own (its own CUDA
+    context), keeping max(device_ahead, 2) batches in it, instead of in the training process. nvJPEG's
+    batched decode synchronises the whole device of its process, so in the training process each decode
+    waits for the steps queued before it; in a process of its own it waits only for other decodes
+    (dlscale.data.decode_process; docs/profiling.md). The batches are the same either way; validation decodes in
+    the training process. The receiving runs in a background thread, as with device_ahead."""
+
     num_workers: int = 2
     """DataLoader worker processes per rank; 0 loads in the training process.
     Two suits a small CPU machine; on a GPU node use about cores / GPUs."""
@@ -135,6 +143,11 @@ class DataConfig:
             raise ConfigError(f"data.device_decode_share={share} splits the device decode path's work; with "
                               f"data.decode={self.decode} the loader workers decode every file: set data.decode=gpu "
                               "(or auto), or leave the share at 1")
+        if not isinstance(self.device_decode_process, bool):
+            raise ConfigError(f"data.device_decode_process={self.device_decode_process!r}; use true or false")
+        if self.device_decode_process and self.decode in ("fast", "plain"):
+            raise ConfigError(f"data.device_decode_process decodes on the device; with data.decode={self.decode} "
+                              "the loader workers decode every file: set data.decode=gpu (or auto), or drop it")
         if self.on_bad_sample not in ON_BAD_SAMPLE:
             raise ConfigError(f"data.on_bad_sample={self.on_bad_sample!r}; use 'skip' or 'error'")
         for key in ("image_size", "val_image_size", "val_resize"):
@@ -161,5 +174,7 @@ class DataConfig:
 
     def on_path(self, decode: str) -> DataConfig:
         """This configuration on the decode path `decode` (data.decode resolved for a device: "auto" taken
-        as "gpu" or "fast"); device_decode_share stays only on the device path."""
-        return replace(self, decode=decode, device_decode_share=self.device_decode_share if decode == "gpu" else 1.0)
+        as "gpu" or "fast"); device_decode_share and device_decode_process stay only on the device path."""
+        on_device = decode == "gpu"
+        return replace(self, decode=decode, device_decode_share=self.device_decode_share if on_device else 1.0,
+                       device_decode_process=self.device_decode_process and on_device)

@@ -11,6 +11,7 @@ workers' /proc counters, also when the DataLoader restarts them every epoch (the
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import torch
 from torch.utils.data import get_worker_info
@@ -67,17 +68,21 @@ class ReadMeter:
         read_bytes, read_calls   /proc rchar and syscr: every byte and read() call of those processes
         storage_read_bytes       /proc read_bytes: what had to come from storage (page-cache misses)
         cpu_s                    their CPU seconds
+
+    also: the pids of other processes of the pipeline (a decode process), counted with them.
     """
 
-    def __init__(self, counting: CountingSource):
+    def __init__(self, counting: CountingSource, also: Callable[[], list[int]] | None = None):
         self.counting = counting
+        self.also = also
         self.processes = ProcessReads()
         self.counted = (0, 0)
         self.sample()
 
     def sample(self) -> dict[str, float]:
         files, size = self.counting.totals()
-        os_delta = self.processes.sample([os.getpid(), *self.counting.worker_pids()])
+        pids = [os.getpid(), *self.counting.worker_pids(), *(self.also() if self.also else [])]
+        os_delta = self.processes.sample(list(dict.fromkeys(pids)))
         delta = {"files": float(files - self.counted[0]), "file_bytes": float(size - self.counted[1]),
                  "read_bytes": os_delta["rchar"], "read_calls": os_delta["syscr"],
                  "storage_read_bytes": os_delta["read_bytes"], "cpu_s": os_delta["cpu_s"]}

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 
 from dlscale.data.dataset import Batch
+from dlscale.data.decode_process import DecodeProcess
 from dlscale.data.decoders import ImageDecoder, build_decoder
 from dlscale.data.device_decode import DeviceDecodeStage
 from dlscale.data.encoded import EncodedBatch
@@ -70,18 +71,24 @@ class DevicePrefetcher:
     is decoded (the host waits inside nvJPEG's calls until their decode ends). The batches and their
     order are the same. Close the iterator where the caller may stop early or fail (the thread ends
     with it; contextlib.closing).
+
+    process (data.device_decode_process): a DecodeProcess that decodes the encoded batches in a process
+    of its own; the background thread (at least one batch ahead) sends it the loader's batches and
+    receives them decoded, then copies the labels over and normalises there.
     """
 
     def __init__(self, loader: Iterable[Batch], device: torch.device | str,
                  normalizer: DeviceNormalizer | None = None, *, decoder: ImageDecoder | None = None,
-                 timer: DeviceTimer | None = None, ahead: int = 0):
+                 timer: DeviceTimer | None = None, ahead: int = 0, process: DecodeProcess | None = None):
         self.loader = loader
         self.device = torch.device(device)
         self.normalizer = normalizer
         self.timer = timer
-        self.ahead = ahead
+        self.process = process
+        self.ahead = max(ahead, 1) if process is not None else ahead
         plan = getattr(getattr(loader, "dataset", None), "device_plan", None)
-        self.stage = None if plan is None else DeviceDecodeStage(plan, decoder or build_decoder(self.device))
+        self.stage = None if plan is None or process is not None else \
+            DeviceDecodeStage(plan, decoder or build_decoder(self.device))
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
@@ -158,7 +165,8 @@ class DevicePrefetcher:
             if cuda and self.device.index is not None:  # a new thread's current device is 0: this rank's, for
                 torch.cuda.set_device(self.device)         # the loader's pinning thread too
             stream = torch.cuda.Stream(self.device) if cuda else None
-            for batch in self.loader:
+            batches = iter(self.loader) if self.process is None else self.process.map(iter(self.loader), stream=stream)
+            for batch in batches:
                 if stop.is_set():
                     return
                 if stream is None:

@@ -53,11 +53,13 @@ class DeviceDecodeStage:
         self.device = decoder.device
         self.counts = DecodeCounts()
 
-    def __call__(self, batch: EncodedBatch) -> Batch:
+    def __call__(self, batch: EncodedBatch, out: torch.Tensor | None = None) -> Batch:
         """The batch's uint8 (N, 3, size, size) images on the device; its labels and skipped paths
-        (changed only where the CPU path replaced a refused file)."""
-        size = self.plan.size
-        images = torch.empty((len(batch.labels), 3, size, size), dtype=torch.uint8, device=self.device)
+        (changed only where the CPU path replaced a refused file). out: a uint8 (M, 3, size, size) buffer on
+        the device, M >= N, whose first N images the batch's become (a decode process's shared slots)."""
+        size, rows = self.plan.size, len(batch.labels)
+        images = torch.empty((rows, 3, size, size), dtype=torch.uint8, device=self.device) if out is None \
+            else out[:rows]
         labels, first_bad = batch.labels.clone(), list(batch.first_bad)
         on_cpu = (batch.lengths == 0).nonzero().flatten()
         if len(on_cpu):

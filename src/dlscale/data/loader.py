@@ -146,7 +146,8 @@ def seed_worker(worker_id: int) -> None:
     quiet_exif_warnings()
 
 
-def _loader(dataset, sampler, batch_size: int, cfg: DataConfig, *, drop_last: bool, seed: int) -> DataLoader:
+def _loader(dataset, sampler, batch_size: int, cfg: DataConfig, *, drop_last: bool, seed: int,
+            to_process: bool = False) -> DataLoader:
     workers = cfg.num_workers
     return DataLoader(
         dataset,
@@ -154,7 +155,8 @@ def _loader(dataset, sampler, batch_size: int, cfg: DataConfig, *, drop_last: bo
         sampler=sampler,
         num_workers=workers,
         collate_fn=collate_samples if dataset.device_plan is None else collate_encoded,  # files for the device
-        pin_memory=cfg.pin_memory and torch.cuda.is_available(),
+        # files for a decode process (data.device_decode_process) go there through shared memory, not to the device
+        pin_memory=cfg.pin_memory and torch.cuda.is_available() and not (to_process and dataset.device_plan),
         drop_last=drop_last,
         persistent_workers=cfg.persistent_workers and workers > 0,
         prefetch_factor=cfg.prefetch_factor if workers > 0 else None,
@@ -215,6 +217,7 @@ def build_loaders(
     val_set = ImageDataset(built.val, built.val_transform, **val_options,
                            device_plan=_device_plan(built, cfg, "val", val_options))
     val_sampler = ExactShardSampler(len(built.val), rank=rank, world_size=world_size)
-    train_loader = _loader(train_set, train_sampler, batch_size, cfg, drop_last=cfg.drop_last, seed=seed)
+    train_loader = _loader(train_set, train_sampler, batch_size, cfg, drop_last=cfg.drop_last, seed=seed,
+                           to_process=cfg.device_decode_process)
     val_loader = _loader(val_set, val_sampler, val_batch_size or batch_size, cfg, drop_last=False, seed=seed)
     return train_loader, val_loader, built.info

@@ -10,7 +10,7 @@ from dataclasses import replace
 from dlscale.errors import DlscaleError
 from dlscale.explain.context import Context, Result
 from dlscale.explain.findings import Effect, Finding, RuledOut
-from dlscale.metrics.input_bound import DECODE_PATHS, INPUT_BOUND_SHARE, cores_for_rate, cores_said
+from dlscale.metrics.input_bound import DECODE_PATHS, INPUT_BOUND_SHARE, PROCESS_WHY, cores_for_rate, cores_said
 from dlscale.predict import inputs
 from dlscale.predict.model import Strategy, predict
 from dlscale.rundir import number
@@ -54,6 +54,8 @@ def input_bound(ctx: Context) -> Result:
     if path in ("fast", "plain") and run.device == "cuda":
         fixes.append("--set data.decode=gpu (nvJPEG decodes on the device; the loader workers only read files: "
                      "`dlscale loader --decode gpu --device cuda` measures the CPU time per image it takes)")
+    if path == "gpu" and run.device == "cuda" and not run.data_settings.get("device_decode_process"):
+        fixes.append(f"--set data.device_decode_process=true ({PROCESS_WHY})")
     if path == "gpu" and workers and _device_share(run) == 1:
         fixes.append("--set data.device_decode_share=0.5 (the device decodes half the training JPEGs, the loader "
                      "workers the rest beside it; `dlscale loader --decode gpu --device cuda --device-share 0.5` "
@@ -85,6 +87,8 @@ def _path_cores(run, path: str | None, per_device: float) -> list[str]:
     said = f"decode path {path} ({DECODE_PATHS.get(path, path)})"
     if path == "gpu" and _device_share(run) < 1:
         said = f"{said[:-1]}; {_device_share(run):.0%} of the training JPEGs on the device, the workers the rest)"
+    if path == "gpu" and run.data_settings.get("device_decode_process"):
+        said = f"{said[:-1]}; decoded in a process of its own)"
     windows = [w for w in run.steady_windows() if number(w.get("host_cpu_ms_per_image")) is not None]
     if not windows:
         return [said]

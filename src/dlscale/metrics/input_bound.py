@@ -20,15 +20,21 @@ DECODE_PATHS = {
     "not JPEG": "images held as arrays, nothing to decode",
 }
 """What each decode path (data.decode, resolved) does, as the warning and `dlscale explain` say it."""
+PROCESS_WHY = ("nvJPEG synchronises the whole device of its process, so in the training process each decode waits "
+               "for the queued steps")
+"""Why the device path on CUDA decodes better in a process of its own (an H100, docs/benchmarks.md "third run")."""
+PROCESS_FIX = f"the device decode in a process of its own (data.device_decode_process=true: {PROCESS_WHY})"
 
 
 def input_bound_warning(data_wait_s: float, step_s: float, *, workers: int, decode: str,
                         cores: int | None = None, batch_size: int | None = None,
-                        cpu_s_per_image: float | None = None, device_type: str | None = None) -> str | None:
+                        cpu_s_per_image: float | None = None, device_type: str | None = None,
+                        decode_process: bool = False) -> str | None:
     """One line when data wait is INPUT_BOUND_SHARE of step time or more, naming the decode path, the
     cores it needs and what would help; None otherwise. cores: CPU cores this rank's loader may use
     (default: all this process may). cpu_s_per_image: CPU seconds per image of the training process
-    and its loader workers (the cores a path needs per image/s). device_type: where the model runs."""
+    and its loader workers (the cores a path needs per image/s). device_type: where the model runs.
+    decode_process: the device path decodes in a process of its own (data.device_decode_process)."""
     if step_s <= 0 or data_wait_s < INPUT_BOUND_SHARE * step_s:
         return None
     cores = cores or available_cores()
@@ -36,6 +42,8 @@ def input_bound_warning(data_wait_s: float, step_s: float, *, workers: int, deco
     rates = f" ({batch_size / step_s:.0f} of {batch_size / compute_s:.0f} img/s)" if batch_size else ""
     need = cores_needed(workers, step_s, compute_s)
     fixes = []
+    if decode == "gpu" and device_type == "cuda" and not decode_process:
+        fixes.append(PROCESS_FIX)
     if workers < cores:
         fixes.append(f"more loader workers (data.num_workers={min(cores, max(2, 2 * workers, need))}; now {workers}, "
                      f"{cores} cores for this rank)")

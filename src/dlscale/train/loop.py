@@ -23,6 +23,7 @@ from torch import nn
 from dlscale.config.sections import TrainConfig
 from dlscale.data import DatasetInfo, DeviceNormalizer, DevicePrefetcher, build_loaders
 from dlscale.data.counting import ReadMeter, count_reads
+from dlscale.data.decode_process import DecodeProcess, decode_process_for
 from dlscale.distributed import DistEnv, broadcast_from_main, init_process_group, select_device, sum_over_ranks
 from dlscale.errors import ConfigError, DlscaleError, StorageError
 from dlscale.metrics.compile import CompileWatch, counting_replays, timed_first_step
@@ -89,6 +90,8 @@ class Run:
     """(perf_counter, elapsed_s) when this attempt started; elapsed = e0 + now - t0."""
     compiling: CompileWatch | None = None
     """What torch.compile did (None for an eager model): the first step's time, the CUDA-graph replays."""
+    decoding: DecodeProcess | None = None
+    """The training batches' decode process (data.device_decode_process), started at the first epoch."""
 
     def elapsed_s(self) -> float:
         t0, e0 = self.clock_origin
@@ -173,6 +176,8 @@ def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, 
         return summary
     finally:
         run.records.close()
+        if run.decoding is not None:
+            run.decoding.close()
 
 
 def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir) -> Run:
@@ -206,6 +211,8 @@ def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: Run
                           optimizer=optimizer)
     checkpoints = CheckpointManager(run_dir.path / "checkpoints", keep_last=cfg.checkpoint.keep_last)
     sync = device_synchronizer(device)
+    decoding = decode_process_for(train_loader, device, enabled=cfg.data.device_decode_process,
+                                  ahead=cfg.data.device_ahead)
     return Run(
         cfg=cfg, env=env, device=device, plan=plan, model=replica.model, parts=replica.parts, schedule=schedule,
         normalizer=DeviceNormalizer(info.mean, info.std, device, channels_last=cfg.speed.channels_last),
@@ -213,8 +220,10 @@ def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: Run
         state=RunState(replica.model, optimizer, schedule, precision, train_loader.sampler, checkpoints, device,
                        settings={**to_jsonable(cfg), "world_size": env.world_size}),
         windows=LogWindows(device, model=replica.model, strategy=replica.parts.strategy, compiled=cfg.speed.compile,
-                           reads=ReadMeter(count_reads(train_loader)), sync=sync, clock=clock),
+                           reads=ReadMeter(count_reads(train_loader), also=decoding.pids if decoding else None),
+                           sync=sync, clock=clock),
         sync=sync, compiling=CompileWatch.for_run(cfg.speed.compile, cfg.speed.compile_mode, device),
+        decoding=decoding,
     )
 
 
@@ -284,7 +293,8 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
     skipped: list[str] = []
     stopped = False
     # closed however the epoch ends (an error in a step too): a thread bringing batches ahead ends with it
-    prefetcher = DevicePrefetcher(run.train_loader, run.device, run.normalizer, ahead=cfg.data.device_ahead)
+    prefetcher = DevicePrefetcher(run.train_loader, run.device, run.normalizer, ahead=cfg.data.device_ahead,
+                                  process=run.decoding)
     with contextlib.closing(iter(prefetcher)) as batches:
         while progress.epoch_step < plan.steps_per_epoch and not stopped:
             run.schedule.apply(progress.step)
@@ -345,7 +355,7 @@ def _warn_if_input_bound(run: Run, epoch: int, record: dict) -> None:
         record["data_time_ms"] / 1000, record["step_time_ms"] / 1000, workers=run.cfg.data.num_workers,
         decode=run.info.decode or "not JPEG", cores=max(available_cores() // run.env.local_world_size, 1),
         batch_size=run.plan.per_rank_batch, cpu_s_per_image=record["host_cpu_ms_per_image"] / 1000,
-        device_type=run.device.type)
+        device_type=run.device.type, decode_process=run.decoding is not None)
     if warning:
         run.warned_epoch = epoch
         run.records.message(warning)
@@ -414,6 +424,7 @@ def _summary(run: Run, progress: Progress, *, preempted: bool, signal: str | Non
         "kind": "train", "model": cfg.model.name, "data": cfg.data.name, "precision": cfg.precision,
         "world_size": run.env.world_size, "num_nodes": run.env.num_nodes, "device": run.device.type,
         "decode": run.info.decode,  # the decode path that ran (data.decode resolved); None: not JPEG
+        "decode_process": run.decoding is not None,  # the training batches decoded in a process of their own
         "batch_size": plan.per_rank_batch, "global_batch_size": plan.global_batch,
         "dist_optimizer": cfg.strategy.dist_optimizer, "peak_lr": plan.peak_lr,
         "epochs_planned": plan.epochs, "epochs_completed": progress.epoch, "steps": progress.step,

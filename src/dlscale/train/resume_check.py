@@ -18,7 +18,8 @@ MAY_CHANGE = (
     "log_every", "checkpoint.", "pg_timeout_s", "target_accuracy", "name", "val_batch_size", "device",
     "deterministic", "speed.", "data.num_workers", "data.pin_memory", "data.persistent_workers",
     "data.prefetch_factor", "data.max_consecutive_bad", "data.on_bad_sample", "data.path", "data.download",
-    "data.val_image_size", "data.val_resize", "data.decode_chunk", "data.device_ahead", "price_per_device_hour",
+    "data.val_image_size", "data.val_resize", "data.decode_chunk", "data.device_ahead", "data.device_decode_process",
+    "price_per_device_hour",
     "model.conv_init",
 )
 """Settings (keys, or section prefixes ending in '.') that do not change what is trained (model.conv_init

@@ -1,0 +1,228 @@
+"""The device decode in a process of its own (data.device_decode_process).
+
+nvJPEG's batched decode synchronises the whole device of the process that calls it: on an H100
+(2026-11-27, benchmarks/decode_overlap.py, docs/benchmarks.md "third run") a decode beside 199 ms of
+queued work took 237-240 ms whether that work ran on torch's default stream or a stream of its own, and
+torch.profiler counted a cudaDeviceSynchronize per decode. In the training process each decode therefore
+waits for every step queued before it, whatever thread or stream runs it. A device-wide synchronisation
+waits only for the work of its own process's CUDA context: in a process of their own, the decodes wait for
+each other and not for the training step.
+
+DecodeProcess runs the DeviceDecodeStage of a DevicePlan in a spawned process. The training process
+sends it the loader's EncodedBatch (its tensors in shared memory, where the loader workers put them)
+and receives each Batch back in order. The decode process makes batch k's images in slot k % ahead of
+a ring of `ahead` uint8 buffers in its device memory, waits for them, and replies with a view of the slot;
+the receiver copies the view into its own memory on its stream and waits for the copy before it sends
+the request that reuses the slot (at most `ahead` requests are out at once). The slots are shared once
+(torch.multiprocessing, CUDA IPC; the receiver keeps them mapped until close, so a reply opens nothing
+and synchronises nothing in the training process). On the CPU the same code runs with the Pillow decoder
+and shared memory in place of CUDA IPC: what the tests check against the in-process stage.
+
+Rows the device decoder refuses are decoded by the CPU path in the decode process, and counted there
+as in-process (DecodeCounts come back with each batch). An error there is raised in the receiver; the
+decode process ending is noticed within a second and named.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import pickle
+import queue
+from collections.abc import Iterator
+
+import torch
+import torch.multiprocessing as mp
+
+from dlscale.data.dataset import Batch
+from dlscale.data.decoders import build_decoder
+from dlscale.data.device_decode import DecodeCounts, DeviceDecodeStage
+from dlscale.data.encoded import DevicePlan, EncodedBatch
+from dlscale.errors import DataError
+
+POLL_S = 1.0
+"""How often a waiting side looks whether the other one is still there."""
+
+
+class DecodeProcess:
+    """EncodedBatch in, Batch (uint8 images on `device`) out, decoded in a spawned process (see the module).
+
+    The process starts at the first map() and serves every map() after it (one per epoch) until close().
+    counts sums where the rows of every batch received were decoded."""
+
+    def __init__(self, plan: DevicePlan, device: torch.device | str, *, ahead: int = 2):
+        self.plan = plan
+        self.device = torch.device(device)
+        self.ahead = max(int(ahead), 1)
+        self.counts = DecodeCounts()
+        self._process = None
+        self._requests = self._replies = None
+        self._sent = 0
+        self._expected = 0
+        self._slots: dict[int, torch.Tensor] = {}
+        """The decode process's slots as received, kept so that their shared memory stays mapped."""
+        self._idle = None
+
+    def start(self) -> None:
+        if self._process is not None:
+            return
+        context = mp.get_context("spawn")  # a fresh interpreter: its own CUDA context, none of this one's threads
+        self._requests, self._replies = context.Queue(), context.Queue()
+        self._process = context.Process(target=_serve, name="dlscale-decode", daemon=True,
+                                        args=(self.plan, str(self.device), self.ahead, self._requests, self._replies,
+                                              os.getpid()))
+        self._process.start()
+        if self.device.type == "cuda":
+            self._idle = torch.cuda.Stream(self.device)  # nothing is ever queued on it: see _quiet
+
+    def pids(self) -> list[int]:
+        """The decode process's pid while it runs (its CPU time belongs to the input pipeline's)."""
+        return [self._process.pid] if self._process is not None and self._process.is_alive() else []
+
+    def map(self, batches: Iterator[EncodedBatch], *, stream: torch.cuda.Stream | None = None) -> Iterator[Batch]:
+        """The batches decoded, in order, `ahead` of them in the decode process at a time. On CUDA the images
+        are copied on `stream` (default: the current one) and complete when yielded. Closing the iterator early
+        leaves the batches still in flight to be discarded by the next map()."""
+        self.start()
+        self._expected = self._sent  # replies to an earlier map's batches are dropped on arrival
+        in_flight, exhausted = 0, False
+        while True:
+            while not exhausted and in_flight < self.ahead:
+                batch = next(batches, None)
+                if batch is None:
+                    exhausted = True
+                    break
+                self._requests.put((self._sent, batch))
+                self._sent += 1
+                in_flight += 1
+            if in_flight == 0:
+                return
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                decoded = self._receive()
+            in_flight -= 1
+            yield decoded
+
+    def _receive(self) -> Batch:
+        while True:
+            try:
+                seq, payload = self._replies.get(timeout=POLL_S)  # CUDA images: the current stream waits for them
+            except queue.Empty:
+                if not self._process.is_alive():
+                    raise DataError(f"the decode process (data.device_decode_process) ended with exit code "
+                                    f"{self._process.exitcode} while batch {self._expected} was in it") from None
+                continue
+            if seq < self._expected:  # an earlier map's batch, closed before it arrived
+                with self._quiet():
+                    del payload
+                continue
+            self._expected = seq + 1
+            if isinstance(payload, _Failed):
+                raise payload.error
+            decoded, counts = payload
+            del payload
+            for name, value in counts.items():
+                setattr(self.counts, name, getattr(self.counts, name) + value)
+            view, labels, skipped = decoded.images, decoded.labels.clone(), decoded.skipped
+            del decoded
+            images = view.clone()  # on the current stream; the decode process waited for its slot before replying
+            if self.device.type == "cuda":
+                done = torch.cuda.Event()
+                done.record()
+                done.synchronize()  # copied: the request that reuses the slot may go
+            with self._quiet():
+                self._slots[seq % self.ahead] = view  # the slot stays mapped (a slot made anew replaces it)
+            return Batch(images, labels, skipped)
+
+    def _quiet(self):
+        """Where a block shared by the decode process is released: torch's IPC deleter synchronises the current
+        stream first, and on this one nothing is queued, so it returns at once (the copy was waited for)."""
+        return torch.cuda.stream(self._idle) if self._idle is not None else contextlib.nullcontext()
+
+    def close(self) -> None:
+        """End the decode process (waits up to 10 s, then terminates it)."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        with self._quiet():
+            self._slots.clear()
+        with contextlib.suppress(Exception):
+            self._requests.put(None)
+        process.join(10)
+        if process.is_alive():
+            process.terminate()
+            process.join(5)
+        for channel in (self._requests, self._replies):
+            channel.cancel_join_thread()  # batches nobody will read must not hold this process at exit
+            channel.close()
+
+    def __del__(self):
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def decode_process_for(loader, device: torch.device | str, *, enabled: bool, ahead: int) -> DecodeProcess | None:
+    """The decode process for a loader of encoded batches when data.device_decode_process asks for one (None for
+    other loaders: nothing is decoded on the device there)."""
+    plan = getattr(getattr(loader, "dataset", None), "device_plan", None)
+    if not enabled or plan is None:
+        return None
+    return DecodeProcess(plan, device, ahead=max(ahead, 2))
+
+
+@dataclasses.dataclass
+class _Failed:
+    """An error of the decode process, raised again in the receiver."""
+
+    error: BaseException
+
+    @classmethod
+    def of(cls, error: BaseException) -> _Failed:
+        try:
+            pickle.loads(pickle.dumps(error))
+        except Exception:  # noqa: BLE001 - an exception that does not travel is sent as its type and text
+            error = RuntimeError(f"{type(error).__name__} in the decode process: {error}")
+        return cls(error)
+
+
+def _serve(plan: DevicePlan, device: str, ahead: int, requests, replies, parent: int) -> None:
+    """The decode process: decode each (seq, EncodedBatch) it is sent into slot seq % ahead and reply
+    (seq, (Batch, counts)), the Batch's images a view of the slot, or (seq, _Failed); end at None or when
+    the process that started it is gone."""
+    where = torch.device(device)
+    if where.type == "cuda":
+        torch.cuda.set_device(where)
+    else:
+        torch.set_num_threads(1)  # the CPU stand-in: the loader workers and the training have the cores
+    stage = DeviceDecodeStage(plan, build_decoder(where))
+    slots: dict[int, torch.Tensor] = {}
+    while True:
+        try:
+            item = requests.get(timeout=POLL_S)
+        except queue.Empty:
+            if os.getppid() != parent:
+                return
+            continue
+        if item is None:
+            return
+        seq, batch = item
+        before = dataclasses.asdict(stage.counts)
+        try:
+            decoded = stage(batch, out=_slot(slots, seq % ahead, len(batch.labels), plan.size, where))
+            if where.type == "cuda":
+                torch.cuda.current_stream(where).synchronize()  # the slot is complete before the receiver copies it
+            counts = {k: v - before[k] for k, v in dataclasses.asdict(stage.counts).items()}
+            replies.put((seq, (decoded, counts)))
+            del decoded
+        except Exception as error:  # noqa: BLE001 - raised again in the training process
+            replies.put((seq, _Failed.of(error)))
+        del batch, item
+
+
+def _slot(slots: dict[int, torch.Tensor], index: int, rows: int, size: int, device: torch.device) -> torch.Tensor:
+    """Slot `index` of the ring, made (or made anew, larger) to hold `rows` images; in shared memory on the CPU."""
+    slot = slots.get(index)
+    if slot is None or slot.shape[0] < rows:
+        slot = torch.empty((rows, 3, size, size), dtype=torch.uint8, device=device)
+        slots[index] = slot.share_memory_() if device.type == "cpu" else slot
+    return slots[index]

@@ -1,0 +1,125 @@
+"""The device decode in a process of its own (data.device_decode_process), on the CPU: the Pillow decoder in a
+spawned process, shared memory in place of CUDA IPC. The batches must be the in-process stage's, bit for bit,
+in order, with the same counts; errors and a dead process surface in the receiver in one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from dlscale.config import DataConfig
+from dlscale.data import DevicePrefetcher, build_loaders
+from dlscale.data.dataset import BadSampleError
+from dlscale.data.decode_process import DecodeProcess, decode_process_for
+from dlscale.errors import ConfigError, DataError
+from tests.unit.test_device_decode import SIZE, _bad_files, _scan_corrupt, _tree
+
+pytestmark = pytest.mark.timeout(240)  # a spawned interpreter imports torch: seconds, not minutes
+
+
+def _train_loader(root, workers=0, **options):
+    cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode="gpu", num_workers=workers,
+                     drop_last=False, **options)
+    train, _, _ = build_loaders(cfg, rank=0, world_size=1, batch_size=4, seed=7)
+    return train
+
+
+def _batches(loader, epoch, **prefetcher):
+    loader.sampler.set_epoch(epoch)
+    feeder = DevicePrefetcher(loader, "cpu", **prefetcher)
+    return list(feeder), feeder
+
+
+def _same(a_batches, b_batches):
+    assert len(a_batches) == len(b_batches)
+    for a, b in zip(a_batches, b_batches, strict=True):
+        assert torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels) and a.skipped == b.skipped
+
+
+def test_batches_decoded_in_a_process_of_their_own_are_the_in_process_batches_with_the_same_counts(tmp_path):
+    loader = _train_loader(_tree(tmp_path, _bad_files()))  # refused, skipped and worker-decoded rows too
+    process = decode_process_for(loader, "cpu", enabled=True, ahead=0)
+    assert process.ahead == 2  # at least two batches in the process
+    try:
+        for epoch in (0, 1):  # one process serves every epoch
+            inline, feeder = _batches(loader, epoch)
+            apart, _ = _batches(loader, epoch, process=process)
+            _same(inline, apart)
+        counts = feeder.stage.counts
+        # over the two epochs: twice one epoch's counts (CMYK, grayscale, PNG x2 by the workers, scan.JPEG refused)
+        assert (process.counts.workers, process.counts.refused, process.counts.device) == (8, 2, 2 * (22 - 5))
+        assert (counts.workers, counts.refused, counts.device) == (4, 1, 22 - 5)
+        pid = process.pids()[0]
+        assert pid != os.getpid()
+    finally:
+        process.close()
+    assert process.pids() == []
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_an_epoch_stopped_early_leaves_the_next_one_whole_and_in_order(tmp_path):
+    loader = _train_loader(_tree(tmp_path), workers=2)  # persistent workers, batches in shared memory
+    process = DecodeProcess(loader.dataset.device_plan, "cpu", ahead=3)
+    try:
+        loader.sampler.set_epoch(0)
+        batches = iter(DevicePrefetcher(loader, "cpu", process=process))
+        next(batches)
+        batches.close()  # a preemption after one step: up to three batches are still in the process
+        inline, _ = _batches(loader, 1)
+        apart, _ = _batches(loader, 1, process=process)  # the stale replies are dropped, not taken for these
+        _same(inline, apart)
+    finally:
+        process.close()
+
+
+def test_an_error_in_the_decode_process_is_raised_in_the_training_process_as_itself(tmp_path):
+    loader = _train_loader(_tree(tmp_path, {"scan.JPEG": _scan_corrupt()}), on_bad_sample="error")
+    process = DecodeProcess(loader.dataset.device_plan, "cpu")
+    try:
+        with pytest.raises(BadSampleError) as raised:  # the refused file's CPU decode fails in the decode process
+            _batches(loader, 0, process=process)
+        assert "\n" not in str(raised.value) and "scan.JPEG: cannot decode" in str(raised.value)
+    finally:
+        process.close()
+
+
+def test_a_decode_process_that_dies_is_named_instead_of_waited_for(tmp_path):
+    loader = _train_loader(_tree(tmp_path))
+    process = DecodeProcess(loader.dataset.device_plan, "cpu")
+    try:
+        loader.sampler.set_epoch(0)
+        batches = iter(DevicePrefetcher(loader, "cpu", process=process))
+        next(batches)
+        os.kill(process.pids()[0], signal.SIGKILL)
+        started = time.monotonic()
+        with pytest.raises(DataError, match=r"decode process .* ended with exit code -9"):
+            list(batches)
+        assert time.monotonic() - started < 60  # noticed by polling, not by a timeout of minutes
+    finally:
+        process.close()
+
+
+def test_the_setting_is_checked_in_one_line_and_kept_only_on_the_device_path():
+    assert DataConfig(decode="gpu", device_decode_process=True).device_decode_process
+    assert not DataConfig(decode="auto", device_decode_process=True).on_path("fast").device_decode_process
+    assert DataConfig(decode="auto", device_decode_process=True).on_path("gpu").device_decode_process
+    with pytest.raises(ConfigError, match="data.device_decode_process.*data.decode=fast"):
+        DataConfig(decode="fast", device_decode_process=True)
+    with pytest.raises(ConfigError, match="use true or false"):
+        DataConfig(decode="gpu", device_decode_process=1)
+
+
+def test_only_a_loader_of_encoded_batches_gets_a_decode_process_and_it_does_not_pin_them(tmp_path):
+    root = _tree(tmp_path)
+    assert decode_process_for(_train_loader(root), "cpu", enabled=False, ahead=2) is None
+    cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode="fast", num_workers=0)
+    fast, _, _ = build_loaders(cfg, rank=0, world_size=1, batch_size=4, seed=7)
+    assert decode_process_for(fast, "cpu", enabled=True, ahead=2) is None
+    process = decode_process_for(_train_loader(root, device_decode_process=True), "cpu", enabled=True, ahead=5)
+    assert process.ahead == 5 and process.pids() == []  # started by the first epoch, not before
+    assert not _train_loader(root, device_decode_process=True).pin_memory
