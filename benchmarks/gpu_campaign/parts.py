@@ -65,15 +65,16 @@ STAGES = {"env": env_stage, "baseline": levers.baseline_stage, "levers_a": lever
 """Every stage, in the order they run."""
 
 PARTS = {1: ["env", "baseline", "decode"],
-         2: ["env", "levers_a", "peers", "ddp", "curve", "combined", "profile"]}
+         2: ["env", "levers_a", "ddp", "curve", "profile", "peers", "combined"]}
 """The two plans, each in order of value: part 1 the default's baseline and real data (on 2026-11-27, H100, the
-device path's loader decoded 6,533 img/s but its train run reached 0.483 of the synthetic rate: the decode
-overlap probe now says why and picks the arrangement its train runs take); part 2 the default's batch against
-768 (its 5,981 img/s is 0.3% under the floor), the default against timm's benchmark.py and the bare loop (its
-compiled default from the baseline's cache), then the data-parallel wrapper and the batch curve (measured on
-the H100 on 2026-11-27: rerun where time is left), the levers that helped together, the profile. levers_b
-(coordinate-descent tuning) is in neither: its compile outlasted the 150 s it was given on 2026-11-27 (H200);
-run it alone with --stages levers_b."""
+device path's train run reached 0.574 of the synthetic rate with the decode in a thread: the decode overlap probe
+found it waits for the whole device, and now also measures the decode in a process of its own, the arrangement
+its train runs take where it wins); part 2 the default's batch against 768 with the newest GPU tests beside its
+compilations (1.002x on the third H100 run: the default stays at 512), then what the last two H100 runs did not
+reach: the data-parallel wrapper, the batch curve and the profile (measured once, on the first H100 run of
+2026-11-27), then the default against timm's benchmark.py and the bare loop (measured on the third), the levers
+that helped together. levers_b (coordinate-descent tuning) is in neither: its compile outlasted the 150 s it
+was given on 2026-11-27 (H200); run it alone with --stages levers_b."""
 
 BUDGET_S = {1: 475.0, 2: 225.0}
 """Each part's deadline on a GPU: 7.9 and 3.75 minutes, so that the commands end within 8 and 4.5 minutes (on
