@@ -207,6 +207,7 @@ def test_batches_decoded_in_a_process_of_their_own_are_the_inline_ones(smooth_tr
             for a, b in zip(inline, apart, strict=True):
                 assert torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels) and a.skipped == b.skipped
         assert process.counts.device == 32 and process.counts.refused == 0
+        assert process.slots_received == 2  # each slot shared once through CUDA IPC, not once per batch
     finally:
         process.close()
 

@@ -77,6 +77,47 @@ def test_an_epoch_stopped_early_leaves_the_next_one_whole_and_in_order(tmp_path)
         process.close()
 
 
+def test_a_slow_receiver_gets_every_batch_intact_and_each_slot_is_sent_once(tmp_path, monkeypatch):
+    """The receiver copies a batch out of its slot only after a pause: were a request that reuses the slot sent
+    before the copy, the decode process would have overwritten it by then."""
+    loader = _train_loader(_tree(tmp_path))
+    process = DecodeProcess(loader.dataset.device_plan, "cpu", ahead=2)
+    copy = DecodeProcess._copy
+
+    def slowly(self, decoded):
+        time.sleep(0.3)
+        return copy(self, decoded)
+
+    monkeypatch.setattr(DecodeProcess, "_copy", slowly)
+    try:
+        for epoch in (0, 1):
+            inline, _ = _batches(loader, epoch)
+            apart, _ = _batches(loader, epoch, process=process)
+            _same(inline, apart)
+        assert process.slots_received == 2  # one per slot of the ring, not one per batch
+    finally:
+        process.close()
+
+
+def test_the_signals_that_stop_a_run_are_left_to_the_training_process(tmp_path):
+    """SLURM and torchrun signal every process of a job or group: the decode process must not die of them."""
+    loader = _train_loader(_tree(tmp_path))
+    process = DecodeProcess(loader.dataset.device_plan, "cpu")
+    try:
+        inline, _ = _batches(loader, 0)
+        loader.sampler.set_epoch(0)
+        batches = iter(DevicePrefetcher(loader, "cpu", process=process))
+        first = next(batches)
+        for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+            os.kill(process.pids()[0], signum)
+        time.sleep(0.5)
+        _same(inline, [first, *batches])
+        assert process.pids()
+    finally:
+        process.close()
+    assert process.pids() == []  # closed all the same (killed if it would not end)
+
+
 def test_an_error_in_the_decode_process_is_raised_in_the_training_process_as_itself(tmp_path):
     loader = _train_loader(_tree(tmp_path, {"scan.JPEG": _scan_corrupt()}), on_bad_sample="error")
     process = DecodeProcess(loader.dataset.device_plan, "cpu")

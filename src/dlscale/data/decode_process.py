@@ -10,17 +10,23 @@ each other and not for the training step.
 
 DecodeProcess runs the DeviceDecodeStage of a DevicePlan in a spawned process. The training process
 sends it the loader's EncodedBatch (its tensors in shared memory, where the loader workers put them)
-and receives each Batch back in order. The decode process makes batch k's images in slot k % ahead of
-a ring of `ahead` uint8 buffers in its device memory, waits for them, and replies with a view of the slot;
-the receiver copies the view into its own memory on its stream and waits for the copy before it sends
-the request that reuses the slot (at most `ahead` requests are out at once). The slots are shared once
-(torch.multiprocessing, CUDA IPC; the receiver keeps them mapped until close, so a reply opens nothing
-and synchronises nothing in the training process). On the CPU the same code runs with the Pillow decoder
-and shared memory in place of CUDA IPC: what the tests check against the in-process stage.
+and receives each batch back in order. The decode process makes batch k's images in slot k % ahead of
+a ring of `ahead` uint8 buffers in its device memory, waits for them, and replies with the slot's index
+and the batch's labels; the receiver copies the slot's rows into its own memory on its stream and waits
+for the copy before it sends the request that reuses the slot (at most `ahead` requests are out at once).
+Each slot is sent once, when the decode process makes it (torch.multiprocessing: CUDA IPC), and the
+receiver keeps it mapped until close: a batch shares, opens, frees and synchronises nothing in the
+training process, and nothing grows with the batches in the decode process (torch wraps a CUDA tensor's
+memory anew each time it is sent). On the CPU the same code runs with the Pillow decoder and shared
+memory in place of CUDA IPC: what the tests check against the in-process stage.
 
 Rows the device decoder refuses are decoded by the CPU path in the decode process, and counted there
 as in-process (DecodeCounts come back with each batch). An error there is raised in the receiver; the
-decode process ending is noticed within a second and named.
+decode process ending is noticed within a second and named, and a reply that never comes (a message
+lost in a queue) within REPLY_TIMEOUT_S. The decode process ignores the signals that stop a run
+(SIGINT, SIGTERM, SIGUSR1, SIGUSR2: SLURM and torchrun send them to every process of a job or group): the
+training process decides when to stop, and the decode process ends when it is told to or when the
+training process is gone.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ import dataclasses
 import os
 import pickle
 import queue
+import signal
+import threading
+import time
 from collections.abc import Iterator
 
 import torch
@@ -42,26 +51,34 @@ from dlscale.data.encoded import DevicePlan, EncodedBatch
 from dlscale.errors import DataError
 
 POLL_S = 1.0
-"""How often a waiting side looks whether the other one is still there."""
+"""How often a waiting side looks whether the other one is still there, or asked to stop."""
+REPLY_TIMEOUT_S = 600.0
+"""The longest wait for one batch from a live decode process (a batch of 512 full-size ImageNet JPEGs decodes
+in well under a second on an H100; its CPU fallback rows in seconds)."""
+IGNORED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2")
+                        if hasattr(signal, name))
+"""Signals the decode process ignores: they are the training process's to act on (dlscale.train.signals)."""
 
 
 class DecodeProcess:
     """EncodedBatch in, Batch (uint8 images on `device`) out, decoded in a spawned process (see the module).
 
     The process starts at the first map() and serves every map() after it (one per epoch) until close().
-    counts sums where the rows of every batch received were decoded."""
+    counts sums where the rows of every batch received were decoded; slots_received counts the slots the
+    decode process sent (each once)."""
 
     def __init__(self, plan: DevicePlan, device: torch.device | str, *, ahead: int = 2):
         self.plan = plan
         self.device = torch.device(device)
         self.ahead = max(int(ahead), 1)
         self.counts = DecodeCounts()
+        self.slots_received = 0
         self._process = None
         self._requests = self._replies = None
         self._sent = 0
         self._expected = 0
         self._slots: dict[int, torch.Tensor] = {}
-        """The decode process's slots as received, kept so that their shared memory stays mapped."""
+        """The decode process's slots, kept mapped."""
         self._idle = None
 
     def start(self) -> None:
@@ -78,12 +95,15 @@ class DecodeProcess:
 
     def pids(self) -> list[int]:
         """The decode process's pid while it runs (its CPU time belongs to the input pipeline's)."""
-        return [self._process.pid] if self._process is not None and self._process.is_alive() else []
+        process = self._process
+        return [process.pid] if process is not None and process.is_alive() else []
 
-    def map(self, batches: Iterator[EncodedBatch], *, stream: torch.cuda.Stream | None = None) -> Iterator[Batch]:
+    def map(self, batches: Iterator[EncodedBatch], *, stream: torch.cuda.Stream | None = None,
+            stop: threading.Event | None = None) -> Iterator[Batch]:
         """The batches decoded, in order, `ahead` of them in the decode process at a time. On CUDA the images
-        are copied on `stream` (default: the current one) and complete when yielded. Closing the iterator early
-        leaves the batches still in flight to be discarded by the next map()."""
+        are copied on `stream` (default: the current one) and complete when yielded. It ends early, yielding
+        nothing more, once `stop` is set. Closing the iterator early leaves the batches still in flight to be
+        discarded by the next map()."""
         self.start()
         self._expected = self._sent  # replies to an earlier map's batches are dropped on arrival
         in_flight, exhausted = 0, False
@@ -99,48 +119,65 @@ class DecodeProcess:
             if in_flight == 0:
                 return
             with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-                decoded = self._receive()
+                decoded = self._receive(stop)
+            if decoded is None:
+                return
             in_flight -= 1
             yield decoded
 
-    def _receive(self) -> Batch:
+    def _receive(self, stop: threading.Event | None) -> Batch | None:
+        """The next batch of this map (None once stop is set), copied out of its slot."""
+        waited_since = time.monotonic()
         while True:
+            process = self._process
+            if process is None:
+                raise DataError("the decode process (data.device_decode_process) was closed while batches were "
+                                "still asked of it")
             try:
-                seq, payload = self._replies.get(timeout=POLL_S)  # CUDA images: the current stream waits for them
+                seq, payload = self._replies.get(timeout=POLL_S)
             except queue.Empty:
-                if not self._process.is_alive():
+                if stop is not None and stop.is_set():
+                    return None
+                if not process.is_alive():
                     raise DataError(f"the decode process (data.device_decode_process) ended with exit code "
-                                    f"{self._process.exitcode} while batch {self._expected} was in it") from None
+                                    f"{process.exitcode} while batch {self._expected} was in it (its own output "
+                                    "says why; a GPU in exclusive-process compute mode admits one process: drop "
+                                    "data.device_decode_process there)") from None
+                if time.monotonic() - waited_since > REPLY_TIMEOUT_S:
+                    raise DataError(f"the decode process (data.device_decode_process) sent no batch for "
+                                    f"{REPLY_TIMEOUT_S:.0f} s while batch {self._expected} was in it") from None
+                continue
+            if isinstance(payload, _Slot):  # a slot made (or made anew, larger): kept mapped from now on
+                with self._quiet():
+                    self._slots[payload.index] = payload.images
+                self.slots_received += 1
                 continue
             if seq < self._expected:  # an earlier map's batch, closed before it arrived
-                with self._quiet():
-                    del payload
                 continue
             self._expected = seq + 1
             if isinstance(payload, _Failed):
                 raise payload.error
-            decoded, counts = payload
-            del payload
-            for name, value in counts.items():
-                setattr(self.counts, name, getattr(self.counts, name) + value)
-            view, labels, skipped = decoded.images, decoded.labels.clone(), decoded.skipped
-            del decoded
-            images = view.clone()  # on the current stream; the decode process waited for its slot before replying
-            if self.device.type == "cuda":
-                done = torch.cuda.Event()
-                done.record()
-                done.synchronize()  # copied: the request that reuses the slot may go
-            with self._quiet():
-                self._slots[seq % self.ahead] = view  # the slot stays mapped (a slot made anew replaces it)
-            return Batch(images, labels, skipped)
+            return self._copy(payload)
+
+    def _copy(self, decoded: _Decoded) -> Batch:
+        """The batch's images copied out of their slot on the current stream, the copy complete: the request
+        that reuses the slot may go."""
+        for name, value in decoded.counts.items():
+            setattr(self.counts, name, getattr(self.counts, name) + value)
+        images = self._slots[decoded.index][:decoded.rows].clone()
+        if self.device.type == "cuda":
+            done = torch.cuda.Event()
+            done.record()
+            done.synchronize()
+        return Batch(images, decoded.labels.clone(), decoded.skipped)
 
     def _quiet(self):
         """Where a block shared by the decode process is released: torch's IPC deleter synchronises the current
-        stream first, and on this one nothing is queued, so it returns at once (the copy was waited for)."""
+        stream first, and on this one nothing is queued, so it returns at once (every copy was waited for)."""
         return torch.cuda.stream(self._idle) if self._idle is not None else contextlib.nullcontext()
 
     def close(self) -> None:
-        """End the decode process (waits up to 10 s, then terminates it)."""
+        """End the decode process (asked, then killed after 10 s)."""
         process, self._process = self._process, None
         if process is None:
             return
@@ -150,7 +187,7 @@ class DecodeProcess:
             self._requests.put(None)
         process.join(10)
         if process.is_alive():
-            process.terminate()
+            process.kill()  # it ignores SIGTERM (IGNORED_SIGNALS)
             process.join(5)
         for channel in (self._requests, self._replies):
             channel.cancel_join_thread()  # batches nobody will read must not hold this process at exit
@@ -171,6 +208,25 @@ def decode_process_for(loader, device: torch.device | str, *, enabled: bool, ahe
 
 
 @dataclasses.dataclass
+class _Slot:
+    """A slot of the ring, sent once, when the decode process makes it."""
+
+    index: int
+    images: torch.Tensor
+
+
+@dataclasses.dataclass
+class _Decoded:
+    """A batch made in slot `index`: its first `rows` images."""
+
+    index: int
+    rows: int
+    labels: torch.Tensor
+    skipped: tuple
+    counts: dict
+
+
+@dataclasses.dataclass
 class _Failed:
     """An error of the decode process, raised again in the receiver."""
 
@@ -187,8 +243,10 @@ class _Failed:
 
 def _serve(plan: DevicePlan, device: str, ahead: int, requests, replies, parent: int) -> None:
     """The decode process: decode each (seq, EncodedBatch) it is sent into slot seq % ahead and reply
-    (seq, (Batch, counts)), the Batch's images a view of the slot, or (seq, _Failed); end at None or when
-    the process that started it is gone."""
+    (seq, _Decoded), after (-1, _Slot) for a slot it made, or (seq, _Failed); end at None or when the process
+    that started it is gone."""
+    for signum in IGNORED_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
     where = torch.device(device)
     if where.type == "cuda":
         torch.cuda.set_device(where)
@@ -208,21 +266,18 @@ def _serve(plan: DevicePlan, device: str, ahead: int, requests, replies, parent:
         seq, batch = item
         before = dataclasses.asdict(stage.counts)
         try:
-            decoded = stage(batch, out=_slot(slots, seq % ahead, len(batch.labels), plan.size, where))
+            index, rows = seq % ahead, len(batch.labels)
+            slot = slots.get(index)
+            if slot is None or slot.shape[0] < rows:
+                slot = torch.empty((rows, 3, plan.size, plan.size), dtype=torch.uint8, device=where)
+                slots[index] = slot.share_memory_() if where.type == "cpu" else slot
+                replies.put((-1, _Slot(index, slot)))
+            decoded = stage(batch, out=slot)
             if where.type == "cuda":
                 torch.cuda.current_stream(where).synchronize()  # the slot is complete before the receiver copies it
             counts = {k: v - before[k] for k, v in dataclasses.asdict(stage.counts).items()}
-            replies.put((seq, (decoded, counts)))
+            replies.put((seq, _Decoded(index, rows, decoded.labels, decoded.skipped, counts)))
             del decoded
         except Exception as error:  # noqa: BLE001 - raised again in the training process
             replies.put((seq, _Failed.of(error)))
         del batch, item
-
-
-def _slot(slots: dict[int, torch.Tensor], index: int, rows: int, size: int, device: torch.device) -> torch.Tensor:
-    """Slot `index` of the ring, made (or made anew, larger) to hold `rows` images; in shared memory on the CPU."""
-    slot = slots.get(index)
-    if slot is None or slot.shape[0] < rows:
-        slot = torch.empty((rows, 3, size, size), dtype=torch.uint8, device=device)
-        slots[index] = slot.share_memory_() if device.type == "cpu" else slot
-    return slots[index]

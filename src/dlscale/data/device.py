@@ -165,7 +165,8 @@ class DevicePrefetcher:
             if cuda and self.device.index is not None:  # a new thread's current device is 0: this rank's, for
                 torch.cuda.set_device(self.device)         # the loader's pinning thread too
             stream = torch.cuda.Stream(self.device) if cuda else None
-            batches = iter(self.loader) if self.process is None else self.process.map(iter(self.loader), stream=stream)
+            batches = iter(self.loader) if self.process is None else \
+                self.process.map(iter(self.loader), stream=stream, stop=stop)
             for batch in batches:
                 if stop.is_set():
                     return
