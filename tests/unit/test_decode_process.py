@@ -4,15 +4,20 @@ in order, with the same counts; errors and a dead process surface in the receive
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
+import sys
+import textwrap
+import threading
 import time
 
 import pytest
 import torch
 
 from dlscale.config import DataConfig
-from dlscale.data import DevicePrefetcher, build_loaders
+from dlscale.data import DevicePrefetcher, build_loaders, decode_process
 from dlscale.data.dataset import BadSampleError
 from dlscale.data.decode_process import DecodeProcess, decode_process_for
 from dlscale.errors import ConfigError, DataError
@@ -105,17 +110,38 @@ def test_the_signals_that_stop_a_run_are_left_to_the_training_process(tmp_path):
     process = DecodeProcess(loader.dataset.device_plan, "cpu")
     try:
         inline, _ = _batches(loader, 0)
-        loader.sampler.set_epoch(0)
-        batches = iter(DevicePrefetcher(loader, "cpu", process=process))
-        first = next(batches)
+        _batches(loader, 1, process=process)  # started, and past its setup
         for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
             os.kill(process.pids()[0], signum)
-        time.sleep(0.5)
-        _same(inline, [first, *batches])
+        time.sleep(1.0)
         assert process.pids()
+        apart, _ = _batches(loader, 0, process=process)  # every batch of it asked after the signals
+        _same(inline, apart)
     finally:
         process.close()
     assert process.pids() == []  # closed all the same (killed if it would not end)
+
+
+def test_a_decode_process_that_stops_answering_is_named_and_a_stopping_consumer_does_not_wait(tmp_path,
+                                                                                           monkeypatch):
+    loader = _train_loader(_tree(tmp_path))
+    process = DecodeProcess(loader.dataset.device_plan, "cpu")
+    try:
+        loader.sampler.set_epoch(0)
+        batches = iter(DevicePrefetcher(loader, "cpu", process=process))
+        next(batches)
+        os.kill(process.pids()[0], signal.SIGSTOP)  # alive, but answering nothing
+        started = time.monotonic()
+        batches.close()  # a preemption: the thread waiting for the decode process ends with the epoch
+        assert time.monotonic() - started < 30
+        assert not [thread for thread in threading.enumerate() if thread.name == "dlscale-prefetch"]
+        monkeypatch.setattr(decode_process, "REPLY_TIMEOUT_S", 2.0)
+        with pytest.raises(DataError, match="sent no batch for 2 s"):
+            _batches(loader, 1, process=process)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pids()[0], signal.SIGCONT)
+        process.close()
 
 
 def test_an_error_in_the_decode_process_is_raised_in_the_training_process_as_itself(tmp_path):
@@ -133,16 +159,40 @@ def test_a_decode_process_that_dies_is_named_instead_of_waited_for(tmp_path):
     loader = _train_loader(_tree(tmp_path))
     process = DecodeProcess(loader.dataset.device_plan, "cpu")
     try:
-        loader.sampler.set_epoch(0)
-        batches = iter(DevicePrefetcher(loader, "cpu", process=process))
-        next(batches)
-        os.kill(process.pids()[0], signal.SIGKILL)
+        _batches(loader, 0, process=process)
+        pid = process.pids()[0]
+        os.kill(pid, signal.SIGKILL)
+        while process.pids():
+            time.sleep(0.05)
         started = time.monotonic()
         with pytest.raises(DataError, match=r"decode process .* ended with exit code -9"):
-            list(batches)
+            _batches(loader, 1, process=process)
         assert time.monotonic() - started < 60  # noticed by polling, not by a timeout of minutes
     finally:
         process.close()
+
+
+def test_a_program_that_never_closes_its_decode_process_still_exits(tmp_path):
+    """At exit multiprocessing terminates daemonic children and waits for them without a limit; the decode process
+    ignores SIGTERM, so it must be killed before that."""
+    _tree(tmp_path / "tree")
+    script = textwrap.dedent(f"""
+        from dlscale.config import DataConfig
+        from dlscale.data import DevicePrefetcher, build_loaders
+        from dlscale.data.decode_process import DecodeProcess
+
+        if __name__ == "__main__":
+            cfg = DataConfig(name="imagefolder", path={str(tmp_path / "tree")!r}, image_size=16, decode="gpu",
+                             num_workers=0)
+            train, _, _ = build_loaders(cfg, rank=0, world_size=1, batch_size=4, seed=7)
+            train.sampler.set_epoch(0)
+            keep = DecodeProcess(train.dataset.device_plan, "cpu")
+            print(len(list(DevicePrefetcher(train, "cpu", process=keep))), "batches", flush=True)
+    """)
+    (tmp_path / "script.py").write_text(script)
+    done = subprocess.run([sys.executable, str(tmp_path / "script.py")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "4 batches"
 
 
 def test_the_setting_is_checked_in_one_line_and_kept_only_on_the_device_path():

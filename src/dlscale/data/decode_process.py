@@ -22,11 +22,11 @@ memory in place of CUDA IPC: what the tests check against the in-process stage.
 
 Rows the device decoder refuses are decoded by the CPU path in the decode process, and counted there
 as in-process (DecodeCounts come back with each batch). An error there is raised in the receiver; the
-decode process ending is noticed within a second and named, and a reply that never comes (a message
-lost in a queue) within REPLY_TIMEOUT_S. The decode process ignores the signals that stop a run
-(SIGINT, SIGTERM, SIGUSR1, SIGUSR2: SLURM and torchrun send them to every process of a job or group): the
-training process decides when to stop, and the decode process ends when it is told to or when the
-training process is gone.
+decode process ending is noticed within a second and named, and a reply that never comes (within
+REPLY_TIMEOUT_S) or comes out of turn (a message the queue could not send) is named too. The decode
+process ignores the signals that stop a run (SIGINT, SIGTERM, SIGUSR1, SIGUSR2: SLURM and torchrun send
+them to every process of a job or group): the training process decides when to stop, and the decode
+process ends when it is told to or when the training process is gone.
 """
 
 from __future__ import annotations
@@ -40,7 +40,9 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from multiprocessing import util
 
+import numpy as np
 import torch
 import torch.multiprocessing as mp
 
@@ -90,6 +92,9 @@ class DecodeProcess:
                                         args=(self.plan, str(self.device), self.ahead, self._requests, self._replies,
                                               os.getpid()))
         self._process.start()
+        # At exit multiprocessing terminates daemonic children and joins them without a limit: this one ignores
+        # SIGTERM, so it is killed first wherever close() was not reached.
+        util.Finalize(self, _kill, args=(self._process,), exitpriority=10)
         if self.device.type == "cuda":
             self._idle = torch.cuda.Stream(self.device)  # nothing is ever queued on it: see _quiet
 
@@ -135,14 +140,15 @@ class DecodeProcess:
                                 "still asked of it")
             try:
                 seq, payload = self._replies.get(timeout=POLL_S)
+            except (OSError, EOFError) as error:  # a message whose sender is gone cannot be read
+                if process.is_alive():
+                    raise
+                raise self._ended(process) from error
             except queue.Empty:
                 if stop is not None and stop.is_set():
                     return None
                 if not process.is_alive():
-                    raise DataError(f"the decode process (data.device_decode_process) ended with exit code "
-                                    f"{process.exitcode} while batch {self._expected} was in it (its own output "
-                                    "says why; a GPU in exclusive-process compute mode admits one process: drop "
-                                    "data.device_decode_process there)") from None
+                    raise self._ended(process) from None
                 if time.monotonic() - waited_since > REPLY_TIMEOUT_S:
                     raise DataError(f"the decode process (data.device_decode_process) sent no batch for "
                                     f"{REPLY_TIMEOUT_S:.0f} s while batch {self._expected} was in it") from None
@@ -154,22 +160,34 @@ class DecodeProcess:
                 continue
             if seq < self._expected:  # an earlier map's batch, closed before it arrived
                 continue
+            if seq > self._expected:  # the queue drops a message it cannot send: never take another batch for it
+                raise DataError(f"the decode process (data.device_decode_process) sent batch {seq} where batch "
+                                f"{self._expected} was due: a reply was lost (its output says why)")
             self._expected = seq + 1
             if isinstance(payload, _Failed):
                 raise payload.error
             return self._copy(payload)
 
+    def _ended(self, process) -> DataError:
+        return DataError(f"the decode process (data.device_decode_process) ended with exit code {process.exitcode} "
+                         f"while batch {self._expected} was in it (its own output says why; a GPU in "
+                         "exclusive-process compute mode admits one process: drop data.device_decode_process there)")
+
     def _copy(self, decoded: _Decoded) -> Batch:
         """The batch's images copied out of their slot on the current stream, the copy complete: the request
         that reuses the slot may go."""
+        slot = self._slots.get(decoded.index)
+        if slot is None or slot.shape[0] < decoded.rows:  # its _Slot message was lost
+            raise DataError(f"the decode process (data.device_decode_process) made batch {self._expected - 1} in "
+                            f"slot {decoded.index}, which did not reach this process whole (its output says why)")
         for name, value in decoded.counts.items():
             setattr(self.counts, name, getattr(self.counts, name) + value)
-        images = self._slots[decoded.index][:decoded.rows].clone()
+        images = slot[:decoded.rows].clone()
         if self.device.type == "cuda":
             done = torch.cuda.Event()
             done.record()
             done.synchronize()
-        return Batch(images, decoded.labels.clone(), decoded.skipped)
+        return Batch(images, torch.from_numpy(decoded.labels), decoded.skipped)
 
     def _quiet(self):
         """Where a block shared by the decode process is released: torch's IPC deleter synchronises the current
@@ -198,6 +216,14 @@ class DecodeProcess:
             self.close()
 
 
+def _kill(process) -> None:
+    """The decode process killed if it still runs (at exit, or when its DecodeProcess is collected unclosed)."""
+    with contextlib.suppress(Exception):
+        if process.is_alive():
+            process.kill()
+            process.join(5)
+
+
 def decode_process_for(loader, device: torch.device | str, *, enabled: bool, ahead: int) -> DecodeProcess | None:
     """The decode process for a loader of encoded batches when data.device_decode_process asks for one (None for
     other loaders: nothing is decoded on the device there)."""
@@ -221,7 +247,8 @@ class _Decoded:
 
     index: int
     rows: int
-    labels: torch.Tensor
+    labels: np.ndarray
+    """By value: a tensor would travel as a file descriptor the decode process must still be there to hand over."""
     skipped: tuple
     counts: dict
 
@@ -276,7 +303,7 @@ def _serve(plan: DevicePlan, device: str, ahead: int, requests, replies, parent:
             if where.type == "cuda":
                 torch.cuda.current_stream(where).synchronize()  # the slot is complete before the receiver copies it
             counts = {k: v - before[k] for k, v in dataclasses.asdict(stage.counts).items()}
-            replies.put((seq, _Decoded(index, rows, decoded.labels, decoded.skipped, counts)))
+            replies.put((seq, _Decoded(index, rows, decoded.labels.numpy(), decoded.skipped, counts)))
             del decoded
         except Exception as error:  # noqa: BLE001 - raised again in the training process
             replies.put((seq, _Failed.of(error)))
