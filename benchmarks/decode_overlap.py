@@ -298,28 +298,23 @@ def feed_steps(step, loader, normalizer, device: torch.device, batch: int, size:
     rates: dict[str, list[float]] = {name: [] for name in names}
     process = DecodeProcess(loader.dataset.device_plan, device, ahead=2)  # started by its first round, then kept
     with contextlib.closing(process):
-        _feed_rounds(step, loader, normalizer, device, batch, size, num_classes, names, rates, process,
-                     steps=steps, warmup=warmup, rounds=rounds)
+        epoch = 0
+        for k in range(rounds):
+            for name in names[k % len(names):] + names[:k % len(names)]:
+                settings = ARRANGEMENTS[name]
+                if settings is None:
+                    batches = _synthetic(device, batch, size, num_classes)
+                    rates[name].append(_rate(step, batches, device, batch=batch, steps=steps, warmup=warmup))
+                    continue
+                loader.sampler.set_epoch(epoch)
+                epoch += 1
+                speed = SpeedOptions(step_stream=settings.get("speed.step_stream") == "true")
+                apart = process if settings.get("data.device_decode_process") else None
+                prefetcher = DevicePrefetcher(loader, device, normalizer, process=apart,
+                                              ahead=int(settings.get("data.device_ahead", 0)))
+                with speed.training_stream(device), contextlib.closing(iter(prefetcher)) as batches:
+                    rates[name].append(_rate(step, batches, device, batch=batch, steps=steps, warmup=warmup))
     return rates
-
-
-def _feed_rounds(step, loader, normalizer, device, batch, size, num_classes, names, rates, process, *,
-                 steps: int, warmup: int, rounds: int) -> None:
-    epoch = 0
-    for k in range(rounds):
-        for name in names[k % len(names):] + names[:k % len(names)]:
-            settings = ARRANGEMENTS[name]
-            if settings is None:
-                batches = _synthetic(device, batch, size, num_classes)
-                rates[name].append(_rate(step, batches, device, batch=batch, steps=steps, warmup=warmup))
-                continue
-            loader.sampler.set_epoch(epoch)
-            epoch += 1
-            speed = SpeedOptions(step_stream=settings.get("speed.step_stream") == "true")
-            prefetcher = DevicePrefetcher(loader, device, normalizer, ahead=int(settings.get("data.device_ahead", 0)),
-                                          process=process if settings.get("data.device_decode_process") else None)
-            with speed.training_stream(device), contextlib.closing(iter(prefetcher)) as batches:
-                rates[name].append(_rate(step, batches, device, batch=batch, steps=steps, warmup=warmup))
 
 
 def best(rates: dict[str, list[float]]) -> dict:

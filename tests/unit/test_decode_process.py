@@ -69,8 +69,7 @@ def test_batches_decoded_in_a_process_of_their_own_are_the_in_process_batches_wi
 
 def test_an_epoch_stopped_early_leaves_the_next_one_whole_and_in_order(tmp_path):
     loader = _train_loader(_tree(tmp_path), workers=2)  # persistent workers, batches in shared memory
-    process = DecodeProcess(loader.dataset.device_plan, "cpu", ahead=3)
-    try:
+    with contextlib.closing(DecodeProcess(loader.dataset.device_plan, "cpu", ahead=3)) as process:
         loader.sampler.set_epoch(0)
         batches = iter(DevicePrefetcher(loader, "cpu", process=process))
         next(batches)
@@ -78,15 +77,12 @@ def test_an_epoch_stopped_early_leaves_the_next_one_whole_and_in_order(tmp_path)
         inline, _ = _batches(loader, 1)
         apart, _ = _batches(loader, 1, process=process)  # the stale replies are dropped, not taken for these
         _same(inline, apart)
-    finally:
-        process.close()
 
 
 def test_a_slow_receiver_gets_every_batch_intact_and_each_slot_is_sent_once(tmp_path, monkeypatch):
     """The receiver copies a batch out of its slot only after a pause: were a request that reuses the slot sent
     before the copy, the decode process would have overwritten it by then."""
     loader = _train_loader(_tree(tmp_path))
-    process = DecodeProcess(loader.dataset.device_plan, "cpu", ahead=2)
     copy = DecodeProcess._copy
 
     def slowly(self, decoded):
@@ -94,21 +90,18 @@ def test_a_slow_receiver_gets_every_batch_intact_and_each_slot_is_sent_once(tmp_
         return copy(self, decoded)
 
     monkeypatch.setattr(DecodeProcess, "_copy", slowly)
-    try:
+    with contextlib.closing(DecodeProcess(loader.dataset.device_plan, "cpu", ahead=2)) as process:
         for epoch in (0, 1):
             inline, _ = _batches(loader, epoch)
             apart, _ = _batches(loader, epoch, process=process)
             _same(inline, apart)
         assert process.slots_received == 2  # one per slot of the ring, not one per batch
-    finally:
-        process.close()
 
 
 def test_the_signals_that_stop_a_run_are_left_to_the_training_process(tmp_path):
     """SLURM and torchrun signal every process of a job or group: the decode process must not die of them."""
     loader = _train_loader(_tree(tmp_path))
-    process = DecodeProcess(loader.dataset.device_plan, "cpu")
-    try:
+    with contextlib.closing(DecodeProcess(loader.dataset.device_plan, "cpu")) as process:
         inline, _ = _batches(loader, 0)
         _batches(loader, 1, process=process)  # started, and past its setup
         for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
@@ -117,8 +110,6 @@ def test_the_signals_that_stop_a_run_are_left_to_the_training_process(tmp_path):
         assert process.pids()
         apart, _ = _batches(loader, 0, process=process)  # every batch of it asked after the signals
         _same(inline, apart)
-    finally:
-        process.close()
     assert process.pids() == []  # closed all the same (killed if it would not end)
 
 
@@ -146,19 +137,15 @@ def test_a_decode_process_that_stops_answering_is_named_and_a_stopping_consumer_
 
 def test_an_error_in_the_decode_process_is_raised_in_the_training_process_as_itself(tmp_path):
     loader = _train_loader(_tree(tmp_path, {"scan.JPEG": _scan_corrupt()}), on_bad_sample="error")
-    process = DecodeProcess(loader.dataset.device_plan, "cpu")
-    try:
+    with contextlib.closing(DecodeProcess(loader.dataset.device_plan, "cpu")) as process:
         with pytest.raises(BadSampleError) as raised:  # the refused file's CPU decode fails in the decode process
             _batches(loader, 0, process=process)
         assert "\n" not in str(raised.value) and "scan.JPEG: cannot decode" in str(raised.value)
-    finally:
-        process.close()
 
 
 def test_a_decode_process_that_dies_is_named_instead_of_waited_for(tmp_path):
     loader = _train_loader(_tree(tmp_path))
-    process = DecodeProcess(loader.dataset.device_plan, "cpu")
-    try:
+    with contextlib.closing(DecodeProcess(loader.dataset.device_plan, "cpu")) as process:
         _batches(loader, 0, process=process)
         pid = process.pids()[0]
         os.kill(pid, signal.SIGKILL)
@@ -168,8 +155,6 @@ def test_a_decode_process_that_dies_is_named_instead_of_waited_for(tmp_path):
         with pytest.raises(DataError, match=r"decode process .* ended with exit code -9"):
             _batches(loader, 1, process=process)
         assert time.monotonic() - started < 60  # noticed by polling, not by a timeout of minutes
-    finally:
-        process.close()
 
 
 def test_a_program_that_never_closes_its_decode_process_still_exits(tmp_path):
@@ -190,7 +175,7 @@ def test_a_program_that_never_closes_its_decode_process_still_exits(tmp_path):
             print(len(list(DevicePrefetcher(train, "cpu", process=keep))), "batches", flush=True)
     """)
     (tmp_path / "script.py").write_text(script)
-    done = subprocess.run([sys.executable, str(tmp_path / "script.py")], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, str(tmp_path / "script.py")], capture_output=True, text=True, timeout=200)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "4 batches"
 
