@@ -22,7 +22,8 @@ DECODE_PATHS = {
 """What each decode path (data.decode, resolved) does, as the warning and `dlscale explain` say it."""
 PROCESS_WHY = ("nvJPEG synchronises the whole device of its process, so in the training process each decode waits "
                "for the queued steps")
-"""Why the device path on CUDA decodes better in a process of its own (an H100, docs/benchmarks.md "third run")."""
+"""Why the device path on CUDA may decode better in a process of its own: the synchronisation was measured on an
+H100 (docs/benchmarks.md "third run"), the process's gain is for a GPU run to measure."""
 PROCESS_FIX = f"the device decode in a process of its own (data.device_decode_process=true: {PROCESS_WHY})"
 
 

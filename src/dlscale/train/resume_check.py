@@ -19,8 +19,7 @@ MAY_CHANGE = (
     "deterministic", "speed.", "data.num_workers", "data.pin_memory", "data.persistent_workers",
     "data.prefetch_factor", "data.max_consecutive_bad", "data.on_bad_sample", "data.path", "data.download",
     "data.val_image_size", "data.val_resize", "data.decode_chunk", "data.device_ahead", "data.device_decode_process",
-    "price_per_device_hour",
-    "model.conv_init",
+    "price_per_device_hour", "model.conv_init",
 )
 """Settings (keys, or section prefixes ending in '.') that do not change what is trained (model.conv_init
 draws the first weights only, which a resumed run loads from its checkpoint)."""
