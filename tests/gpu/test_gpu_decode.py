@@ -200,7 +200,7 @@ def test_batches_decoded_in_a_process_of_their_own_are_the_inline_ones(smooth_tr
 
     train, _, _ = _loaders(smooth_tree, "gpu", cuda)
     inline, _ = _epoch(train, cuda)
-    process = DecodeProcess(train.dataset.device_plan, cuda, ahead=2)
+    process = DecodeProcess(train.dataset.device_plan, "cuda", ahead=2)  # no index: the current device
     try:
         for epoch in (1, 1):  # the second epoch reuses the process and its released blocks
             apart, _ = _epoch(train, cuda, epoch=epoch, process=process)

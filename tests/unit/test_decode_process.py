@@ -199,3 +199,12 @@ def test_only_a_loader_of_encoded_batches_gets_a_decode_process_and_it_does_not_
     process = decode_process_for(_train_loader(root, device_decode_process=True), "cpu", enabled=True, ahead=5)
     assert process.ahead == 5 and process.pids() == []  # started by the first epoch, not before
     assert not _train_loader(root, device_decode_process=True).pin_memory
+
+
+def test_a_cuda_device_without_an_index_is_the_current_one_in_the_decode_process(tmp_path, monkeypatch):
+    """torch.cuda.set_device in the decode process refuses "cuda"; a training process on device 1 means 1."""
+    plan = _train_loader(_tree(tmp_path)).dataset.device_plan
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert DecodeProcess(plan, "cuda").device == torch.device("cuda", 1)
+    assert DecodeProcess(plan, "cuda:0").device == torch.device("cuda", 0)
+    assert DecodeProcess(plan, "cpu").device == torch.device("cpu")

@@ -71,7 +71,7 @@ class DecodeProcess:
 
     def __init__(self, plan: DevicePlan, device: torch.device | str, *, ahead: int = 2):
         self.plan = plan
-        self.device = torch.device(device)
+        self.device = _indexed(torch.device(device))
         self.ahead = max(int(ahead), 1)
         self.counts = DecodeCounts()
         self.slots_received = 0
@@ -222,6 +222,14 @@ def _kill(process) -> None:
         if process.is_alive():
             process.kill()
             process.join(5)
+
+
+def _indexed(device: torch.device) -> torch.device:
+    """The device with its index: "cuda" is this process's current device. The decode process is a fresh
+    interpreter whose current device is 0, and torch.cuda.set_device refuses a device without an index."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def decode_process_for(loader, device: torch.device | str, *, enabled: bool, ahead: int) -> DecodeProcess | None:
