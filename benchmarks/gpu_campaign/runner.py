@@ -218,7 +218,7 @@ def execute(run: Run, ctx: Context, stage: str, round_index: int, deadline: floa
     shown = Run(run.name, argv, run.reader, run.estimate_s).command("python3", ctx.pythonpath)
     record = {"name": run.name, "round": round_index, "command": shown, "estimate_s": run.estimate_s}
     left = deadline - time.monotonic()
-    if not may_start(left, run.estimate_s):
+    if not may_start(left, run.estimate_s, run.reader):
         ctx.say(f"[{ctx.elapsed():5.0f} s] {stage}: {run.name}: not run, {left:.0f} s left, "
                 f"~{run.estimate_s:.0f} s needed")
         return {**record, "status": "not_run", "error": f"budget: {max(left, 0):.0f} s left, ~{run.estimate_s:.0f} s "

@@ -314,6 +314,15 @@ def test_a_run_that_does_not_fit_is_not_started_and_says_how_to_run_it(tmp_path)
     assert record["status"] == "not_run" and "--stages progression:compile_max_autotune" in record["error"]
 
 
+def test_a_train_run_starts_only_when_it_can_end_since_a_stopped_one_has_no_figure(tmp_path):
+    # 52 s left of a train run's 64: it would be stopped before its last epoch; a loader run may start on half
+    assert not P.may_start(52.0, 64.0, "train") and P.may_start(58.0, 64.0, "train")
+    assert P.may_start(52.0, 64.0, "loader") and not P.may_start(31.0, 64.0, "loader")
+    ctx = _context(tmp_path, deadline_s=5.0)
+    record = runner.execute(P.Run("train JPEG fast", ["-c", "pass"], "train", 6.0), ctx, "decode", 0, ctx.deadline)
+    assert record["status"] == "not_run" and "--stages decode:train_JPEG_fast" in record["error"]
+
+
 def test_rounds_alternate_and_ratios_pair_each_round(tmp_path):
     a = P.Run("a", ["-c", "print('--result'); print('{\"train_samples_per_sec\": 200.0}')"], "timm", 1.0)
     b = P.Run("b", ["-c", "print('--result'); print('{\"train_samples_per_sec\": 100.0}')"], "timm", 1.0)
