@@ -125,7 +125,7 @@ class Features:
 WHOLE = {"train": 0.9}
 """Readers whose figure needs the command's end, and the share of its estimate that must be left for it to
 start: a `dlscale train` run stopped before its last epoch has no figure. Their estimates are close
-(2026-11-27, H100: 57.7-64.4 s against 64), and the run-4 campaign spent 52 s on a train run it then stopped."""
+(2026-11-27, H100: 57.7-64.4 s against 64), and the fourth H100 run spent 52 s on a train run it then stopped."""
 
 
 def may_start(left_s: float, estimate_s: float, reader: str = "") -> bool:
