@@ -32,6 +32,7 @@ import argparse
 import contextlib
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -107,10 +108,19 @@ def main(argv: list[str] | None = None) -> int:
             result["calls_error"] = " ".join(str(error).split())[:300]
             print(f"synchronising calls: not counted ({result['calls_error']})", flush=True)
     step = make_step(setup["model"], info.num_classes, device, width=None if cuda else 8)
+    result["failed"] = {}
     result["steps"] = feed_steps(step, loader, normalizer, device, setup["batch_size"], setup["image_size"],
-                                 info.num_classes, steps=args.steps, warmup=args.warmup, rounds=args.rounds)
+                                 info.num_classes, steps=args.steps, warmup=args.warmup, rounds=args.rounds,
+                                 failed=result["failed"])
+    if not any(rates for name, rates in result["steps"].items() if ARRANGEMENTS[name] is not None):
+        print("every arrangement fed by the decode path failed: " + "; ".join(
+            f"{name}: {error}" for name, error in result["failed"].items()), file=sys.stderr)
+        return 1
     result["best"] = best(result["steps"])
     for name, rates in result["steps"].items():
+        if not rates:
+            print(f"{name:>22}: failed ({result['failed'][name]})", flush=True)
+            continue
         print(f"{name:>22}: {statistics.median(rates):9.1f} img/s (rounds: {', '.join(f'{r:.1f}' for r in rates)})",
               flush=True)
     print(f"train with: {' '.join(f'--set {k}={v}' for k, v in result['best']['settings'].items()) or 'the defaults'}"
@@ -291,8 +301,13 @@ def _rate(step, batches, device, *, batch: int, steps: int, warmup: int) -> floa
 
 
 def feed_steps(step, loader, normalizer, device: torch.device, batch: int, size: int, num_classes: int, *,
-               steps: int, warmup: int, rounds: int) -> dict[str, list[float]]:
-    """img/s of each arrangement per round; every round a new epoch, the order rotated."""
+               steps: int, warmup: int, rounds: int, failed: dict[str, str] | None = None
+               ) -> dict[str, list[float]]:
+    """img/s of each arrangement per round; every round a new epoch, the order rotated. An arrangement fed by
+    the decode path that raises is left out of the later rounds with no rates, its error in `failed`: the
+    others still give the train runs an arrangement (on 2026-11-27 a failing decode process took the whole
+    probe, and the train runs fell back to the defaults)."""
+    failed = {} if failed is None else failed
     names = [n for n, settings in ARRANGEMENTS.items()
              if device.type == "cuda" or settings is None or "speed.step_stream" not in settings]
     rates: dict[str, list[float]] = {name: [] for name in names}
@@ -302,6 +317,8 @@ def feed_steps(step, loader, normalizer, device: torch.device, batch: int, size:
         for k in range(rounds):
             for name in names[k % len(names):] + names[:k % len(names)]:
                 settings = ARRANGEMENTS[name]
+                if name in failed:
+                    continue
                 if settings is None:
                     batches = _synthetic(device, batch, size, num_classes)
                     rates[name].append(_rate(step, batches, device, batch=batch, steps=steps, warmup=warmup))
@@ -312,14 +329,20 @@ def feed_steps(step, loader, normalizer, device: torch.device, batch: int, size:
                 apart = process if settings.get("data.device_decode_process") else None
                 prefetcher = DevicePrefetcher(loader, device, normalizer, process=apart,
                                               ahead=int(settings.get("data.device_ahead", 0)))
-                with speed.training_stream(device), contextlib.closing(iter(prefetcher)) as batches:
-                    rates[name].append(_rate(step, batches, device, batch=batch, steps=steps, warmup=warmup))
+                try:
+                    with speed.training_stream(device), contextlib.closing(iter(prefetcher)) as batches:
+                        rates[name].append(_rate(step, batches, device, batch=batch, steps=steps, warmup=warmup))
+                except Exception as error:  # noqa: BLE001 - recorded and named; the other arrangements stand
+                    failed[name] = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+                    rates[name].clear()
+                    print(f"{name:>22}: failed, left out ({failed[name]})", flush=True)
     return rates
 
 
 def best(rates: dict[str, list[float]]) -> dict:
     """The fastest arrangement fed by the decode path, its settings and its share of the synthetic rate."""
-    fed = {name: statistics.median(values) for name, values in rates.items() if ARRANGEMENTS[name] is not None}
+    fed = {name: statistics.median(values) for name, values in rates.items()
+           if ARRANGEMENTS[name] is not None and values}
     name = max(fed, key=fed.get)
     return {"name": name, "settings": ARRANGEMENTS[name], "img_per_s": fed[name],
             "of_synthetic": fed[name] / statistics.median(rates["synthetic"])}

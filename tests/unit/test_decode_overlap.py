@@ -137,3 +137,32 @@ def test_a_folder_that_is_no_image_tree_is_one_line(tmp_path):
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.strip().splitlines()[-1].endswith("train is not a folder; data.path must hold "
                                                         "train/<class>/*.JPEG, val/<class>/*.JPEG")
+
+
+def test_an_arrangement_that_fails_is_left_out_and_named_and_the_others_still_pick_one(tmp_path, monkeypatch):
+    """On 2026-11-27 (H100) the decode process failed at its first round and took the whole probe with it, so
+    the train runs fell back to the defaults; now it is named and the others are measured and picked from."""
+    import torch
+
+    from dlscale.config import DataConfig
+    from dlscale.data import DeviceNormalizer, build_loaders
+    from dlscale.errors import DataError
+    from tests.unit.test_device_decode import SIZE, _tree
+
+    class Refused(decode_overlap.DecodeProcess):
+        def start(self):
+            raise DataError("the decode process (data.device_decode_process) ended with exit code 1")
+
+    monkeypatch.setattr(decode_overlap, "DecodeProcess", Refused)
+    cpu = torch.device("cpu")
+    cfg = DataConfig(name="imagefolder", path=str(_tree(tmp_path)), image_size=SIZE, decode="gpu", num_workers=0)
+    loader, _, info = build_loaders(cfg, rank=0, world_size=1, batch_size=4, seed=0)
+    step = decode_overlap.make_step("resnet18", info.num_classes, cpu, width=4)
+    normalizer = DeviceNormalizer(info.mean, info.std, cpu, channels_last=True)
+    failed = {}
+    rates = decode_overlap.feed_steps(step, loader, normalizer, cpu, 4, SIZE, info.num_classes, steps=1, warmup=0,
+                                      rounds=2, failed=failed)
+    assert rates["process"] == [] and failed == {
+        "process": "DataError: the decode process (data.device_decode_process) ended with exit code 1"}
+    assert [len(rates[name]) for name in ("synthetic", "inline", "thread")] == [2, 2, 2]
+    assert decode_overlap.best(rates)["name"] in ("inline", "thread")
