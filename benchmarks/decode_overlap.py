@@ -301,13 +301,11 @@ def _rate(step, batches, device, *, batch: int, steps: int, warmup: int) -> floa
 
 
 def feed_steps(step, loader, normalizer, device: torch.device, batch: int, size: int, num_classes: int, *,
-               steps: int, warmup: int, rounds: int, failed: dict[str, str] | None = None
-               ) -> dict[str, list[float]]:
+               steps: int, warmup: int, rounds: int, failed: dict[str, str]) -> dict[str, list[float]]:
     """img/s of each arrangement per round; every round a new epoch, the order rotated. An arrangement fed by
     the decode path that raises is left out of the later rounds with no rates, its error in `failed`: the
     others still give the train runs an arrangement (on 2026-11-27 a failing decode process took the whole
     probe, and the train runs fell back to the defaults)."""
-    failed = {} if failed is None else failed
     names = [n for n, settings in ARRANGEMENTS.items()
              if device.type == "cuda" or settings is None or "speed.step_stream" not in settings]
     rates: dict[str, list[float]] = {name: [] for name in names}
