@@ -17,7 +17,7 @@ from dlscale.metrics.tracking import track_finished
 from dlscale.speed import COMPILE_MODES, SpeedOptions
 
 # Used when no --model is given on a machine without a GPU: finishes in well under two minutes
-# on 2 cores (docs/benchmarks.md has the measured time).
+# on 2 cores (docs/benchmarks.md has its rate there: "dlscale bench against a bare PyTorch loop").
 CPU_QUICK = {"model": "resnet50", "batch_size": 16, "image_size": 128, "num_warmup_batches": 3,
              "num_batches_per_iter": 3, "num_iters": 10}
 GPU_FULL = {"model": "resnet50", "batch_size": 256, "image_size": 224}
