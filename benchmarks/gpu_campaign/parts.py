@@ -22,6 +22,7 @@ from gpu_campaign.plan import (
     progression_stage,
     pytest_stage,
 )
+from gpu_campaign.report import RULE, helps
 
 
 def combined_stage(f: Features) -> Stage:
@@ -107,21 +108,8 @@ def build_plan(f: Features, only: dict[str, set[str] | None] | None = None, roun
     return stages
 
 
-HELPS = 1.01
-"""A lever helps when its window beats the baseline's by this factor (1% or more) in most rounds: more than half
-of the rounds in which both were measured (`helps`)."""
-
-RULE = "beat the default by 1% or more in most rounds"
-"""The lever rule in words, as the stage notes and docs/benchmarks.md state it."""
-
 LEVER_STAGES = ("levers_a", "levers_b")
 """The stages whose variants are speed levers of one GPU (the DDP stage's wrapper is not one)."""
-
-
-def helps(ratio: dict) -> bool:
-    """The lever rule: the per-round ratios (each round's pair of windows) at HELPS or more in most rounds."""
-    rounds = ratio.get("per_round") or []
-    return bool(rounds) and sum(p >= HELPS for p in rounds) * 2 > len(rounds)
 
 
 def _options(flags: list[str]) -> dict[str, str | None]:

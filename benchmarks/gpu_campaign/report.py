@@ -39,6 +39,29 @@ never on the fastest of the stages' figures: an eager peer, a lever not in the d
 another configuration."""
 
 
+HELPS = 1.01
+"""A lever helps when its window beats the baseline's by this factor (1% or more) in most rounds: more than half
+of the rounds in which both were measured (`helps`)."""
+
+RULE = "beat the default by 1% or more in most rounds"
+"""The lever rule in words, as the stage notes and docs/benchmarks.md state it."""
+
+VERDICT_STAGES = ("levers_a", "levers_b", "combined")
+"""The stages whose ratios the lever rule judges (gpu.md shows its verdict beside them)."""
+
+
+def helps(ratio: dict) -> bool:
+    """The lever rule: the per-round ratios (each round's pair of windows) at HELPS or more in most rounds."""
+    rounds = ratio.get("per_round") or []
+    return bool(rounds) and sum(p >= HELPS for p in rounds) * 2 > len(rounds)
+
+
+def _verdict(ratio: dict) -> str:
+    rounds = ratio.get("per_round") or []
+    ahead = sum(p >= HELPS for p in rounds)
+    return f"{'yes' if helps(ratio) else 'no'}, {ahead} of {len(rounds)}"
+
+
 def _median(results: dict, stage: str, run: str) -> float | None:
     return results.get(stage, {}).get("medians", {}).get(run, {}).get("median")
 
@@ -161,10 +184,13 @@ def stage_table(result: dict) -> list[str]:
         rounds = ", ".join(f"{v:,.1f}" for v in m["values"]) or "-"
         lines.append(f"| {name} | {m['settings'] or '-'} | {m['status']} | {rounds} | {_fmt(m['median'])} |")
     ratios = [r for r in result.get("ratios", []) if not r.get("chain")]
+    lever = result.get("name") in VERDICT_STAGES
     if ratios:
-        lines += ["", "| ratio | of medians | per round |", "|---|---|---|"]
+        lines += ["", "| ratio | of medians | per round |" + (" helps (rounds at 1.01 or more) |" if lever else ""),
+                  "|---|---|---|" + ("---|" if lever else "")]
         lines += [f"| {r['numerator']} / {r['denominator']} | **{_fmt(r['ratio'], 3)}** | "
-                  f"{', '.join(f'{p:.3f}' for p in r['per_round']) or '-'} |" for r in ratios]
+                  f"{', '.join(f'{p:.3f}' for p in r['per_round']) or '-'} |" + (f" {_verdict(r)} |" if lever else "")
+                  for r in ratios]
     return lines
 
 

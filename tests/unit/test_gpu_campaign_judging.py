@@ -106,6 +106,11 @@ def test_a_lever_helps_when_it_beats_the_default_by_1pct_in_most_rounds():
     run3 = json.loads((RESULTS / "gpu-2026-11-27-h100-run3-part2.json").read_text())["stages"]["levers_a"]
     verdicts = {r["numerator"]: parts.helps(r) for r in run2["ratios"] + run3["ratios"]}
     assert verdicts == {"batch 384": True, "cudnn limit 0": False, "batch 768": False}
+    # gpu.md says it beside each lever's ratio
+    table = "\n".join(report.stage_table(run2))
+    assert "| ratio | of medians | per round | helps (rounds at 1.01 or more) |" in table
+    assert "| batch 384 / default 256 | **1.015** |" in table and table.count("| yes, 6 of 8 |") == 1
+    assert "| no, 1 of 8 |" in table  # cuDNN's limit 0: 1.031 in its first round only
 
 
 def test_windows_pair_by_the_round_they_were_timed_in_where_one_is_missing():
