@@ -167,4 +167,4 @@ def helpful_flags(document: dict) -> list[str]:
 
 
 __all__ = ["BUDGET_S", "OPTIONAL", "PARTS", "STAGES", "Run", "build_plan", "combined_for_run", "default_batch",
-           "helpful_flags", "helps"]
+           "helpful_flags"]

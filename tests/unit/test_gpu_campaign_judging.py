@@ -94,17 +94,17 @@ def test_the_recorded_runs_judge_their_own_default():
 # ------------------------------------------------------------------------- the lever rule, the rounds
 
 def test_a_lever_helps_when_it_beats_the_default_by_1pct_in_most_rounds():
-    assert parts.helps({"per_round": [1.012, 1.011, 1.015]})
-    assert parts.helps({"per_round": [1.01, 1.01, 0.99]})  # 1% exactly counts; two rounds of three
+    assert report.helps({"per_round": [1.012, 1.011, 1.015]})
+    assert report.helps({"per_round": [1.01, 1.01, 0.99]})  # 1% exactly counts; two rounds of three
     # ahead in every round and by 1.2% at the median, but by 1% or more in two rounds of five: no
-    assert not parts.helps({"ratio": 1.012, "per_round": [1.012, 1.013, 1.002, 1.003, 1.004]})
-    assert not parts.helps({"per_round": [1.02, 1.02, 0.99, 0.99]})  # half is not most
-    assert not parts.helps({"per_round": []})
+    assert not report.helps({"ratio": 1.012, "per_round": [1.012, 1.013, 1.002, 1.003, 1.004]})
+    assert not report.helps({"per_round": [1.02, 1.02, 0.99, 0.99]})  # half is not most
+    assert not report.helps({"per_round": []})
     # the recorded runs: batch 384 against 256 (1% or more in 6 of 8 rounds) helps; cuDNN's limit 0 (1.001x)
     # and batch 768 against 512 (1.002x, under 1% in every round) do not
     run2 = json.loads((RESULTS / "gpu-2026-11-27-h100-run2-part2.json").read_text())["stages"]["levers_a"]
     run3 = json.loads((RESULTS / "gpu-2026-11-27-h100-run3-part2.json").read_text())["stages"]["levers_a"]
-    verdicts = {r["numerator"]: parts.helps(r) for r in run2["ratios"] + run3["ratios"]}
+    verdicts = {r["numerator"]: report.helps(r) for r in run2["ratios"] + run3["ratios"]}
     assert verdicts == {"batch 384": True, "cudnn limit 0": False, "batch 768": False}
     # gpu.md says it beside each lever's ratio
     table = "\n".join(report.stage_table(run2))
@@ -124,9 +124,9 @@ def test_windows_pair_by_the_round_they_were_timed_in_where_one_is_missing():
     assert sorted(r["round"] for r in records if r["name"] == "default 512") == [0, 2, 3, 4, 5]
     stage = _stage("levers_a", records, [("batch 768", "default 512")], variants=["default 512", "batch 768"])
     ratio = stage["ratios"][0]
-    assert ratio["per_round"] == pytest.approx([0.99] * 5) and not parts.helps(ratio)
+    assert ratio["per_round"] == pytest.approx([0.99] * 5) and not report.helps(ratio)
     by_index = [a / b for a, b in zip(lever.values(), default.values(), strict=False)]
-    assert sum(p >= parts.HELPS for p in by_index) == 4  # what pairing by index would have concluded
+    assert sum(p >= report.HELPS for p in by_index) == 4  # what pairing by index would have concluded
     # alternate.py's own ratios pair the same way
     figures = {name: {"windows_img_per_s": list(w.values()), "window_rounds": list(w),
                       "median_img_per_s": sorted(w.values())[len(w) // 2]}
