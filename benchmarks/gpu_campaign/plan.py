@@ -290,7 +290,7 @@ def timm_runs(f: Features, shape: Shape, estimate_s: float) -> tuple[Run, Run]:
                          + shape.steps * DEFAULT_BATCH / RATES["compiled"] + 3.0)
     compiled = Run("timm benchmark.py compiled", [*common, "-b", "{default_batch}", "--torchcompile"], "timm",
                    compiled_estimate, settings=settings + " --torchcompile (inductor), the default's batch",
-                   unavailable=why if f.device == "cuda" else "GPU only (its peer, the GPU default, is)")
+                   unavailable=why if f.device == "cuda" else "GPU only (its peer is the GPU default)")
     return eager, compiled
 
 

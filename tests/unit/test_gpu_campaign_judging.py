@@ -91,6 +91,30 @@ def test_the_recorded_runs_judge_their_own_default():
     assert max(m["median"] for m in stages["levers_a"]["medians"].values()) > 5980.0  # what a maximum would take
 
 
+def test_timm_compiled_runs_at_the_batch_the_default_ran(tmp_path):
+    """The peers stage runs timm's --torchcompile after the GPU default in each round, at the batch the default's
+    own summary names (512 until a run says otherwise)."""
+    f = P.Features(device="cuda", timm=True, timm_script=".peers/timm_benchmark.py", timm_script_found=True,
+                   torchvision=True, cores=16)
+    stage = parts.build_plan(f, {"peers": None})[1]
+    runs = {r.name: r for r in stage.runs}
+    assert list(runs) == ["dlscale bench", "bare loop", "timm benchmark.py", "dlscale bench default",
+                          "timm benchmark.py compiled"]
+    compiled, eager = runs["timm benchmark.py compiled"].argv, runs["timm benchmark.py"].argv
+    assert compiled[compiled.index("-b") + 1] == "{default_batch}" and "--torchcompile" in compiled
+    assert eager[eager.index("-b") + 1] == "256" and "--torchcompile" not in eager
+    assert runs["dlscale bench default"].sets == "default_batch" and stage.values == {"default_batch": "512"}
+    assert ("dlscale bench default", "timm benchmark.py compiled") in stage.ratios
+    summary = tmp_path / "default.json"
+    summary.write_text('{"img_per_sec_total_mean": 5000.0, "batch_size": 256}')
+    ctx = runner.Context(python=sys.executable, root=ROOT, work=tmp_path, env={}, log=None, deadline=0.0,
+                         pythonpath=False, values=dict(stage.values))
+    runner.read_bench(runs["dlscale bench default"], "", summary, ctx)  # a GPU under 40 GiB: batch 256
+    assert ctx.fill(" ".join(compiled), 0).split(" -b ")[1].startswith("256 ")
+    cpu = {r.name: r for r in parts.build_plan(P.Features(device="cpu", timm=True), {"peers": None})[1].runs}
+    assert "GPU only" in cpu["timm benchmark.py compiled"].unavailable
+
+
 # ------------------------------------------------------------------------- the lever rule, the rounds
 
 def test_a_lever_helps_when_it_beats_the_default_by_1pct_in_most_rounds():
