@@ -22,6 +22,7 @@ from gpu_campaign.plan import (
     Stage,
     bench_estimate,
 )
+from gpu_campaign.report import RULE
 
 ALTERNATE = "benchmarks/gpu_campaign/alternate.py"
 
@@ -178,7 +179,8 @@ def levers_stage(f: Features, wave: str = "a") -> Stage:
                  note="alternate.py: the new configurations compiled at once, then each worker warmed up alone, then "
                       "10-step windows in turns, rotated each round"
                       + (f"; about {wave_memory_gib(variants):.0f} GB of device memory at once" if f.device == "cuda"
-                         else "") + ("; GPU tests ran beside the compilations" if run.also else ""))
+                         else "") + ("; GPU tests ran beside the compilations" if run.also else "")
+                      + f"; a lever helps where its windows {RULE}")
 
 
 def levers_b_stage(f: Features) -> Stage:
