@@ -39,10 +39,10 @@ test: install-dev
 test-fast: install-dev
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests/unit -m "not slow"
 
-# ruff over every Python file of src/, tests/ and benchmarks/ (`ruff check --show-files` lists them),
-# then the layout's import contracts (pyproject.toml, [tool.importlinter]).
+# ruff over every Python file of src/, tests/, benchmarks/ and scripts/ (`ruff check --show-files` lists
+# them), then the layout's import contracts (pyproject.toml, [tool.importlinter]).
 lint: install-dev
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks scripts
 	$(VENV)/bin/lint-imports
 
 # The GPU campaign (docs/benchmarks.md): tests and measurements on a CUDA machine as it is, in under

@@ -18,8 +18,8 @@ measures
     distance = |w_ddp - w_reference| / |w_reference - w_start|
 
 the disagreement relative to how far the weights moved. It must stay within the case's tolerance. Where
-every kernel is deterministic and W is a power of two the two agree exactly (measured: 0 for both eager
-cases with two CPU ranks): DDP divides each gradient by W and sums over ranks, the reference divides each
+every kernel is deterministic and W is a power of two the two agree exactly (0 for both eager cases
+with two CPU ranks): DDP divides each gradient by W and sums over ranks, the reference divides each
 loss by W and sums over micro-batches, in the same order, and dividing by 2^k is exact. On GPUs cuDNN's
 backward kernels may add in any order, and under bf16 autocast one different rounding of a weight's 8-bit
 mantissa moves the next steps' gradients at the 1e-2 level: the tolerances (1e-3 fp32, 5e-2 bf16) leave

@@ -1,26 +1,31 @@
 """The GPU campaign: two commands that test and measure dlscale on a CUDA machine with no network.
 
     PYTHONPATH=src python3 benchmarks/gpu.py --out DIR --timm-benchmark PATH        # part 1, under 8 minutes
-    PYTHONPATH=src python3 benchmarks/gpu.py --part 2 --out DIR2                # part 2, under 4 (--budget-s)
+    PYTHONPATH=src python3 benchmarks/gpu.py --part 2 --out DIR2 --timm-benchmark PATH   # part 2, under 4
     python benchmarks/gpu.py --dry-run                          # both plans: every command, estimated times
     python benchmarks/gpu.py --device cpu --out DIR             # a tiny rehearsal of the orchestration
 
 Part 1, in order (docs/benchmarks.md explains each table):
-  env          GPU, driver, torch, CUDA, cuDNN, NCCL, CPU versions
-  baseline     the compiled GPU default (`dlscale bench`, no flags) from a fresh inductor cache: compile seconds
-  decode       a 30,720-file JPEG tree: `dlscale loader` per decode path; `dlscale train` with the compiled
-               default on JPEGs decoded on the GPU, shared with the workers and on the CPU against synthetic
-  peers        dlscale bench against a bare PyTorch loop and timm's benchmark.py, and the GPU default
+  env          GPU, driver, torch, CUDA, cuDNN, NCCL, CPU, Pillow, torchvision, timm
+  baseline     the compiled GPU default (`dlscale bench`, no flags) from an empty inductor cache: its img/s,
+               the throughput goal's figure, and its compile facts
+  decode       a 30,720-file JPEG tree: `dlscale loader` per decode path; benchmarks/decode_overlap.py; `dlscale
+               train` with the compiled default on synthetic input and on JPEGs decoded on the GPU, shared with
+               the loader workers and on the CPU
 Part 2, in order:
-  levers_a     cuDNN's benchmark limit 0 and batch 384 against the default at 256, alternated (the device
-               decode and eager DDP GPU tests beside its compilations)
-  ddp          the DDP wrapper on one GPU (one-rank NCCL group) against the default, alternated (the compiled
-               DDP GPU tests beside its compilations)
+  env          as in part 1
+  levers_a     batch 768 against the default at its batch, 512, alternated (the newest GPU tests beside its
+               compilations)
+  ddp          the DDP wrapper on one GPU (one-rank NCCL group) against the unwrapped default, alternated (the
+               compiled DDP GPU tests beside its compilations)
   curve        step time against the batch per device (16 to 512), eager with CUDA graphs
-  combined     the levers that helped (in levers_a, and in --after's run), together, against the default
   profile      `dlscale profile bench` of the compiled step
-Other stages (--stages): levers_b (coordinate-descent tuning: its compile takes minutes), gputests, pytest
-(alone), choices, data, progression.
+  peers        eager against eager: dlscale bench, a bare PyTorch loop and timm's benchmark.py; compiled against
+               compiled: the GPU default and timm's benchmark.py --torchcompile at the default's batch
+  combined     the levers that beat the default by 1% or more in most rounds (this run's and --after's),
+               together, against the default
+Other stages (--stages NAME[,NAME]): levers_b (coordinate-descent tuning: its compile takes minutes), gputests,
+pytest (alone), choices, data, progression.
 
 The campaign's compiles share one inductor cache (--inductor-cache; part 1 empties it first), so a
 configuration compiled once compiles again in seconds, in part 2 too on the same machine.
@@ -29,7 +34,9 @@ This process only orchestrates: each measurement is its own subprocess (`python 
 src/ on PYTHONPATH when dlscale is not installed). Every stage has a time budget and the campaign a
 deadline (--budget-s); a command that fails or runs out of time is recorded and the rest still runs.
 DIR receives three files: gpu.json (environment, every figure with its command), gpu.md (the
-tables) and gpu.log (every command's output); gpu.json and gpu.md are rewritten after each stage.
+tables) and gpu.log (every command's output); gpu.json and gpu.md are rewritten after each stage. Every
+ratio in gpu.md is of two figures of this run; --compare adds an earlier run of the same machine beside it,
+its ratios marked as across runs, and is refused for another machine's.
 """
 
 from __future__ import annotations
@@ -209,7 +216,7 @@ def run(stages: list[P.Stage], args, pythonpath: bool, device: str, f: P.Feature
                 document["goals"] = report.goals(ctx.results, device,
                                                  document.get("environment", {}).get("device_name"))
                 report.write_json(out / "gpu.json", document)
-                (out / "gpu.md").write_text(_markdown(document, args.compare))
+                (out / "gpu.md").write_text(_markdown(document, args.compared))
     finally:
         if not args.keep_work:
             shutil.rmtree(work, ignore_errors=True)
@@ -217,11 +224,41 @@ def run(stages: list[P.Stage], args, pythonpath: bool, device: str, f: P.Feature
     return 0
 
 
-def _markdown(document: dict, compare: Path | None) -> str:
+def _markdown(document: dict, compare: tuple[Path, dict] | None) -> str:
     text = report.markdown(document)
     if compare is not None:
-        text += "\n".join(report.comparison(document, json.loads(compare.read_text()), str(compare))) + "\n"
+        path, previous = compare
+        text += "\n".join(report.comparison(document, previous, str(path))) + "\n"
     return text
+
+
+def this_gpu() -> dict | None:
+    """GPU 0 as nvidia-smi names it (UUID, name, driver: the fields of the campaign's environment), or None."""
+    fields = {"uuid": "device_uuid", "name": "device_name", "driver_version": "driver"}
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    values = [value.strip() for value in out.splitlines()[0].split(",")] if out.strip() else []
+    return dict(zip(fields.values(), values, strict=False)) or None
+
+
+def _compared(path: Path | None, device: str, p: argparse.ArgumentParser) -> tuple[Path, dict] | None:
+    """--compare's gpu.json, read before the work; refused where it ran on another machine than this one."""
+    if path is None:
+        return None
+    try:
+        previous = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        p.error(f"--compare {path}: {exc}")
+    if not isinstance(previous, dict) or "stages" not in previous:
+        p.error(f"--compare {path}: not a gpu.json of benchmarks/gpu.py (no stages)")
+    why = report.other_machine(this_gpu() if device == "cuda" else None, previous.get("environment"))
+    if why:
+        p.error(f"--compare {path}: that run is of another machine ({why}); a ratio across machines is refused: "
+                "compare runs of this machine")
+    return path, previous
 
 
 def _cores() -> int:
@@ -252,8 +289,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="the combined stage's `dlscale bench` flags, instead of reading them from --after")
     p.add_argument("--inductor-cache", type=Path, default=INDUCTOR_CACHE,
                    help="TORCHINDUCTOR_CACHE_DIR of every command (emptied first where the plan has the baseline)")
-    p.add_argument("--compare", type=Path, default=None,
-                   help="an earlier gpu.json (docs/results/): its figures beside this run's in gpu.md")
+    p.add_argument("--compare", type=Path, default=None, metavar="GPU_JSON",
+                   help="an earlier gpu.json of this machine (the same GPU, driver and CPU): its figures beside this "
+                        "run's in gpu.md, each ratio marked as across runs; another machine's is refused")
     p.add_argument("--cores", type=int, default=None,
                    help="CPU cores to plan the loader sweep for (default: this machine's; 16, the CUDA machine's, "
                         "for a dry run where no GPU is visible)")
@@ -286,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         p.error("--out DIR is required to run (or --dry-run)")
+    args.compared = _compared(args.compare, device, p)
     args.budget_s = budget(args.part)
     return run(parts.build_plan(f, only, args.rounds, args.part), args, pythonpath, device, f)
 

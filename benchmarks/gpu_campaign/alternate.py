@@ -132,6 +132,8 @@ class Variant:
     def __init__(self, name: str, flags: list[str], log: Path, env: dict[str, str], lock: Path):
         self.name, self.flags, self.log_path = name, flags, log
         self.windows: list[float] = []
+        self.window_rounds: list[int] = []
+        """The round of each window (a variant stopped by an error has none after it)."""
         self.ready: dict | None = None
         self.done: dict | None = None
         self.error: str | None = None
@@ -210,7 +212,7 @@ class Variant:
                 "first_step_s": (self.ready or {}).get("first_step_s"),
                 "lock_wait_s": (self.ready or {}).get("lock_wait_s"),
                 "batch_size": (self.ready or {}).get("batch_size"), "speed": (self.ready or {}).get("speed"),
-                "windows_img_per_s": self.windows,
+                "windows_img_per_s": self.windows, "window_rounds": self.window_rounds,
                 "median_img_per_s": statistics.median(self.windows) if self.windows else None,
                 "peak_memory_bytes": (self.done or {}).get("peak_memory_bytes"),
                 "compile_facts": (self.done or {}).get("compile_facts")}
@@ -221,7 +223,8 @@ PRIME_STEPS = ["--num-warmup-batches", "3", "--num-iters", "1", "--num-batches-p
 timed step ends it."""
 
 GIB_PER_IMAGE = 0.05
-"""Device memory per image of the batch of ResNet-50's compiled step: 12.5 GB at 256 (H100, 2026-11-23)."""
+"""Device memory per image of the batch of ResNet-50's compiled step, its peak rounded up (levers.py's
+MEMORY_GIB_PER_IMAGE: alternate.py runs alone, without the campaign's modules)."""
 
 
 def batch_size(flags: list[str]) -> int:
@@ -268,14 +271,23 @@ def rotation(names: list[str], round_index: int) -> list[str]:
     return names[k:] + names[:k]
 
 
-def ratios(variants: dict[str, dict], order: list[list[str]], baseline: str) -> dict[str, dict]:
-    """Each variant against the baseline: the ratio of the two medians, and each round's own pair."""
+def by_round(record: dict) -> dict[int, float]:
+    """A variant's windows by their round (records written before rounds were kept: by their index)."""
+    windows = record["windows_img_per_s"]
+    rounds = record.get("window_rounds") or range(len(windows))
+    return dict(zip(rounds, windows, strict=True))
+
+
+def ratios(variants: dict[str, dict], baseline: str) -> dict[str, dict]:
+    """Each variant against the baseline: the ratio of the two medians, and each round's own pair (the rounds
+    both measured, in order)."""
     base = variants[baseline]
     out = {}
     for name, record in variants.items():
         if name == baseline or record["median_img_per_s"] is None or base["median_img_per_s"] is None:
             continue
-        pairs = [a / b for a, b in zip(record["windows_img_per_s"], base["windows_img_per_s"], strict=False) if b]
+        mine, theirs = by_round(record), by_round(base)
+        pairs = [mine[k] / theirs[k] for k in sorted(mine.keys() & theirs.keys()) if theirs[k]]
         out[name] = {"ratio": record["median_img_per_s"] / base["median_img_per_s"], "per_round": pairs}
     return out
 
@@ -340,6 +352,7 @@ def coordinate(specs: list[tuple[str, list[str]]], *, rounds: int, ready_timeout
             message = v.expect("rate", window_timeout_s) if v.send("go") else None
             if message:
                 v.windows.append(message["img_per_s"])
+                v.window_rounds.append(k)
         say(f"[{time.monotonic() - started:5.0f} s] round {k}: " + ", ".join(
             f"{name} {by_name[name].windows[-1]:.0f}" for name in turn if by_name[name].windows))
     for v in variants:
@@ -351,7 +364,7 @@ def coordinate(specs: list[tuple[str, list[str]]], *, rounds: int, ready_timeout
     for name, record in records.items():
         record["prime"] = primed.get(name)
     return {"baseline": baseline, "rounds": rounds, "order": order, "variants": records,
-            "ratios": ratios(records, order, baseline), "seconds": time.monotonic() - started,
+            "ratios": ratios(records, baseline), "seconds": time.monotonic() - started,
             "prime_s": max((p["seconds"] for p in primed.values()), default=0.0), "also": beside_record}
 
 

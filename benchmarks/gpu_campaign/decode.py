@@ -27,14 +27,12 @@ COMPILED = {"speed.compile": "true", "speed.compile_mode": "reduce-overhead", "s
 """The GPU default's compile settings, as `--set` pairs of `dlscale train`."""
 
 LOADER_RATES = {"fast": 3000.0, "gpu": 4000.0}
-"""img/s of the campaign's two loader runs on a GPU machine, rounded down from what they measured (2026-11-27, H100,
-16 cores: 3,539 and 2,974 img/s on the fast path with 15 workers in two runs; 4,372 and 6,533 on the device path
-with 8)."""
+"""img/s of the campaign's two loader runs on the 16-core GPU machine, rounded down from what they measured
+(docs/benchmarks.md, "What the campaign's estimates rest on")."""
 
 TRAIN_COMPILE_S = {"first": 58.0, "later": 34.0}
-"""The first compiled train run: the bench's training graph from the cache and the evaluation's forward graph
-compiled anew; later runs find both. 2026-11-27 (H100, batch 512, 3 epochs of 30,720 files): 88 s for the
-first run in all, 63-65 s for each later one, each with about 18 s of training."""
+"""What a compiled train run adds to its training: the first finds the bench's training graph in the cache and
+compiles the evaluation's forward graph anew; later runs find both."""
 
 OVERLAP_S = {"cuda": 60.0, "cpu": 8.0}
 """benchmarks/decode_overlap.py: the probe, the calls and 2 rounds of 5 arrangements of 13 eager steps (on a GPU:

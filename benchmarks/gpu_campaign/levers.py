@@ -12,13 +12,23 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from gpu_campaign.plan import COMPILE_S, RATES, STARTUP_S, Features, Run, Stage, bench_estimate
+from gpu_campaign.plan import (
+    COMPILE_S,
+    RATES,
+    STARTUP_S,
+    WARM_COMPILE_S,
+    Features,
+    Run,
+    Stage,
+    bench_estimate,
+)
+from gpu_campaign.report import RULE
 
 ALTERNATE = "benchmarks/gpu_campaign/alternate.py"
 
 MEMORY_GIB_PER_IMAGE = 0.05
-"""Device memory of the compiled default per image of the batch: 12.5 GB peak at batch 256 (2026-11-23, H100,
-docs/results/gpu-2026-11-23-h100-compile.json) and 25.4 GB eagerly at 512 (-choices.json)."""
+"""Device memory of the compiled default per image of the batch, its peak rounded up (docs/benchmarks.md, "What the
+campaign's estimates rest on")."""
 
 WAVE_MEMORY_GIB = 64.0
 """What one wave of workers may take of the H100's 80 GB: the sum of their batches x MEMORY_GIB_PER_IMAGE
@@ -31,10 +41,9 @@ READY_S = {"cuda": 150.0, "cpu": 180.0}
 """How long a wave waits for its workers to compile and warm up; a later one is dropped and recorded."""
 
 COORDINATE_DESCENT_S = 300.0
-"""Assumed extra compile time of coordinate-descent tuning (it times every generated kernel's block sizes): on
-2026-11-27 (H200) its compile of ResNet-50's step was stopped unfinished after 150 s (the wave's priming run),
-then again after 128 s in its worker (the stage's deadline; docs/results/gpu-2026-11-27-h200-part2.log); no run
-has seen it end. The wave waits for it (ready_s)."""
+"""Assumed extra compile time of coordinate-descent tuning (it times every generated kernel's block sizes): no
+run has seen its compile of ResNet-50's step end, and one stopped after 150 s did not; the wave waits for it
+(ready_s)."""
 
 
 @dataclass(frozen=True)
@@ -53,12 +62,8 @@ GPU_COMMON = ["--pool-batches", "4"]
 """Four distinct batches per worker instead of eight: 0.6 GB less each at batch 256, the same speed."""
 
 
-WARM_COMPILE_S = 15.0
-"""A configuration already in the campaign's inductor cache: dynamo traces it, the compiled code is loaded."""
-
 WORKER_WARMUP_S = 12.0
-"""A worker's warm-up under the lock: compiling from the cache and its warm-up steps (8-9 s measured, 19-20 s
-wrapped in DDP, 2026-11-27)."""
+"""A worker's warm-up under the lock: compiling from the cache and its warm-up steps (longer wrapped in DDP)."""
 
 
 def alternated(name: str, variants: list[Variant], f: Features, *, rounds: int | None = None,
@@ -80,10 +85,8 @@ def alternated(name: str, variants: list[Variant], f: Features, *, rounds: int |
         argv += ["--also", shlex.join(also.argv),
                  "--also-timeout", str(also.estimate_s * 1.5)]
     if device == "cuda":
-        # cold compiles at once (the slowest, stretched by the others sharing the cores), the command beside;
-        # then each worker compiles from the cache and warms up alone; then every variant's windows
-        # 2026-11-27, H100: two cold compiles at once took 64 and 69 s (alone: 56 s of compiling); a worker's
-        # warm-up under the lock 8-9 s (compiled from the cache), 19-20 s wrapped in DDP
+        # cold compiles at once (the slowest, stretched by 1.2 for the others sharing the cores), the command
+        # beside; then each worker compiles from the cache and warms up alone; then every variant's windows
         prime_s = min(ready, STARTUP_S["cuda"] + 1.2 * max(cold)) if cold else 0.0
         prime_s = max(prime_s, also.estimate_s if also else 0.0)
         warm_up = STARTUP_S["cuda"] + sum(WORKER_WARMUP_S for _ in variants)
@@ -117,12 +120,9 @@ def baseline_stage(f: Features) -> Stage:
 
 
 def _lever_variants(f: Features, wave: str) -> list[Variant]:
-    """Wave a: the default's batch 512 against 768 (64 GB at once). At batch 256 the H100 measured cuDNN's
-    benchmark limit 0 at 1.001x and batch 384 at 1.015x (2026-11-27, gpu-2026-11-27-h100-run2-part2.json),
-    the H200 0.992x and 1.003x; earlier the padded stem 0.999x and batch 512 1.044x: the default's 5,981 img/s
-    at 512 is 0.3% under the 6,000 floor, and a larger batch is the lever the trend points to. Wave b:
-    coordinate-descent tuning at 256 (its compile times every generated kernel: a wave of its own, run alone,
-    the default compiled beside it)."""
+    """Wave a: the default's batch 512 against 768 (64 GB at once): a larger batch is the lever the earlier
+    levers' figures point to (docs/benchmarks.md). Wave b: coordinate-descent tuning at 256 (its compile times
+    every generated kernel: a wave of its own, run alone, the default compiled beside it)."""
     if f.device != "cuda":
         return [Variant("default", []), Variant("stem 4", ["--stem-channels", "4"]),
                 Variant("batch 16", ["--batch-size", "16"], batch=16)]
@@ -142,10 +142,9 @@ BESIDE = {
     "ddp": (("tests/gpu/test_gpu_ddp.py",), "compiled and not compile_facts", 95.0),
 }
 """The GPU tests run beside a stage's compilations: (files, -k selection, estimated seconds). Beside levers_a
-the device decode tests, the eager DDP equality cases (73 s on the H100, 87 s on the H200, 2026-11-27) and
-three small files no GPU has run yet: the memory estimate, comm's header, the batch curve with CUDA graphs
-(its compiled case is left to the tier); beside the DDP wave the compiled DDP equality cases (87 s, H100). The
-bench test of compile facts is left to the tier: the campaign's own runs record the same facts."""
+the device decode tests, the eager DDP equality cases, the memory estimate, comm's header and the batch curve
+with CUDA graphs (its compiled case is left to the tier); beside the DDP wave the compiled DDP equality cases.
+The bench test of compile facts is left to the tier: the campaign's own runs record the same facts."""
 
 
 def new_tests_run(f: Features, stage: str = "levers_a") -> Run | None:
@@ -163,7 +162,7 @@ def new_tests_run(f: Features, stage: str = "levers_a") -> Run | None:
 
 
 SLOW_GPU_TESTS = "not max_autotune"
-"""Left out of the tier: max-autotune of a tiny model takes 120 s (2026-11-23), longer than the rest of it."""
+"""Left out of the tier: max-autotune of even a tiny model takes longer than the rest of the tier."""
 
 
 def levers_stage(f: Features, wave: str = "a") -> Stage:
@@ -180,7 +179,8 @@ def levers_stage(f: Features, wave: str = "a") -> Stage:
                  note="alternate.py: the new configurations compiled at once, then each worker warmed up alone, then "
                       "10-step windows in turns, rotated each round"
                       + (f"; about {wave_memory_gib(variants):.0f} GB of device memory at once" if f.device == "cuda"
-                         else "") + ("; GPU tests ran beside the compilations" if run.also else ""))
+                         else "") + ("; GPU tests ran beside the compilations" if run.also else "")
+                      + f"; a lever helps where its windows {RULE}")
 
 
 def levers_b_stage(f: Features) -> Stage:
@@ -193,8 +193,8 @@ def ddp_stage(f: Features) -> Stage:
     if f.device == "cuda":
         eager = ["--model", "resnet50", "--batch-size", "256", "--image-size", "224", "--precision", "amp_fp16",
                  "--channels-last", "--cudnn-benchmark"]
-        # batch 256, as measured on 2026-11-27 (four workers of the 512 default would not fit at once); compiled
-        # with the others (no stage before it compiles batch 256)
+        # batch 256: four workers of the 512 default would not fit at once; compiled with the others (no stage
+        # before it compiles batch 256)
         b256 = ["--batch-size", "256"]
         variants = [Variant("default 256", b256),
                     Variant("DDP", ["--wrap-single-rank", *b256]),

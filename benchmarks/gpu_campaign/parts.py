@@ -11,6 +11,7 @@ import dataclasses
 
 from gpu_campaign import decode, levers
 from gpu_campaign.plan import (
+    DEFAULT_BATCH,
     Features,
     Run,
     Stage,
@@ -21,12 +22,14 @@ from gpu_campaign.plan import (
     progression_stage,
     pytest_stage,
 )
+from gpu_campaign.report import RULE, helps
 
 
 def combined_stage(f: Features) -> Stage:
-    """The compiled default against the levers that helped, together: what the GPU default can become."""
+    """The compiled default against the levers that helped, together: what the GPU default can become. Both
+    variants run at the default's own batch unless a batch lever helped against the default at that batch."""
     flags = f.combined_flags
-    variants = [levers.Variant("default", [], batch=512, compile_s=15.0),
+    variants = [levers.Variant("default", [], batch=DEFAULT_BATCH, compile_s=15.0),
                 levers.Variant("combined", flags or [], batch=levers_batch(flags or []))]
     run = levers.alternated("combined", variants, f)
     if flags is None:
@@ -36,9 +39,9 @@ def combined_stage(f: Features) -> Stage:
         run.unavailable = "no lever helped in this run's levers stages or --after's: nothing to combine"
     return Stage("combined", "The levers that helped, together, against the compiled default",
                  run.estimate_s * 1.3 + 20.0, [run], variants=[v.name for v in variants],
-                 ratios=[("combined", "default")], note="the levers of this run's levers stages and of --after's "
-                                                        "run whose windows beat the default's by 1% or more in most "
-                                                        "rounds")
+                 ratios=[("combined", "default")], note=f"the levers of this run's levers stages and of --after's "
+                                                        f"run that {RULE}; a batch size only where it beat the "
+                                                        "default at the default's own batch")
 
 
 def combined_for_run(f: Features, results: dict, after: dict | None = None,
@@ -53,8 +56,9 @@ def combined_for_run(f: Features, results: dict, after: dict | None = None,
 
 
 def levers_batch(flags: list[str]) -> int:
-    sizes = [flags[i + 1] for i, flag in enumerate(flags[:-1]) if flag == "--batch-size"]
-    return int(sizes[-1]) if sizes else 512
+    """The batch of a `dlscale bench` command line: its last --batch-size, else the GPU default's."""
+    batch = _options(flags).get("--batch-size")
+    return int(batch) if batch else DEFAULT_BATCH
 
 
 STAGES = {"env": env_stage, "baseline": levers.baseline_stage, "levers_a": levers.levers_stage,
@@ -66,20 +70,17 @@ STAGES = {"env": env_stage, "baseline": levers.baseline_stage, "levers_a": lever
 
 PARTS = {1: ["env", "baseline", "decode"],
          2: ["env", "levers_a", "ddp", "curve", "profile", "peers", "combined"]}
-"""The two plans, each in order of value: part 1 the default's baseline and real data (on 2026-11-27, H100, the
-device path's train run reached 0.574 of the synthetic rate with the decode in a thread: the decode overlap probe
-found it waits for the whole device, and now also measures the decode in a process of its own, the arrangement
-its train runs take where it wins); part 2 the default's batch against 768 with the newest GPU tests beside its
-compilations (1.002x on the third H100 run: the default stays at 512), then what the last two H100 runs did not
-reach: the data-parallel wrapper, the batch curve and the profile (measured once, on the first H100 run of
-2026-11-27), then the default against timm's benchmark.py and the bare loop (measured on the third), the levers
-that helped together. levers_b (coordinate-descent tuning) is in neither: its compile outlasted the 150 s it
-was given on 2026-11-27 (H200); run it alone with --stages levers_b."""
+"""The two plans, each in order of value: part 1 the compiled default's baseline and real data (the device path's
+train runs, with the arrangement the decode overlap probe finds fastest); part 2 the default's batch against 768
+with the newest GPU tests beside its compilations, then the data-parallel wrapper, the batch curve and the
+profile, then the peers (eager against eager, compiled against compiled), then the levers that helped, together.
+levers_b (coordinate-descent tuning) is in neither: its compile alone outlasts part 2; run it alone with
+--stages levers_b. docs/benchmarks.md has what each stage measured and why the order is this one."""
 
 BUDGET_S = {1: 475.0, 2: 225.0}
-"""Each part's deadline on a GPU: 7.9 and 3.75 minutes, so that the commands end within 8 and 4.5 minutes (on
-2026-11-27, H100, part 1 ran 475 s of its 475, 481 s with the interpreter's start and end, and left part 2 335 s
-of the 15 minutes: give part 2 what status's budget_left_s says, less 20 s)."""
+"""Each part's deadline on a GPU: 7.9 and 3.75 minutes, so that the commands end within 8 and 4.5 minutes and
+both fit, with the machine's start, in the 15 minutes a GPU machine is lent for; give part 2 what part 1 left
+with --budget-s."""
 
 OPTIONAL = frozenset(STAGES) - {name for names in PARTS.values() for name in names}
 """Stages in neither plan (--stages runs them): the measurements behind the earlier defaults."""
@@ -107,31 +108,63 @@ def build_plan(f: Features, only: dict[str, set[str] | None] | None = None, roun
     return stages
 
 
-HELPS = 1.01
-"""A lever helps when its median beats the default's by this factor and most of its rounds agree."""
+LEVER_STAGES = ("levers_a", "levers_b")
+"""The stages whose variants are speed levers of one GPU (the DDP stage's wrapper is not one)."""
+
+
+def _options(flags: list[str]) -> dict[str, str | None]:
+    """A command line's options and their values ("--batch-size 512" -> {"--batch-size": "512"}; a switch maps to
+    None); a later option overrides an earlier one, as argparse does."""
+    out: dict[str, str | None] = {}
+    for i, token in enumerate(flags):
+        if token.startswith("--"):
+            value = flags[i + 1] if i + 1 < len(flags) and not flags[i + 1].startswith("--") else None
+            out[token] = value
+    return out
+
+
+def _flags(options: dict[str, str | None]) -> list[str]:
+    return [token for option, value in options.items() for token in (option, value) if token is not None]
+
+
+def default_batch(stages: dict) -> int:
+    """The GPU default's batch as a campaign's records have it: what the baseline (or the peers' default) ran,
+    else DEFAULT_BATCH."""
+    for stage, name in (("baseline", "compiled default"), ("peers", "dlscale bench default")):
+        for run in stages.get(stage, {}).get("runs", []):
+            batch = (run.get("details") or {}).get("batch_size")
+            if run.get("name") == name and run.get("status") == "ok" and batch:
+                return int(batch)
+    return DEFAULT_BATCH
 
 
 def helpful_flags(document: dict) -> list[str]:
-    """The flags of the levers that helped in a campaign's gpu.json (levers_a, levers_b): every helpful
-    non-batch lever, and the batch size that helped most."""
-    flags: list[str] = []
-    best_batch: tuple[float, list[str]] | None = None
-    for stage in ("levers_a", "levers_b", "ddp"):
-        result = document.get("stages", {}).get(stage, {})
+    """The flags the levers that helped add to the default, from a campaign's gpu.json (levers_a, levers_b):
+    each lever is what its variant's flags add to its baseline's (the flags both share, such as the batch both
+    ran at, are no lever); every helpful lever but the batch, and the batch size that helped most among those
+    that beat the default at the default's own batch (a batch that beat 256 says nothing against 512)."""
+    stages = document.get("stages", {})
+    ours = default_batch(stages)
+    flags: dict[str, str | None] = {}
+    best_batch: tuple[float, str] | None = None
+    for stage in LEVER_STAGES:
+        result = stages.get(stage, {})
         records = {r["name"]: r for r in result.get("runs", []) if r.get("variant_flags") is not None}
         for ratio in result.get("ratios", []):
-            rounds = ratio.get("per_round") or []
-            if ratio.get("ratio") is None or ratio["ratio"] < HELPS or sum(p > 1 for p in rounds) * 2 <= len(rounds):
+            if ratio.get("ratio") is None or not helps(ratio):
                 continue
-            lever = records.get(ratio["numerator"], {}).get("variant_flags") or []
-            if "--wrap-single-rank" in lever:
+            lever = _options(records.get(ratio["numerator"], {}).get("variant_flags") or [])
+            base = _options(records.get(ratio["denominator"], {}).get("variant_flags") or [])
+            added = {k: v for k, v in lever.items() if k not in base or base[k] != v}
+            batch = added.pop("--batch-size", None)
+            if "--wrap-single-rank" in added:
                 continue  # the wrapper is not a lever of one rank
-            if "--batch-size" in lever:
-                if best_batch is None or ratio["ratio"] > best_batch[0]:
-                    best_batch = (ratio["ratio"], lever)
-            else:
-                flags += lever if lever and lever[0] not in flags else []
-    return flags + (best_batch[1] if best_batch else [])
+            flags.update(added)
+            base_batch = int(base.get("--batch-size") or ours)
+            if batch is not None and base_batch == ours and (best_batch is None or ratio["ratio"] > best_batch[0]):
+                best_batch = (ratio["ratio"], batch)
+    return _flags(flags) + (["--batch-size", best_batch[1]] if best_batch else [])
 
 
-__all__ = ["BUDGET_S", "OPTIONAL", "PARTS", "STAGES", "Run", "build_plan", "combined_for_run", "helpful_flags"]
+__all__ = ["BUDGET_S", "OPTIONAL", "PARTS", "STAGES", "Run", "build_plan", "combined_for_run", "default_batch",
+           "helpful_flags"]

@@ -9,7 +9,8 @@ How the times are estimated (the dry run prints them): a process costs STARTUP_S
 first step (interpreter, torch and dlscale imports, CUDA context, model, batches on the device),
 then steps x batch / rate, with the rates of RATES: ResNet-50 at batch 256 on one H100, taken at
 the low end of what such a GPU reaches (3,000-7,000 img/s with AMP and channels_last; fp32 and
-tf32 by their peak ratios), so that the estimate errs long. torch.compile adds COMPILE_S.
+tf32 by their peak ratios), so that the estimate errs long. torch.compile adds COMPILE_S. The measurements
+each estimate rests on, with their records, are in docs/benchmarks.md ("What the campaign's estimates rest on").
 """
 
 from __future__ import annotations
@@ -18,23 +19,30 @@ import shlex
 from dataclasses import dataclass, field
 
 STARTUP_S = {"cuda": 12.0, "cpu": 3.0}
-"""Seconds from process start to the first step: ~2-3 s of imports, 1-2 s for the CUDA context,
-model and batch pool, cuDNN's first calls; rounded up. On the CPU: the measured 2.5-4 s here."""
+"""Seconds from process start to the first step: imports, the CUDA context, the model and batch pool, cuDNN's
+first calls; rounded up."""
 
 RATES = {"fp32": 1000.0, "tf32": 2000.0, "amp": 2500.0, "channels_last": 3000.0, "compiled": 5000.0}
 """Assumed img/s of ResNet-50, batch 256, on an H100 (the low end; a faster GPU ends sooner)."""
 
 LOADER_RATE = {"cuda": 2000.0, "cpu": 200.0}
-"""img/s of the JPEG loader sweep's settings: about 250 img/s per worker on the 16-core H100 machine."""
+"""img/s of the JPEG loader sweep's settings on the 16-core GPU machine and on the 2-core CPU rehearsal."""
 
 CPU_RATE = 100.0
-"""img/s of the tiny CPU models (resnet18 at 32 px: 100-600 img/s on the 2-core development VM)."""
+"""img/s of the tiny CPU models (resnet18 at 32 px) on 2 cores, the low end."""
 
 COMPILE_S = {"default": 55.0, "reduce-overhead": 60.0, "max-autotune": 480.0, "max-autotune-no-cudagraphs": 480.0}
-"""torch.compile of ResNet-50's training step with 16 cores (inductor's compile workers), measured on the
-H100 machine on 2026-11-23: the reduce-overhead run took 69 s in all (about 55 s more than an eager run);
-max-autotune, which also times Triton templates for every convolution and matmul, had not finished
-after 395 s. default is assumed to cost what reduce-overhead does without recording graphs."""
+"""Seconds torch.compile adds to ResNet-50's training step from an empty inductor cache with 16 cores (inductor's
+compile workers); max-autotune also times Triton templates for every convolution and matmul, so it takes
+minutes; default is assumed to cost what reduce-overhead does without recording graphs."""
+
+
+WARM_COMPILE_S = 15.0
+"""torch.compile of a configuration already in the campaign's inductor cache: traced, its compiled code loaded."""
+
+DEFAULT_BATCH = 512
+"""The GPU default's batch on the 80 GB GPUs the campaign runs on (`gpu_default_batch` in dlscale/cli/bench.py):
+what a run compared with the default takes until the default's own run says otherwise."""
 
 
 @dataclass
@@ -124,8 +132,8 @@ class Features:
 
 WHOLE = {"train": 0.9}
 """Readers whose figure needs the command's end, and the share of its estimate that must be left for it to
-start: a `dlscale train` run stopped before its last epoch has no figure. Their estimates are close
-(2026-11-27, H100: 57.7-64.4 s against 64), and the fourth H100 run spent 52 s on a train run it then stopped."""
+start: a `dlscale train` run stopped before its last epoch has no figure, and the train runs' estimates are
+close to what they take."""
 
 
 def may_start(left_s: float, estimate_s: float, reader: str = "") -> bool:
@@ -138,8 +146,8 @@ def may_start(left_s: float, estimate_s: float, reader: str = "") -> bool:
 
 
 OVERRUN = 4.0
-"""A command is stopped once it has run this many times its estimate (and OVERRUN_MIN_S at least): on
-2026-11-27 (H200) the device loader, estimated at 17 s, took 175 s and left the train runs after it no time."""
+"""A command is stopped once it has run this many times its estimate (and OVERRUN_MIN_S at least), so that one
+far slower than expected (a device loader at a tenth of its rate) leaves the runs after it their time."""
 OVERRUN_MIN_S = 60.0
 
 
@@ -241,7 +249,7 @@ def env_stage(f: Features) -> Stage:
 def pytest_stage(f: Features) -> Stage:
     paths = [] if f.device == "cuda" else ["tests/gpu"]  # the whole suite's gpu marks; on the CPU all skip
     workers = ["-n", "4"] if f.xdist and f.device == "cuda" else []
-    # max-autotune of a tiny model takes 120 s, the tier's critical path (2026-11-23): left out
+    # max-autotune of a tiny model is the tier's critical path by minutes: left out
     argv = ["-m", "pytest", "-m", "gpu", *paths, "-k", "not max_autotune", "-q", "-p", "no:cacheprovider", *workers,
             "--junitxml", "{work}/junit.xml", "-o", "junit_family=xunit2"]
     estimate = (100.0 if workers else 180.0) if f.device == "cuda" else 10.0
@@ -263,6 +271,29 @@ def dlscale_bench(shape: Shape, flags: list[str], tag: str, *, warmup: int | Non
             "--output-dir", "{work}/runs"]
 
 
+def timm_runs(f: Features, shape: Shape, estimate_s: float) -> tuple[Run, Run]:
+    """timm's benchmark.py in train mode: eager with the eager runs' settings and batch, and compiled
+    (`--torchcompile`, inductor) at the compiled default's batch ({default_batch}, which the default's run sets)."""
+    precision = ["--amp", "--amp-dtype", "bfloat16"] if f.device == "cuda" else []
+    common = [f.timm_script or "timm_benchmark.py", "--bench", "train", *shape.timm_model, *precision,
+              "--channels-last", "--num-warm-iter", str(shape.warmup), "--num-bench-iter",
+              str(shape.per_iter * shape.iters)]
+    why = None if f.timm else "timm is not installed here (it is on the CUDA machine)"
+    if f.timm and f.timm_script is None:
+        why = f"timm's benchmark.py is not shipped: {TIMM_SCRIPT_HINT}"
+    elif f.timm and not f.timm_script_found:
+        why = f"{f.timm_script} is missing (--timm-benchmark PATH)"
+    settings = "--bench train, timm's resnet, " + " ".join([*precision, "--channels-last"])
+    eager = Run("timm benchmark.py", [*common, "-b", str(shape.batch)], "timm", estimate_s + 3.0, unavailable=why,
+                settings=settings)
+    compiled_estimate = (STARTUP_S[f.device] + COMPILE_S["default"]
+                         + shape.steps * DEFAULT_BATCH / RATES["compiled"] + 3.0)
+    compiled = Run("timm benchmark.py compiled", [*common, "-b", "{default_batch}", "--torchcompile"], "timm",
+                   compiled_estimate, settings=settings + " --torchcompile (inductor), the default's batch",
+                   unavailable=why if f.device == "cuda" else "GPU only (its peer is the GPU default)")
+    return eager, compiled
+
+
 def peers_stage(f: Features) -> Stage:
     shape, device = SHAPES[f.device], f.device
     flags = eager_flags(device)
@@ -275,43 +306,36 @@ def peers_stage(f: Features) -> Stage:
     bare = Run("bare loop", ["benchmarks/bare_loop.py", *bare_flags, "--json", "{work}/peers-bare-{round}.json"],
                "bare", est, output="{work}/peers-bare-{round}.json", settings="torchvision resnet, " + " ".join(flags),
                unavailable=None if f.torchvision else "torchvision is not installed here (it is on the CUDA machine)")
-    precision = ["--amp", "--amp-dtype", "bfloat16"] if device == "cuda" else []
-    timm_argv = [f.timm_script or "timm_benchmark.py", "--bench", "train", *shape.timm_model, "-b", str(shape.batch),
-                 *precision, "--channels-last", "--num-warm-iter", str(shape.warmup),
-                 "--num-bench-iter", str(shape.per_iter * shape.iters)]
-    why = None if f.timm else "timm is not installed here (it is on the CUDA machine)"
-    if f.timm and f.timm_script is None:
-        why = f"timm's benchmark.py is not shipped: {TIMM_SCRIPT_HINT}"
-    elif f.timm and not f.timm_script_found:
-        why = f"{f.timm_script} is missing (--timm-benchmark PATH)"
-    timm = Run("timm benchmark.py", timm_argv, "timm", est + 3.0, unavailable=why,
-               settings="--bench train, timm's resnet, " + " ".join(precision + ["--channels-last"]))
+    timm, timm_compiled = timm_runs(f, shape, est)
     default = Run("dlscale bench default", ["-m", "dlscale", "bench", "--json", "{work}/peers-default-{round}.json",
                                             "--output-dir", "{work}/runs"], "bench",
-                  # compiled from the baseline's inductor cache: 26.7 s in all (2026-11-27, H200, in part 2 then)
-                  bench_estimate(device, 30, shape.batch, RATES["channels_last"], 15.0) + 10,
-                  output="{work}/peers-default-{round}.json",
+                  # compiled from the baseline's inductor cache (WARM_COMPILE_S)
+                  bench_estimate(device, 30, shape.batch, RATES["channels_last"], WARM_COMPILE_S) + 10,
+                  output="{work}/peers-default-{round}.json", sets="default_batch",
                   settings="no flags: the GPU default (resnet50, batch 512 on a GPU of 40 GiB or more, else 256, "
                            "224 px, bf16 AMP, channels_last, fused SGD, cuDNN autotuning, torch.compile "
                            "reduce-overhead), 10 warm-up steps, 10 x 10 timed",
                   unavailable=None if device == "cuda" else "GPU only (the CPU default is another model and size)")
-    # 210 s on a GPU: one round (~75 s eager, ~75 s for the compiled default, measured 2026-11-23) and room to spare
     return Stage("peers", f"dlscale bench against a bare PyTorch loop and timm's benchmark.py: {WHAT[device]}",
-                 210.0 if device == "cuda" else 120.0,
-                 [ours, bare, timm, default], rounds=3 if device == "cuda" else 1,
+                 PEERS_BUDGET_S[device], [ours, bare, timm, default, timm_compiled],
+                 rounds=3 if device == "cuda" else 1, values={"default_batch": str(DEFAULT_BATCH)},
                  ratios=[("dlscale bench", "bare loop"), ("dlscale bench", "timm benchmark.py"),
-                         ("dlscale bench default", "timm benchmark.py")],
-                 note="dlscale bench, the bare loop and timm: the same model, batch, precision and memory layout, "
-                      "eager; timm uses its own SGD (foreach, Nesterov), synchronises after every step and times the "
-                      "whole loop. dlscale bench default: what `dlscale bench` runs with no flags on a GPU")
+                         ("dlscale bench default", "timm benchmark.py compiled")],
+                 note="eager against eager: dlscale bench, the bare loop and timm with the same model, batch, "
+                      "precision and memory layout; compiled against compiled: the GPU default (`dlscale bench` with "
+                      "no flags, reduce-overhead) and timm's --torchcompile (inductor's default mode) at the "
+                      "default's batch. timm uses its own SGD (foreach, Nesterov), synchronises after every step "
+                      "and times the whole loop")
 
+
+PEERS_BUDGET_S = {"cuda": 360.0, "cpu": 120.0}
+"""The peers stage's time: two rounds on a GPU by the estimates (timm's compile from an empty cache in the first)."""
 
 @dataclass(frozen=True)
 class DataShape:
     """The real-data stage's sizes: on a GPU 30,720 files (3 GiB), 60 steps of 512 per epoch, two epochs
     counted: they hold 4x the batches 15 workers keep in flight, so that the prefetch queue cannot hide a
-    loader slower than the model (with 40 steps per epoch it did: 2026-11-23, train JPEG/synthetic 0.998
-    while the loader alone sustained 0.91 of the synthetic rate)."""
+    loader slower than the model (an epoch not much longer than the queue can)."""
 
     unique: int
     train: int
@@ -333,7 +357,7 @@ def data_shape(f: Features) -> DataShape:
     sets = {"model.name": "resnet50", "precision": "amp_bf16", "batch_size": "512", "data.image_size": "224",
             "log_every": "5", "device": "cuda", "speed.cudnn_benchmark": "true"}
     # 4x the batches the most workers hold in flight (2 each): what they decoded before the timer started
-    # is then at most a quarter of the window (12 batches made 12 workers read 2.5x too fast, 2026-11-23).
+    # is then at most a quarter of the window (a sweep as short as the queue reads far too fast).
     return DataShape(unique=256, train=8 * max(workers) * 256, val=64, workers=workers,
                      loader_batches=8 * max(workers),
                      train_sets=sets)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from gpu_campaign.alternate import by_round
 from gpu_campaign.plan import OVERRUN, Run, Stage, may_start, round_fits, run_limit_s
 
 LOG_TAIL_CHARS = 200_000
@@ -78,6 +79,8 @@ def read_bench(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
             "precision", "channels_last", "fused_optimizer", "cudnn_benchmark", "compile", "compile_mode",
             "cuda_graphs", "iterations", "stem_channels", "batch_size")
     details = {k: s.get(k) for k in keep} | {k: v for k, v in s.items() if k.startswith("compile") and k not in keep}
+    if run.sets and s.get("batch_size"):  # the default's batch: its peers run at the same one
+        ctx.values[run.sets] = str(s["batch_size"])
     return {"value": s["img_per_sec_total_mean"], "unit": "img/s", "details": details}
 
 
@@ -328,17 +331,19 @@ def beside(run: Run, record: dict, ctx: Context, round_index: int) -> dict:
 
 
 def windows(record: dict) -> list[dict]:
-    """An alternated run's variants as records, one per window (its round), so that medians and ratios
-    come out as for separate runs; each names the flags that made it."""
+    """An alternated run's variants as records, one per window, each under the round it was timed in, so that
+    medians and ratios come out as for separate runs and each ratio pairs windows of one round; each names the
+    flags that made it."""
     out = []
     for name, variant in record["details"].get("variants", {}).items():
         base = {"name": name, "variant_of": record["name"], "variant_flags": variant["flags"],
                 "command": variant["command"], "details": {k: v for k, v in variant.items()
-                                                           if k not in ("windows_img_per_s", "flags")}}
+                                                           if k not in ("windows_img_per_s", "window_rounds",
+                                                                        "flags")}}
         if not variant["windows_img_per_s"]:
             out.append({**base, "round": 0, "status": "failed", "error": variant.get("error") or "no window"})
         out += [{**base, "round": k, "status": "ok", "value": rate, "unit": "img/s"}
-                for k, rate in enumerate(variant["windows_img_per_s"])]
+                for k, rate in by_round(variant).items()]
     return out
 
 

@@ -64,7 +64,8 @@ def test_tests_peers_and_progression(tmp_path):
     assert chained == {("channels_last", "fp32"), ("fused_sgd", "channels_last")}
     goals = {g["goal"]: g for g in document["goals"]}
     assert list(goals) == list(report_goals())
-    assert goals["vs_timm"]["value"] is None  # no default run on the CPU
+    assert goals["vs_timm_compiled"]["value"] is None  # no default run on the CPU, nor timm's compiled peer
+    assert peers["timm benchmark.py compiled"]["status"] == "unavailable"
     assert all(g["met"] is None for g in document["goals"])  # a CPU rehearsal judges nothing
 
     text = (tmp_path / "gpu.md").read_text()

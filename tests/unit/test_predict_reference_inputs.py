@@ -80,12 +80,14 @@ def test_a_global_batch_beyond_what_the_references_trained_to_accuracy_is_said(t
 
 
 def test_an_mfu_above_dlscales_own_measurement_is_warned_with_it(tmp_path):
-    # The GPU campaign of 2026-11-27 measured MFU 14.1% for the compiled default at batch 256 on an H100.
+    # The highest bf16 MFU references/device_mfu.json holds for an H100: 14.83%, the compiled default at batch 512
+    # (docs/results/gpu-2026-11-27-h100-run2-part1.json); 0.4 is 2.7 times that.
     result = _predict(tmp_path, "--peak-tflops", "H100", "--mfu", "0.4", "--batch-size", "256", "--gpus", "8",
                       "--platform", "dgx-h100")
     said = result["inputs"]["mfu"]
-    assert said.startswith("WARNING: --mfu 0.4 (40.0%) is above what dlscale measured on an H100: 14.1% of its "
-                           "bf16 peak") and "2026-11-27" in said and "2.8x that run's compute rate" in said
+    assert said.startswith("WARNING: --mfu 0.4 (40.0%) is above what dlscale measured on an H100: 14.8% of its "
+                           "bf16 peak (resnet50 at batch 512") and "2026-11-27" in said
+    assert "gpu-2026-11-27-h100-run2-part1.json" in said and "2.7x that run's compute rate" in said
     below = _predict(tmp_path, "--peak-tflops", "H100", "--mfu", "0.14", "--batch-size", "256", "--gpus", "8",
                      "--platform", "dgx-h100")
     assert "mfu" not in below["inputs"]

@@ -17,31 +17,29 @@ from dlscale.metrics.tracking import track_finished
 from dlscale.speed import COMPILE_MODES, SpeedOptions
 
 # Used when no --model is given on a machine without a GPU: finishes in well under two minutes
-# on 2 cores (docs/benchmarks.md has the measured time).
+# on 2 cores (docs/benchmarks.md has its rate there: "dlscale bench against a bare PyTorch loop").
 CPU_QUICK = {"model": "resnet50", "batch_size": 16, "image_size": 128, "num_warmup_batches": 3,
              "num_batches_per_iter": 3, "num_iters": 10}
 GPU_FULL = {"model": "resnet50", "batch_size": 256, "image_size": 224}
 GPU_LARGE_BATCH = 512
-"""The GPU default's batch where the device has LARGE_BATCH_MEMORY_GIB: compiled, 1.044x batch 256 in every
-one of 8 alternated windows on an H100 (5,981 against 5,732 img/s; docs/results/gpu-2026-11-27-h100-part1.json,
-stage levers_a), with a peak of 23.3 GB allocated."""
+"""The GPU default's batch where the device has LARGE_BATCH_MEMORY_GIB: compiled on an H100, it beat batch 256 in
+every alternated window (docs/benchmarks.md, "Why the GPU default is what it is")."""
 LARGE_BATCH_MEMORY_GIB = 40.0
-"""Device memory from which the default takes GPU_LARGE_BATCH: its 23.3 GB peak with room for the allocator and
-other processes; below it, batch 256 (11.8 GB peak) fits a 16 GB GPU."""
+"""Device memory from which the default takes GPU_LARGE_BATCH: its peak at batch 512 with room for the allocator and
+other processes; below it, batch 256 fits a 16 GB GPU (docs/benchmarks.md has both peaks)."""
 GPU_FASTEST = SpeedOptions(channels_last=True, cudnn_benchmark=True, fused_optimizer=True, compile=True,
                            compile_mode="reduce-overhead")
-"""The speed options of the GPU default: the fastest measured on an H100 (docs/benchmarks.md, "The GPU campaign").
-torch.compile's reduce-overhead mode replays the step's forward and backward as two CUDA graphs; it ran
-ResNet-50 at batch 256 at 5,697 img/s (2026-11-27) against 4,057 for the eager step replayed as one CUDA
-graph (--cuda-graphs) in the same campaign. The stem padded to 4 channels did not help (0.999x, alternated)."""
+"""The speed options of the GPU default: the fastest measured on an H100 (docs/benchmarks.md, "Why the GPU default
+is what it is"). torch.compile's reduce-overhead mode replays the step's forward and backward as two CUDA graphs;
+it ran ahead of every eager configuration, the eager step replayed as one CUDA graph (--cuda-graphs) included, and
+the stem padded to 4 channels did not help."""
 GPU_MULTI_RANK_FASTEST = GPU_FASTEST
 """The speed options of the GPU default when the job has several ranks, so DDP wraps the model: the one-GPU
-default, as measured. On one H100 with the DDP wrapper forced on one rank (a one-rank NCCL group,
---wrap-single-rank), reduce-overhead replayed its CUDA graphs (10 replays per step, none skipped; DDP's
-optimizer split the graph into 5 at its buckets) at 0.977x the unwrapped step, ahead of compile's default mode
-(0.963x) and eager fp16 (0.835x), alternated in one run (docs/results/gpu-2026-11-27-h100-part2.json, stage ddp).
-PyTorch's tracker reports BatchNorm + DDP + reduce-overhead far slower than eager (pytorch/pytorch#139207);
-that was not seen here. Not measured: several GPUs, NVLink, several nodes (docs/benchmarks.md)."""
+default. With the DDP wrapper forced on one rank of an H100 (a one-rank NCCL group, --wrap-single-rank),
+reduce-overhead replayed its CUDA graphs and ran ahead of compile's default mode and eager fp16, alternated in one
+run (docs/benchmarks.md, "DDP and torch.compile on one GPU"). PyTorch's tracker reports BatchNorm + DDP +
+reduce-overhead far slower than eager (pytorch/pytorch#139207); that was not seen on one rank. Not measured:
+several GPUs, NVLink, several nodes."""
 
 
 def gpu_default_batch(memory_gib: float | None) -> tuple[int, str]:
