@@ -40,6 +40,11 @@ def test_predict_writes_a_run_directory(tmp_path):
     (["--platform", "dgx1-v100"], "give one compute source"),
     (["--from-reference", "nope", "--platform", "dgx1-v100"], "unknown --reference 'nope'"),
     (["--from-run", "RUN", "--platform", "dgx1-v100"], "is a comm run"),
+    (["--peak-tflops", "0", "--mfu", "0.3", "--batch-size", "64", "--platform", "dgx-a100"],
+     "argument --peak-tflops: '0': give a number above 0 and at most 100,000"),
+    (["--peak-tflops", "nan", "--mfu", "0.3", "--batch-size", "64", "--platform", "dgx-a100"],
+     "argument --peak-tflops: 'nan'"),
+    (["--peak-tflops", "Z900", "--mfu", "0.3", "--batch-size", "64", "--platform", "dgx-a100"], "or a device: "),
 ])
 def test_bad_input_is_one_line(tmp_path, args, message):
     run = tmp_path / "run"
@@ -186,3 +191,19 @@ def test_comm_then_predict_from_it(tmp_path):
         out = dlscale_here("predict", "--validate", "--sweep", "sweep", "--comm-run", "runs/comm", cwd=tmp_path)
         assert out.returncode == 0, out.stderr
         assert "sweep s 2 ranks: measured 180.0 img/s" in out.stdout
+
+
+def test_the_header_says_what_efficiency_is_relative_to_and_that_stragglers_are_zero(tmp_path):
+    """Efficiency is over the smallest count asked for (BlueFog at 128 GPUs reads 100% against 16, 89% against
+    one); the header says which, and says when no spread of step times was given."""
+    header = [line for line in dlscale_here("predict", "--from-reference", "bluefog", "--gpus", "16,128",
+                                            "--no-run-dir", cwd=tmp_path).stdout.splitlines() if line.startswith("  ")]
+    assert "  efficiency: each count's img/s per device over that at 16 devices, the smallest count asked for " \
+           "(--gpus); list 1 first for efficiency against one device" in header
+    out = dlscale_here("predict", "--from-reference", "ngc:v100_16gb_amp", "--platform", "dgx1-v100", "--gpus",
+                       "1,8", "--no-run-dir", cwd=tmp_path).stdout
+    assert "  efficiency: each count's img/s per device over one device's" in out.splitlines()
+    assert "  stragglers: TAKEN AS ZERO: no spread of step times given" in out
+    given = dlscale_here("predict", "--from-reference", "ngc:v100_16gb_amp", "--platform", "dgx1-v100", "--gpus",
+                         "1,8", "--step-cv", "0.01", "--no-run-dir", cwd=tmp_path).stdout
+    assert "stragglers: TAKEN AS ZERO" not in given and "  stragglers: step spread given: 1.0%" in given

@@ -96,6 +96,26 @@ class Counts:
         return tuple(values)
 
 
+class NumberOrName:
+    """A number of `number`'s bounds, or one of `names` (a device a table knows): `--peak-tflops 989.4` or
+    `--peak-tflops H100`. Text that is neither is one line naming both."""
+
+    numeric = True
+
+    def __init__(self, number: Number, names, what: str):
+        self.number, self.names, self.what = number, names, what
+        self.__name__ = "number or name"
+
+    def __call__(self, text: str) -> float | str:
+        if text in self.names:
+            return text
+        value = self.number.parse(text)
+        if value is None or not self.number.holds(value):
+            raise argparse.ArgumentTypeError(f"{text!r}: give {self.number.bounds()} ({self.number.reason()}), or "
+                                             f"{self.what}: {', '.join(self.names)}")
+        return value
+
+
 class Bytes(Number):
     """A size in bytes written as nccl-tests reads -b and -e: 8, 64K, 256M, 1G (powers of 1024)."""
 
@@ -183,4 +203,6 @@ MEBIBYTES = real(0, 1e6, "MiB", "a terabyte is beyond any device's memory")
 CORES = real(0, 1e5, "CPU cores", "no node has more")
 SPREAD = real(0, 10, "the spread of a step (std / mean)", "ten times the mean is no step", above=False)
 RATE = real(0, 1e8, "images per second", "a hundred million is no device")
+PEAK_TFLOPS = real(0, 1e5, "TFLOP/s of one device's dense peak, which the step time divides by",
+                   "a hundred PFLOP/s is no single device")
 POINTS = real(0, 100, "percentage points", above=False)

@@ -10,7 +10,6 @@ No torch is imported: the answer comes in well under a second.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -20,6 +19,7 @@ from dlscale.cli.output import write_json_file, write_summary_file
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.errors import ConfigError
 from dlscale.metrics.cost import check_price
+from dlscale.metrics.hardware import PEAK_TFLOPS
 from dlscale.metrics.tracking import numbers as figures
 from dlscale.metrics.tracking import track_finished
 from dlscale.predict import anchor, caveats, inputs, output, sweeps, validate
@@ -53,7 +53,8 @@ def add_parser(subparsers) -> None:
                          help="a shipped reference's smallest published point, e.g. ngc:v100_16gb_amp (NAME alone: its "
                               "first series with img/s); its own communication taken out; a strong-scaling series "
                               "predicts at its global batch unless --batch-size or --global-batch is given")
-    compute.add_argument("--peak-tflops", default=None, metavar="TFLOPS|DEVICE",
+    compute.add_argument("--peak-tflops", type=numbers.NumberOrName(numbers.PEAK_TFLOPS, PEAK_TFLOPS, "a device"),
+                         default=None, metavar="TFLOPS|DEVICE",
                          help="compute from FLOPs: a peak in TFLOP/s or a device (H100, A100), with --mfu")
     compute.add_argument("--mfu", type=numbers.FRACTION, default=None, help="model FLOPs utilisation for --peak-tflops")
     compute.add_argument("--model", default=None, help="model (resnet50 unless the run names one)")
@@ -144,9 +145,7 @@ def _workload(args: argparse.Namespace, figure: inputs.ReferenceFigure | None,
         return done.workload, figure.spread, f"the 95% interval {figure.spec} publishes", said
     if args.mfu is None or args.batch_size is None:
         raise ConfigError("--peak-tflops needs --mfu and --batch-size")
-    peak = args.peak_tflops
-    with contextlib.suppress(ValueError):  # a number, else a device name (H100, A100)
-        peak = float(peak)
+    peak = args.peak_tflops  # a number, else a device name (H100, A100): checked when parsed
     workload = inputs.workload_from_flops(args.model or "resnet50", batch=args.batch_size, peak_tflops=peak,
                                           mfu=args.mfu, image_size=args.image_size, fixed=fixed)
     above = caveats.mfu_line(peak if isinstance(peak, str) else None, args.mfu, "bf16")
@@ -258,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
             else f"weak scaling, batch {points[0].batch_per_device} per device")
     title = f"{workload.model}, {mode}, {strategy.name} on {net.name}"
     print("\n".join([*_header(title, workload, net, strategy, ceilings), *(f"  {k}: {t}" for k, t in notes.items()),
-                     "", *output.table(points, price)]), flush=True)
+                     f"  efficiency: {output.efficiency_basis(points)}", "", *output.table(points, price)]), flush=True)
     settings = {"model": workload.model, "title": title, "devices": devices, "global_batch": got.global_batch,
                 "strategy": asdict(strategy), "network_name": net.name, "network": asdict(net)}
     step = workload.step_time
@@ -346,7 +345,11 @@ def _header(title: str, workload: Workload, net: Network, strategy: Strategy, ce
     if workload.cpu_threads:
         lines.append(f"  cores: CPU ranks of {workload.cpu_threads} thread(s) share {workload.cpu_cores} cores; when "
                      "they fill them, communication runs after backward, not under it")
-    return lines + [f"  {key}: {text}" for key, text in ceilings.source.items()]
+    lines += [f"  {key}: {text}" for key, text in ceilings.source.items()]
+    if not ceilings.step_cv:
+        lines.append("  stragglers: TAKEN AS ZERO: no spread of step times given (--stragglers-from DIR: a dlscale "
+                     "bench run's; --step-cv X), so every step is predicted as fast as one device's alone")
+    return lines
 
 
 def _validate(args: argparse.Namespace) -> int:

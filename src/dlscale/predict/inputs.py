@@ -232,6 +232,9 @@ def workload_from_flops(model: str, *, batch: int, peak_tflops: float | str, mfu
         peak_tflops = known[flops_dtype]
     if not 0 < mfu <= 1:
         raise ConfigError(f"--mfu {mfu} must be in (0, 1]")
+    if not 0 < float(peak_tflops) < math.inf:
+        raise ConfigError(f"--peak-tflops {peak_tflops}: a peak must be a finite number of TFLOP/s above 0 (the step "
+                          "time divides by it)")
     macs = forward_macs(model_parameters(model, num_classes=num_classes, image_size=image_size))
     flops = (1 + BACKWARD_FORWARD_RATIO) * 2 * macs
     step = batch * flops / (float(peak_tflops) * 1e12 * mfu)

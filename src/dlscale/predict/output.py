@@ -31,6 +31,16 @@ def table(points: list[Point], price_per_device_hour: float | None = None) -> li
     return [line(headers), *(line(r) for r in rows)]
 
 
+def efficiency_basis(points: list[Point]) -> str:
+    """What the efficiency column is relative to: the smallest device count asked for, not one device."""
+    if not points:
+        return ""
+    base = points[0].devices
+    relative = "one device's" if base == 1 else (f"that at {base} devices, the smallest count asked for (--gpus); "
+                                                  "list 1 first for efficiency against one device")
+    return f"each count's img/s per device over {relative}"
+
+
 def summary(points: list[Point], settings: dict, inputs: dict, price_per_device_hour: float | None = None) -> dict:
     """summary.json of a predict run: what it was asked, where each input came from, every point (with
     the cost of an ImageNet epoch when a price is given)."""
