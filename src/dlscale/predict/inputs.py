@@ -16,6 +16,7 @@ from pathlib import Path
 from dlscale.errors import ConfigError
 from dlscale.metrics.hardware import PEAK_TFLOPS
 from dlscale.predict.compute import Fixed, fixed_for_device, from_one_point, from_points
+from dlscale.predict.fixed import execution_of
 from dlscale.predict.layers import forward_macs, model_parameters
 from dlscale.predict.model import GradSpec, Workload, workload_for_model
 from dlscale.predict.network import Level, Network
@@ -42,7 +43,8 @@ def workload_from_run(path: str | Path, fixed: Fixed | None = None) -> tuple[Wor
     batch = int(summary["batch_size"])
     shape = {"image_size": int(summary.get("image_size") or 224),
              "num_classes": int(summary.get("num_classes") or 1000), "width": int(summary.get("width") or 64)}
-    fixed = fixed or fixed_for_device(summary.get("device_name"))
+    fixed = fixed or fixed_for_device(summary.get("device_name"), summary.get("precision"), execution_of(summary),
+                                      model or "resnet50")
     if summary["kind"] == "bench":
         if int(summary["world_size"]) != 1:
             raise ConfigError(f"{path} ran on {summary['world_size']} ranks: its step includes communication; "
@@ -85,7 +87,8 @@ def fixed_from_run(path: str | Path) -> Fixed:
         raise ConfigError(f"{path} ran on {summary['world_size']} ranks; a step curve is one device's: run it on one")
     step_time = from_points([(c["batch_size"], c["step_time_ms"] / 1e3) for c in curve], str(path))
     return Fixed(step_time.fixed_s, f"{1e3 * step_time.fixed_s:.2f} ms, fitted to the batch curve of dlscale bench "
-                                    f"run {path} ({summary.get('device_name') or summary.get('device')})")
+                                    f"run {path} ({summary.get('device_name') or summary.get('device')})",
+                 kind="measured")
 
 
 def _cpu(env: dict, summary: dict) -> dict:
@@ -141,6 +144,10 @@ class ReferenceFigure:
     spread: float | None
     """The per-step spread its published interval implies (reference_spread), or None."""
     grad_bytes: int
+    precision: str | None = None
+    """The series' precision, as it states it (the fixed part's model reads its first word)."""
+    execution: str = "eager"
+    """How its steps launched their kernels (predict/fixed.py's EXECUTIONS), from the reference's recipe."""
 
     @property
     def global_batch(self) -> int | None:
@@ -158,10 +165,12 @@ class ReferenceFigure:
             at = ", ".join(f"{p.batch} at {p.devices} devices" for p in self.steps)
             said = note or "their own communication included"
             step_time = from_points(steps, f"published: {self.series.label}, batches {at} ({said}; {self.source})")
-            step_time = replace(step_time, fixed_source=f"fitted to the series' {len(steps)} batch sizes per device")
+            step_time = replace(step_time, fixed_source=f"fitted to the series' {len(steps)} batch sizes per device",
+                                fixed_kind="published")
         else:
             batch, seconds = steps[0]
-            step_time = from_one_point(batch, seconds, fixed or fixed_for_device(self.device),
+            step_time = from_one_point(batch, seconds, fixed or fixed_for_device(self.device, self.precision,
+                                                                                  self.execution, model),
                                        self.text + (f"; {note}" if note else ""))
         return workload_for_model(model, batch_per_device=self.steps[0].batch, step_time=step_time,
                                   grad_bytes_per_element=grad_bytes or self.grad_bytes, source=step_time.source)
@@ -191,7 +200,8 @@ def reference_figure(spec: str) -> ReferenceFigure:
             f"batch {batch} ({ref.source_text(series)})")
     device = series.meta.get("device") or ref.hardware.get("device")
     return ReferenceFigure(f"{name}:{series.id}", series, steps, device, text, ref.source_text(series),
-                           reference_spread(series, first)[0], _grad_bytes(series.meta.get("precision")))
+                           reference_spread(series, first)[0], _grad_bytes(series.meta.get("precision")),
+                           series.meta.get("precision"), execution_of(ref.recipe_of(series)))
 
 
 def workload_from_reference(spec: str, *, model: str = "resnet50",
@@ -221,9 +231,11 @@ def reference_spread(series, point: dict) -> tuple[float | None, int]:
 
 
 def workload_from_flops(model: str, *, batch: int, peak_tflops: float | str, mfu: float, image_size: int = 224,
-                        num_classes: int = 1000, flops_dtype: str = "bf16", fixed: Fixed | None = None) -> Workload:
+                        num_classes: int = 1000, flops_dtype: str = "bf16", fixed: Fixed | None = None,
+                        execution: str = "eager") -> Workload:
     """Step = batch x training FLOPs per image / (peak x MFU); FLOPs from the layer table (3 x 2 x MACs).
-    The fixed part: `fixed`, else the shipped curve of the named device, else unknown."""
+    The fixed part: `fixed`, else the shipped curve of the named device, else its first-principles model for
+    `execution`, else unknown."""
     device = peak_tflops if isinstance(peak_tflops, str) else None
     if isinstance(peak_tflops, str):
         known = PEAK_TFLOPS.get(peak_tflops)
@@ -239,7 +251,7 @@ def workload_from_flops(model: str, *, batch: int, peak_tflops: float | str, mfu
     flops = (1 + BACKWARD_FORWARD_RATIO) * 2 * macs
     step = batch * flops / (float(peak_tflops) * 1e12 * mfu)
     source = f"FLOPs: {flops / 1e9:.2f} GFLOP per image at {100 * mfu:.0f}% of {float(peak_tflops):g} TFLOP/s"
-    step_time = from_one_point(batch, step, fixed or fixed_for_device(device), source)
+    step_time = from_one_point(batch, step, fixed or fixed_for_device(device, flops_dtype, execution, model), source)
     return workload_for_model(model, batch_per_device=batch, step_time=step_time, image_size=image_size,
                               num_classes=num_classes, source=source)
 
