@@ -132,7 +132,7 @@ def test_validate_predicts_every_shipped_scaling_point(tmp_path):
     report = json.loads((tmp_path / "v.json").read_text())
     rows = report["rows"]
     covered = {(r["reference"], r["series"]) for r in rows}
-    for name in ("hal", "ngc", "dlperf", "mlperf"):
+    for name in ("hal", "ngc", "dlperf", "mlperf", "mlperf_scale"):
         for series in load_reference(name).of_kind("scaling"):
             if len(series.curve("img_per_s")) >= 2:
                 assert (name, series.id) in covered, (name, series.id)
@@ -147,7 +147,8 @@ def test_validate_predicts_every_shipped_scaling_point(tmp_path):
     for row in rows:
         own = f"{row['reference']}:{row['series']}@{row['devices']}"
         assert row["fed_by"] and own not in {f["point"] for f in row["fed_by"]}
-    for word in ("All 43 points", "median |error|", "parameters from", "Inputs:", "hal:feb", "mlperf:h100_strong"):
+    for word in (f"All {len(rows)} points", "median |error|", "parameters from", "Inputs:", "hal:feb",
+                 "mlperf:h100_strong", "mlperf_scale:dgxa100_v20"):
         assert word in out.stdout
     print("\n".join(out.stdout.splitlines()[:60]))
 

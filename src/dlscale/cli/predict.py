@@ -28,7 +28,7 @@ from dlscale.predict.compute import Fixed, with_fixed
 from dlscale.predict.graphs import SCHEDULES, TOPOLOGIES
 from dlscale.predict.model import OVERLAPS, STRATEGIES, Ceilings, Strategy, Workload, predict
 from dlscale.predict.network import ALGORITHMS, Network
-from dlscale.predict.platforms import platform, platforms
+from dlscale.predict.platforms import TRANSPORTS, platform, platforms
 from dlscale.rundir import check_output_dir, check_output_file, read_summary
 
 MIB = 1024 * 1024
@@ -80,6 +80,13 @@ def add_parser(subparsers) -> None:
                          help="bus bandwidth of a node to others, Gbit/s")
     network.add_argument("--latency-us", type=numbers.LATENCY_US, default=None,
                          help="latency of one algorithm step, us")
+    network.add_argument("--nics", type=numbers.NICS, default=None,
+                         help="the platform's nodes on another fabric: network adapters per node")
+    network.add_argument("--nic-gbps", type=numbers.NIC_GBPS, default=None,
+                         help="the platform's nodes on another fabric: line rate of one adapter, Gbit/s (25-400 for "
+                              "Ethernet and RoCE, 100-400 for InfiniBand)")
+    network.add_argument("--transport", choices=TRANSPORTS, default=None,
+                         help="the platform's nodes on another fabric: ib, roce or tcp (NCCL's sockets)")
     network.add_argument("--list-platforms", action="store_true", help="list the shipped machines and exit")
     strategy = p.add_argument_group("strategy")
     strategy.add_argument("--dist-optimizer", choices=STRATEGIES, default=None,
@@ -162,8 +169,12 @@ def _network(args: argparse.Namespace, own: Setting | None) -> tuple[Network, in
         raise ConfigError("give --platform or --comm-run, not both")
     cores = None
     base = None
+    fabric = (args.nics, args.nic_gbps, args.transport)
+    if any(value is not None for value in fabric) and not args.platform:
+        raise ConfigError("--nics, --nic-gbps and --transport put a platform's nodes on another fabric: give "
+                          "--platform NAME (--list-platforms), or --inter-gbps for a network of numbers")
     if args.platform:
-        chosen = platform(args.platform)
+        chosen = platform(args.platform).with_fabric(*fabric)
         base, cores = chosen.network(), chosen.value("cpu_cores_per_node")
     elif args.comm_run:
         base = inputs.network_from_comm_run(args.comm_run)
@@ -317,7 +328,7 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
             raise ConfigError(f"--step-overhead-ms {args.step_overhead_ms:g} must be >= 0 and below the step "
                               f"({1e3 * workload.step_time.points[-1][1]:.2f} ms)")
         given = Fixed(args.step_overhead_ms / 1e3, f"{args.step_overhead_ms:g} ms, given: --step-overhead-ms "
-                                                   "(an override)")
+                                                   "(an override)", kind="given")
         workload = replace(workload, step_time=with_fixed(workload.step_time, given))
     if args.comm_run is None:  # other machines than the one the run measured: its cores are not theirs
         workload = replace(workload, cpu_threads=None, cpu_cores=None)

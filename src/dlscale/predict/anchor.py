@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from dlscale.predict.compute import UNKNOWN_FIXED, Fixed
 from dlscale.predict.inputs import PublishedStep, ReferenceFigure
-from dlscale.predict.model import Ceilings, Point, Strategy, Workload, predict_point
+from dlscale.predict.model import Ceilings, Point, Strategy, Workload, compute_for_step, predict_point
 from dlscale.predict.network import Network
 from dlscale.predict.platforms import platform
 from dlscale.predict.validate import CASES, Case
@@ -101,7 +101,7 @@ def anchored(figure: ReferenceFigure, setting: Setting, *, model: str, fixed: Fi
 def _compute_step(figure: ReferenceFigure, published: PublishedStep, setting: Setting, model: str,
                   step_cv: float | None) -> tuple[float, Point] | None:
     """The compute step whose prediction at the published point's devices and batch, in `setting`, is the
-    published step (bisection: the predicted step grows with the compute); None where even no compute does."""
+    published step; None where even no compute gives it."""
     net = setting.network
     if published.nodes:  # the published run's own layout
         net = replace(net, devices_per_node=max(published.devices // published.nodes, 1))
@@ -113,19 +113,7 @@ def _compute_step(figure: ReferenceFigure, published: PublishedStep, setting: Se
                                grad_bytes=setting.grad_bytes)
         return predict_point(published.devices, work, setting.strategy, net, ceilings, batch=published.batch)
 
-    target = published.step_s
-    low, high = target * 1e-6, target
-    if point(low).step_ms / 1e3 > target:
-        return None
-    if point(high).step_ms / 1e3 <= target * (1 + 1e-12):
-        return high, point(high)
-    for _ in range(60):
-        middle = (low + high) / 2
-        if point(middle).step_ms / 1e3 > target:
-            high = middle
-        else:
-            low = middle
-    return low, point(low)
+    return compute_for_step(published.step_s, point)
 
 
 def setting_notes(figure: ReferenceFigure | None, own: Setting | None, net: Network,

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 
 from dlscale.errors import ConfigError
@@ -241,6 +241,12 @@ class Point:
     def img_per_s_total(self) -> float:
         return self.img_per_s_per_device * self.devices
 
+    @property
+    def busy_ms(self) -> float:
+        """The step's own time, before any input ceiling: compute, exposed communication, stragglers, input
+        waits."""
+        return self.compute_ms + self.exposed_ms + self.stragglers_ms + self.input_wait_ms
+
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         out["img_per_s_total"] = self.img_per_s_total
@@ -387,3 +393,21 @@ def predict(devices: Sequence[int], workload: Workload, strategy: Strategy, net:
         points.append(predict_point(n, workload, strategy, net, ceilings, batch))
     base = points[0].img_per_s_per_device if points else 0.0
     return [replace(p, efficiency=p.img_per_s_per_device / base if base else None) for p in points]
+
+
+def compute_for_step(step_s: float, at: Callable[[float], Point]) -> tuple[float, Point] | None:
+    """The compute step (seconds at the point's batch) whose predicted step, `at(compute_s)` without an input
+    ceiling, is `step_s`: a published step with the model's own communication, stragglers and waits taken out
+    (a bisection: the predicted step grows with the compute). None where the model's additions alone exceed it."""
+    low, high = step_s * 1e-6, step_s
+    if at(low).busy_ms / 1e3 > step_s:
+        return None
+    if at(high).busy_ms / 1e3 <= step_s * (1 + 1e-12):
+        return high, at(high)
+    for _ in range(60):
+        middle = (low + high) / 2
+        if at(middle).busy_ms / 1e3 > step_s:
+            high = middle
+        else:
+            low = middle
+    return low, at(low)

@@ -21,17 +21,20 @@ from dataclasses import dataclass, field, replace
 
 from dlscale.errors import ConfigError
 from dlscale.predict.compute import fixed_for_device, from_one_point, from_points
+from dlscale.predict.fixed import execution_of
 from dlscale.predict.inputs import reference_spread
 from dlscale.predict.model import (
     Ceilings,
     EpochStart,
     NodeLoader,
+    Point,
     Strategy,
     Workload,
-    expected_max_standard_normal,
+    compute_for_step,
     predict_point,
     workload_for_model,
 )
+from dlscale.predict.network import Network
 from dlscale.predict.platforms import platform
 from dlscale.report.references import RefSeries, load_reference
 
@@ -124,6 +127,28 @@ CASES: tuple[Case, ...] = (
          "torch DDP, torch.cuda.amp (NERSC/sc20-dl-tutorial@5c9f83c9 train.py); ResNet-50 with the CIFAR stem on "
          "32 px, 100 classes; rates read off a plot", model="resnet50_cifar", image_size=32, num_classes=100),
 )
+
+MXNET_HOROVOD = ("NVIDIA's MXNet ResNet-50 with Horovod: gradients allreduced after backward ('# Default is no NCCL "
+                 "and BWD overlap', config_DGXA100_multi_*.sh) in fusions of up to 64 MiB (HOROVOD_FUSION_THRESHOLD="
+                 "67108864), fp16 gradients; SHARP where the configuration asks for it (SBATCH_NETWORK=sharp)")
+
+
+def _mlperf_scale_cases() -> tuple[Case, ...]:
+    """One case per series of references/mlperf_scale.json: its platform and NVIDIA's MXNet setting; the compute
+    from the series' smallest point (ABCI, one point: from the DGX-1 node of the same round, the same V100)."""
+    cases = []
+    for series in load_reference("mlperf_scale").series:
+        first = min(series.points, key=lambda p: p["devices"])
+        input_series, input_devices = (series.id, first["devices"]) if len(series.points) > 1 else ("dgx1_v06", 8)
+        cases.append(Case("MLPerf", "mlperf_scale", series.id, series.meta["platform"],
+                          Strategy("gradient_allreduce", bucket_cap_bytes=64 * MIB),
+                          f"{MXNET_HOROVOD}; {series.meta.get('setting', '')}", grad_bytes=2,
+                          input_series=None if input_series == series.id else input_series,
+                          input_devices=input_devices))
+    return tuple(cases)
+
+
+CASES = CASES + _mlperf_scale_cases()
 
 NOT_PREDICTED = {
     "horovod": "TensorFlow's Inception V3, ResNet-101 and VGG-16 on Pascal GPUs: no single-device rate of that "
@@ -257,31 +282,55 @@ def _compute_points(case: Case) -> tuple[RefSeries, list[tuple[str, int, dict]]]
     return series, [(point_id(case.reference, series.id, p["devices"]), b, p) for b, p in chosen.items()]
 
 
+def point_setting(case: Case, point: dict, net: Network) -> tuple[Strategy, Network]:
+    """The strategy and network of one published point: the case's, with the point's own algorithm (SHARP where
+    its configuration asks for it) and its own devices per node."""
+    strategy = replace(case.strategy, algorithm=point["algorithm"]) if point.get("algorithm") else case.strategy
+    if point.get("nodes"):
+        net = replace(net, devices_per_node=max(point["devices"] // point["nodes"], 1))
+    return strategy, net
+
+
+def anchored_step(case: Case, point: dict, batch: int, step_s: float, terms: Terms, net: Network) -> float:
+    """A published step with what the model adds there in the case's setting taken out (its communication,
+    stragglers and loader start-up: model.compute_for_step), so that the point's own devices give it back;
+    as published where the model's additions alone exceed it."""
+    strategy, here = point_setting(case, point, net)
+
+    def at(compute_s: float) -> Point:
+        work = workload_for_model(case.model, batch_per_device=batch, step_time=from_one_point(batch, compute_s),
+                                  grad_bytes_per_element=case.grad_bytes, image_size=case.image_size,
+                                  num_classes=case.num_classes)
+        return predict_point(point["devices"], work, strategy, here, terms.ceilings, batch=batch)
+
+    solved = compute_for_step(step_s, at)
+    return solved[0] if solved else step_s
+
+
 def case_workload(case: Case, terms: Terms, predicted: str | None = None) -> tuple[Workload, list[str]]:
     """The compute of a case, never from the point `predicted` (reference:series@devices): the fit over
     the series' batch sizes without it, else the input point with the shipped fixed part of the device (or
-    an unknown one). Each figure's own stragglers and loader start-up are taken out."""
+    an unknown one). Each figure is anchored: its own communication, stragglers and loader start-up out."""
     series, candidates = _compute_points(case)
     usable = [(pid, b, p) for pid, b, p in candidates if pid != predicted]
+    net = platform(case.platform).network()
+    if case.devices_per_node:
+        net = replace(net, devices_per_node=case.devices_per_node)
     steps, fed = [], []
     for pid, batch, p in usable:
-        step = batch * p["devices"] / _rate(series, p)
-        start = terms.ceilings.epoch_start
-        if start is not None:
-            step -= start.per_step_s(p["devices"], batch)
-        if terms.ceilings.step_cv:
-            _, waited = reference_spread(series, p)
-            step /= 1 + terms.ceilings.step_cv * expected_max_standard_normal(waited)
-        steps.append((batch, step))
+        steps.append((batch, anchored_step(case, p, batch, batch * p["devices"] / _rate(series, p), terms, net)))
         fed.append(pid)
-    device = series.meta.get("device") or load_reference(case.reference).hardware.get("device")
+    ref = load_reference(case.reference)
+    device = series.meta.get("device") or ref.hardware.get("device")
     text = f"{case.reference}:{series.id} at {case.input_devices} device(s)"
     if len(steps) >= 2:
         step_time = from_points(steps, text)
-        step_time = replace(step_time, fixed_source=f"fitted to {', '.join(fed)}")
+        step_time = replace(step_time, fixed_source=f"fitted to {', '.join(fed)}", fixed_kind="published")
     else:
         batch, step = steps[0]
-        step_time = from_one_point(batch, step, fixed_for_device(device), text)
+        step_time = from_one_point(batch, step, fixed_for_device(device, series.meta.get("precision"),
+                                                                 execution_of(ref.recipe_of(series)), case.model),
+                                   text)
         fed = fed[:1]
     workload = workload_for_model(case.model, batch_per_device=steps[0][0], step_time=step_time,
                                   grad_bytes_per_element=case.grad_bytes, image_size=case.image_size,
@@ -320,7 +369,8 @@ def run_case(case: Case) -> tuple[list[Row], str]:
         text = text or _inputs_text(case, workload, fed, terms)
         fed_by = tuple([("compute", pid) for pid in fed] + terms.fed_by)
         batch = int(point.get("batch_per_device") or series.meta.get("batch_per_device") or workload.batch_per_device)
-        predicted = predict_point(n, workload, case.strategy, net, terms.ceilings, batch=batch)
+        strategy, here = point_setting(case, point, net)
+        predicted = predict_point(n, workload, strategy, here, terms.ceilings, batch=batch)
         if series.kind == "efficiency":
             single = workload.batch_per_device / workload.compute_s(workload.batch_per_device)
             rows.append(Row(case, n, "efficiency", point["efficiency"], predicted.img_per_s_per_device / single,
