@@ -201,10 +201,13 @@ def test_the_header_says_what_efficiency_is_relative_to_and_that_stragglers_are_
                                             "--no-run-dir", cwd=tmp_path).stdout.splitlines() if line.startswith("  ")]
     assert "  efficiency: each count's img/s per device over that at 16 devices, the smallest count asked for " \
            "(--gpus); list 1 first for efficiency against one device" in header
-    out = dlscale_here("predict", "--from-reference", "ngc:v100_16gb_amp", "--platform", "dgx1-v100", "--gpus",
-                       "1,8", "--no-run-dir", cwd=tmp_path).stdout
+    out = dlscale_here("predict", "--from-reference", "ngc:v100_16gb_amp", "--intra-gbps", "960", "--inter-gbps",
+                       "384", "--gpus", "1,8", "--no-run-dir", cwd=tmp_path).stdout
     assert "  efficiency: each count's img/s per device over one device's" in out.splitlines()
-    assert "  stragglers: TAKEN AS ZERO: no spread of step times given" in out
+    assert "  stragglers: TAKEN AS ZERO: no spread of step times given" in out  # no platform: no kind of machine
     given = dlscale_here("predict", "--from-reference", "ngc:v100_16gb_amp", "--platform", "dgx1-v100", "--gpus",
                          "1,8", "--step-cv", "0.01", "--no-run-dir", cwd=tmp_path).stdout
     assert "stragglers: TAKEN AS ZERO" not in given and "  stragglers: step spread given: 1.0%" in given
+    default = dlscale_here("predict", "--from-reference", "ngc:v100_16gb_amp", "--platform", "dgx1-v100", "--gpus",
+                           "1,8", "--no-run-dir", cwd=tmp_path).stdout
+    assert "  stragglers: per-step spread 0.63%, the default of dedicated machines on an RDMA fabric" in default

@@ -205,9 +205,9 @@ def test_changing_a_published_point_does_not_change_its_own_prediction(monkeypat
 def test_the_fit_would_use_the_other_batch_of_the_series():
     # MLPerf's 64-GPU point is never in its own fit, so its compute comes from the 8-GPU point alone.
     case = next(c for c in validate.CASES if c.reference == "mlperf")
-    work, fed = validate.case_workload(case, validate.Terms(), predicted="mlperf:h100_strong@64")
+    work, fed, _ = validate.case_workload(case, validate.Terms(), predicted="mlperf:h100_strong@64")
     assert fed == ["mlperf:h100_strong@8"] and len(work.step_time.points) == 1
-    work, fed = validate.case_workload(case, validate.Terms())
+    work, fed, _ = validate.case_workload(case, validate.Terms())
     assert sorted(fed) == ["mlperf:h100_strong@64", "mlperf:h100_strong@8"] and len(work.step_time.points) == 2
 
 

@@ -22,13 +22,16 @@ from dlscale.metrics.cost import check_price
 from dlscale.metrics.hardware import PEAK_TFLOPS
 from dlscale.metrics.tracking import numbers as figures
 from dlscale.metrics.tracking import track_finished
-from dlscale.predict import anchor, caveats, inputs, output, sweeps, validate
+from dlscale.predict import anchor, cases, caveats, inputs, output, sweeps, validate
 from dlscale.predict.anchor import Setting
+from dlscale.predict.cases import CASES
 from dlscale.predict.compute import Fixed, with_fixed
+from dlscale.predict.fixed import EXECUTIONS
 from dlscale.predict.graphs import SCHEDULES, TOPOLOGIES
 from dlscale.predict.model import OVERLAPS, STRATEGIES, Ceilings, Strategy, Workload, predict
 from dlscale.predict.network import ALGORITHMS, Network
 from dlscale.predict.platforms import TRANSPORTS, platform, platforms
+from dlscale.predict.spread import default_spread
 from dlscale.rundir import check_output_dir, check_output_file, read_summary
 
 MIB = 1024 * 1024
@@ -49,10 +52,19 @@ def add_parser(subparsers) -> None:
     compute = p.add_argument_group("compute (one of)")
     compute.add_argument("--from-run", type=paths.PATH, default=None, metavar="DIR",
                          help="a 1-rank dlscale bench run, or a dlscale profile run")
-    compute.add_argument("--from-reference", type=paths.TEXT, default=None, metavar="NAME[:SERIES]",
+    compute.add_argument("--from-reference", type=paths.TEXT, default=None, metavar="NAME[:SERIES]|rate=...",
                          help="a shipped reference's smallest published point, e.g. ngc:v100_16gb_amp (NAME alone: its "
-                              "first series with img/s); its own communication taken out; a strong-scaling series "
-                              "predicts at its global batch unless --batch-size or --global-batch is given")
+                              "first series with img/s), or one of --reference-file's; or a rate of your own, "
+                              "rate=IMG_PER_S,devices=N,batch=B[,nodes=M][,device=D][,precision=P][,execution=E]; its "
+                              "own communication taken out; a strong-scaling series predicts at its global batch "
+                              "unless --batch-size or --global-batch is given")
+    compute.add_argument("--reference-file", type=paths.PATH, default=None, metavar="FILE",
+                         help="published or measured points of your own, in the shipped references' format "
+                              "(docs/prediction.md): --from-reference NAME[:SERIES] reads them, --validate predicts "
+                              "them as it does the shipped ones")
+    compute.add_argument("--execution", choices=EXECUTIONS, default=None,
+                         help="how the device launches a step's kernels, for the model of its fixed part (default: "
+                              "the run's or the reference's, else eager)")
     compute.add_argument("--peak-tflops", type=numbers.NumberOrName(numbers.PEAK_TFLOPS, PEAK_TFLOPS, "a device"),
                          default=None, metavar="TFLOPS|DEVICE",
                          help="compute from FLOPs: a peak in TFLOP/s or a device (H100, A100), with --mfu")
@@ -147,14 +159,17 @@ def _workload(args: argparse.Namespace, figure: inputs.ReferenceFigure | None,
         workload, spread = inputs.workload_from_run(args.from_run, fixed)
         return workload, spread, f"the step spread of {args.from_run}", {}
     if figure is not None:
-        done = anchor.anchored(figure, setting, model=args.model or "resnet50", fixed=fixed, step_cv=figure.spread)
+        default = default_spread(setting.kind)
+        own_cv = figure.spread or (default.cv if default else None)  # the reference's own run's spread
+        done = anchor.anchored(figure, setting, model=args.model or "resnet50", fixed=fixed, step_cv=own_cv)
         said = {"anchored": "; ".join(done.lines)} if done.lines else {}
         return done.workload, figure.spread, f"the 95% interval {figure.spec} publishes", said
     if args.mfu is None or args.batch_size is None:
         raise ConfigError("--peak-tflops needs --mfu and --batch-size")
     peak = args.peak_tflops  # a number, else a device name (H100, A100): checked when parsed
     workload = inputs.workload_from_flops(args.model or "resnet50", batch=args.batch_size, peak_tflops=peak,
-                                          mfu=args.mfu, image_size=args.image_size, fixed=fixed)
+                                          mfu=args.mfu, image_size=args.image_size, fixed=fixed,
+                                          execution=args.execution or "eager")
     above = caveats.mfu_line(peak if isinstance(peak, str) else None, args.mfu, "bf16")
     return workload, None, "", {"mfu": f"WARNING: {above}"} if above else {}
 
@@ -162,12 +177,12 @@ def _workload(args: argparse.Namespace, figure: inputs.ReferenceFigure | None,
 NETWORK_FLAGS = ("platform", "comm_run", "intra_gbps", "inter_gbps", "latency_us")
 
 
-def _network(args: argparse.Namespace, own: Setting | None) -> tuple[Network, int | None]:
-    """The network, and the platform's CPU cores per node where it states them; with none given, a
-    reference's own platform."""
+def _network(args: argparse.Namespace, own: Setting | None) -> tuple[Network, int | None, str | None]:
+    """The network, the platform's CPU cores per node where it states them and its kind of machine; with none
+    given, a reference's own platform."""
     if args.platform and args.comm_run:
         raise ConfigError("give --platform or --comm-run, not both")
-    cores = None
+    cores = kind = None
     base = None
     fabric = (args.nics, args.nic_gbps, args.transport)
     if any(value is not None for value in fabric) and not args.platform:
@@ -175,15 +190,16 @@ def _network(args: argparse.Namespace, own: Setting | None) -> tuple[Network, in
                           "--platform NAME (--list-platforms), or --inter-gbps for a network of numbers")
     if args.platform:
         chosen = platform(args.platform).with_fabric(*fabric)
-        base, cores = chosen.network(), chosen.value("cpu_cores_per_node")
+        base, cores, kind = chosen.network(), chosen.value("cpu_cores_per_node"), chosen.kind
     elif args.comm_run:
         base = inputs.network_from_comm_run(args.comm_run)
     elif own is not None and all(getattr(args, flag) is None for flag in NETWORK_FLAGS):
-        base, cores = own.network, own.cores_per_node
+        base, cores, kind = own.network, own.cores_per_node, own.kind
     per_node = args.gpus_per_node or (base.devices_per_node if base else 8)
     if per_node < 1:
         raise ConfigError("--gpus-per-node must be >= 1")
-    return inputs.network_from_numbers(per_node, args.intra_gbps, args.inter_gbps, args.latency_us, base), cores
+    net = inputs.network_from_numbers(per_node, args.intra_gbps, args.inter_gbps, args.latency_us, base)
+    return net, cores, kind
 
 
 STRATEGY_DEFAULTS = {"dist_optimizer": None, "algorithm": "auto", "overlap": None, "bucket_cap_mb": 25.0,
@@ -213,7 +229,8 @@ def _given_strategy(args: argparse.Namespace) -> Strategy:
                     fusion_cycle_s=args.fusion_cycle_ms / 1e3 if args.fusion_cycle_ms else None)
 
 
-def _ceilings(args: argparse.Namespace, net: Network, cores: int | None, spread: tuple[float | None, str]) -> Ceilings:
+def _ceilings(args: argparse.Namespace, net: Network, cores: int | None, spread: tuple[float | None, str],
+              kind: str | None = None) -> Ceilings:
     """The input ceiling and the stragglers' spread: given, measured by a run, or published with the figure."""
     source = {}
     ceiling = None
@@ -232,6 +249,9 @@ def _ceilings(args: argparse.Namespace, net: Network, cores: int | None, spread:
         cv = spread[0]
         source["stragglers"] = (f"per-step spread {100 * cv:.1f}% from {spread[1]} (its own stragglers taken out of "
                                 "the compute figure); each step waits for the slowest device it synchronises with")
+    elif default_spread(kind) is not None:
+        chosen = default_spread(kind)
+        cv, source["stragglers"] = chosen.cv, f"per-step spread {chosen.source}"
     if cv is not None and cv < 0:
         raise ConfigError("--step-cv must be >= 0")
     return Ceilings(input_img_per_s=ceiling, step_cv=cv, source=source)
@@ -255,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
     price = check_price(args.price_per_device_hour)
     got = _inputs(args)
     workload, net, strategy = got.workload, got.net, got.strategy
-    ceilings = _ceilings(args, net, got.cores, got.spread)
+    ceilings = _ceilings(args, net, got.cores, got.spread, got.kind)
     batch = args.batch_size if got.global_batch is None and args.peak_tflops is None else None
     uneven = [n for n in devices if got.global_batch and got.global_batch % n]
     if uneven and args.global_batch is None:  # the reference's global batch, not one given
@@ -301,6 +321,8 @@ class _Inputs:
     net: Network
     cores: int | None
     """The platform's CPU cores per node, where it states them."""
+    kind: str | None
+    """The platform's kind of machine (the default spread of step times), where a platform is known."""
     strategy: Strategy
     spread: tuple[float | None, str]
     """The spread that comes with the compute figure, and where from."""
@@ -313,13 +335,14 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     """The workload with the command line's adjustments, the network, the strategy and the global batch, each
     from the command line, else, with --from-reference, from the reference's own setting where dlscale documents
     it (its strategy, platform and global batch)."""
-    figure = inputs.reference_figure(args.from_reference) if _source(args) == "--from-reference" else None
-    own = anchor.own_setting(figure) if figure else None
-    net, cores = _network(args, own)
+    figure = _figure(args) if _source(args) == "--from-reference" else None
+    known = CASES + (cases.file_cases(str(args.reference_file), strict=False) if args.reference_file else ())
+    own = anchor.own_setting(figure, known) if figure else None
+    net, cores, kind = _network(args, own)
     strategy = _strategy(args, own)
     notes = anchor.setting_notes(figure, own, net, strategy)
     setting = own or Setting(strategy, net, args.grad_bytes or (figure.grad_bytes if figure else 4),
-                             "the command's (dlscale documents none of this reference)", documented=False)
+                             "the command's (dlscale documents none of this reference)", documented=False, kind=kind)
     workload, spread, spread_source, said = _workload(args, figure, setting)
     if args.grad_bytes:
         workload = replace(workload, grad_bytes_per_element=args.grad_bytes)
@@ -337,7 +360,16 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
         global_batch = figure.global_batch
         notes["scaling"] = (f"strong scaling at the reference's global batch {global_batch}, which every point of "
                             f"{figure.spec} kept (--batch-size B predicts weak scaling instead)")
-    return _Inputs(workload, net, cores, strategy, (spread, spread_source), global_batch, {**notes, **said})
+    return _Inputs(workload, net, cores, kind, strategy, (spread, spread_source), global_batch, {**notes, **said})
+
+
+def _figure(args: argparse.Namespace) -> inputs.ReferenceFigure:
+    """--from-reference: a rate given as such (rate=...), else a shipped reference or --reference-file's."""
+    if "=" in args.from_reference:
+        figure = inputs.given_figure(args.from_reference)
+        return replace(figure, execution=args.execution or figure.execution)
+    figure = inputs.reference_figure(args.from_reference, str(args.reference_file) if args.reference_file else None)
+    return replace(figure, execution=args.execution) if args.execution else figure
 
 
 def _header(title: str, workload: Workload, net: Network, strategy: Strategy, ceilings: Ceilings) -> list[str]:
@@ -359,21 +391,31 @@ def _header(title: str, workload: Workload, net: Network, strategy: Strategy, ce
     lines += [f"  {key}: {text}" for key, text in ceilings.source.items()]
     if not ceilings.step_cv:
         lines.append("  stragglers: TAKEN AS ZERO: no spread of step times given (--stragglers-from DIR: a dlscale "
-                     "bench run's; --step-cv X), so every step is predicted as fast as one device's alone")
+                     "bench run's; --step-cv X) and no platform whose kind of machine gives a default (--platform), "
+                     "so every step is predicted as fast as one device's alone")
     return lines
 
 
 def _validate(args: argparse.Namespace) -> int:
-    rows, texts = validate.validate_references()
+    extra = cases.file_cases(str(args.reference_file)) if args.reference_file else ()
+    rows, texts = validate.validate_references(CASES + extra)
     print("Published scaling points, predicted from each system's smallest published figure and documented hardware")
     print("(docs/prediction.md; error = predicted / published - 1; parameters from: the published points that fed a")
     print("parameter of the prediction, never the point itself)\n")
     print("\n".join(validate.format_rows(rows)))
-    every = validate.statistics_of(rows)
-    print(f"\nAll {every['points']} points: median |error| {100 * every['median_abs_error']:.1f}% (goal <= 10%), "
-          f"max {100 * every['max_abs_error']:.1f}% ({every['worst']}; goal <= 25%), {every['within_25pct']} of "
+    shipped = [r for r in rows if r.case.path is None]
+    every = validate.statistics_of(shipped)
+    print(f"\nAll {every['points']} shipped points: median |error| {100 * every['median_abs_error']:.1f}% (goal <= "
+          f"10%), max {100 * every['max_abs_error']:.1f}% ({every['worst']}; goal <= 25%), {every['within_25pct']} of "
           f"{every['points']} within 25%")
-    for name, reason in validate.NOT_PREDICTED.items():
+    if extra:
+        own = validate.statistics_of([r for r in rows if r.case.path is not None])
+        print(f"Your {own['points']} points ({args.reference_file}): median |error| "
+              f"{100 * own['median_abs_error']:.1f}%, max {100 * own['max_abs_error']:.1f}% ({own['worst']}), "
+              f"{own['within_25pct']} of {own['points']} within 25%")
+    print("\nErrors per class of machine (references/platforms.json's class):")
+    print("\n".join(validate.format_classes(rows)))
+    for name, reason in cases.NOT_PREDICTED.items():
         print(f"Not predicted: {name}: {reason}")
     print("\nInputs:")
     for key, text in texts.items():
@@ -391,8 +433,10 @@ def _validate(args: argparse.Namespace) -> int:
                   f"({100 * r.error_with_stragglers:+.1f}%); {r.inputs}")
     if args.json:
         write_json_file(args.json, {
-            "kind": "predict_validation", "all": every,
+            "kind": "predict_validation", "all": every, "classes": validate.statistics_per_class(shipped),
+            "file": validate.statistics_of([r for r in rows if r.case.path is not None]) if extra else None,
             "rows": [{"group": r.case.group, "reference": r.case.reference, "series": r.case.series,
+                      "class": validate.machine_class(r), "rate": r.case.rate,
                       "devices": r.devices, "metric": r.metric, "published": r.published, "predicted": r.predicted,
                       "error": r.error, "limit": r.limit, "bound": r.bound,
                       "fed_by": [{"parameter": k, "point": v} for k, v in r.fed_by]} for r in rows],

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from dlscale.predict.cases import CASES, Case
 from dlscale.predict.compute import UNKNOWN_FIXED, Fixed
 from dlscale.predict.inputs import PublishedStep, ReferenceFigure
 from dlscale.predict.model import Ceilings, Point, Strategy, Workload, compute_for_step, predict_point
 from dlscale.predict.network import Network
 from dlscale.predict.platforms import platform
-from dlscale.predict.validate import CASES, Case
 
 
 @dataclass(frozen=True)
@@ -36,23 +36,26 @@ class Setting:
     """Where the setting comes from, in words."""
     cores_per_node: int | None = None
     """The platform's CPU cores per node, where it states them."""
+    kind: str | None = None
+    """The platform's kind of machine (its default spread of step times)."""
     documented: bool = True
     """False: the command's setting, taken for the reference's (none is documented)."""
 
 
-def documented_case(figure: ReferenceFigure) -> Case | None:
+def documented_case(figure: ReferenceFigure, cases: tuple[Case, ...] = CASES) -> Case | None:
     """The validation's case of the figure's series: its own, else one that takes its compute from it with the
-    strategy the series states (BlueFog's sample: BlueFog's case, not Horovod's)."""
+    strategy the series states (BlueFog's sample: BlueFog's case, not Horovod's). `cases`: the shipped ones and
+    a reference file's."""
     name, series = figure.spec.split(":")
-    cases = [c for c in CASES if c.reference == name and series in (c.series, c.input_series)]
+    cases = [c for c in cases if c.reference == name and series in (c.series, c.input_series)]
     stated = figure.series.meta.get("dist_optimizer")
     fitting = [c for c in cases if stated is None or c.strategy.name == stated]
     own = [c for c in fitting if c.series == series]
     return (own or fitting or [None])[0]
 
 
-def own_setting(figure: ReferenceFigure) -> Setting | None:
-    case = documented_case(figure)
+def own_setting(figure: ReferenceFigure, cases: tuple[Case, ...] = CASES) -> Setting | None:
+    case = documented_case(figure, cases)
     if case is None:
         return None
     chosen = platform(case.platform)
@@ -60,7 +63,7 @@ def own_setting(figure: ReferenceFigure) -> Setting | None:
     if case.devices_per_node:
         net = replace(net, devices_per_node=case.devices_per_node)
     return Setting(case.strategy, net, case.grad_bytes, f"{case.platform}; {case.software} (predict/validate.py's "
-                   f"case {case.reference}:{case.series})", chosen.value("cpu_cores_per_node"))
+                   f"case {case.reference}:{case.series})", chosen.value("cpu_cores_per_node"), kind=chosen.kind)
 
 
 @dataclass(frozen=True)

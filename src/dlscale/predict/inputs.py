@@ -20,7 +20,7 @@ from dlscale.predict.fixed import execution_of
 from dlscale.predict.layers import forward_macs, model_parameters
 from dlscale.predict.model import GradSpec, Workload, workload_for_model
 from dlscale.predict.network import Level, Network
-from dlscale.report.references import RefSeries, named_series
+from dlscale.report.references import RefSeries, load_reference, named_series
 from dlscale.rundir import read_comm_run, read_run, read_summary
 
 BACKWARD_FORWARD_RATIO = 2.0
@@ -176,11 +176,14 @@ class ReferenceFigure:
                                   grad_bytes_per_element=grad_bytes or self.grad_bytes, source=step_time.source)
 
 
-def reference_figure(spec: str) -> ReferenceFigure:
-    """NAME[:SERIES] of a shipped reference (without SERIES: its first series that publishes images/s, a
-    sample's where it has no scaling series)."""
+def reference_figure(spec: str, file: str | None = None) -> ReferenceFigure:
+    """NAME[:SERIES] of a shipped reference, or of the reference file `file` when NAME is its name (without
+    SERIES: its first series that publishes images/s, a sample's where it has no scaling series)."""
+    name, _, series_id = spec.partition(":")
+    if file is not None and load_reference(file).name == name:
+        spec = f"{file}:{series_id}" if series_id else file
     ref, series, _ = named_series(spec)
-    name = spec.partition(":")[0]
+    name = ref.name
     points = sorted((p for p in series.points if series.value(p, "img_per_s") and p.get("devices")),
                     key=lambda p: p["devices"])
     if not points:
@@ -202,6 +205,53 @@ def reference_figure(spec: str) -> ReferenceFigure:
     return ReferenceFigure(f"{name}:{series.id}", series, steps, device, text, ref.source_text(series),
                            reference_spread(series, first)[0], _grad_bytes(series.meta.get("precision")),
                            series.meta.get("precision"), execution_of(ref.recipe_of(series)))
+
+
+GIVEN = {"rate": "images/s of all the devices together (> 0)", "devices": "how many devices (a whole number >= 1)",
+         "batch": "images per device per step (a whole number >= 1)", "nodes": "how many nodes (a whole number >= 1)",
+         "device": "the device, as the peak table names it (H100, A100, V100-SXM2, MI300X)",
+         "precision": "amp_bf16, amp_fp16, tf32 or fp32", "execution": "eager, compiled or cuda-graphs"}
+"""The fields of a figure given on the command line (--from-reference rate=...,devices=...,batch=...)."""
+
+
+def given_figure(text: str) -> ReferenceFigure:
+    """A published or measured rate given as such: rate=IMG_PER_S,devices=N,batch=B[,nodes=M][,device=D]
+    [,precision=P][,execution=E], anchored in the command's setting as a shipped reference is in its own."""
+    fields = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or key.strip() not in GIVEN:
+            raise ConfigError(f"--from-reference {text!r}: {part.strip()!r} is not KEY=VALUE with a key of "
+                              f"{', '.join(GIVEN)}")
+        fields[key.strip()] = value.strip()
+    missing = [key for key in ("rate", "devices", "batch") if key not in fields]
+    if missing:
+        wanted = "; ".join(GIVEN[k] for k in missing)
+        raise ConfigError(f"--from-reference {text!r} needs {', '.join(missing)} ({wanted})")
+    rate = _given_number(fields, "rate", float)
+    devices, batch = _given_number(fields, "devices", int), _given_number(fields, "batch", int)
+    nodes = _given_number(fields, "nodes", int) if "nodes" in fields else None
+    execution = fields.get("execution", "eager")
+    if execution not in ("eager", "compiled", "cuda-graphs"):
+        raise ConfigError(f"--from-reference {text!r}: execution={execution!r}: {GIVEN['execution']}")
+    point = {"devices": devices, "nodes": nodes, "batch_per_device": batch, "img_per_s": rate}
+    meta = {"device": fields.get("device"), "precision": fields.get("precision"), "batch_per_device": batch}
+    series = RefSeries("given", "point", "given on the command line", "scaling", (point,), meta)
+    step = PublishedStep(batch, devices, nodes, batch * devices / rate)
+    said = (f"given on the command line: {rate:,.1f} img/s at {devices} device(s) of batch {batch}"
+            + (" (its own communication included)" if devices > 1 else ""))
+    return ReferenceFigure("given:point", series, (step,), fields.get("device") or "", said, "the command line",
+                           None, 4, fields.get("precision"), execution)
+
+
+def _given_number(fields: dict, key: str, kind: type) -> int | float:
+    try:
+        value = kind(fields[key])
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value <= 0 or value > (1e12 if kind is float else 2**24):
+        raise ConfigError(f"--from-reference: {key}={fields[key]!r}: {GIVEN[key]}")
+    return value
 
 
 def workload_from_reference(spec: str, *, model: str = "resnet50",

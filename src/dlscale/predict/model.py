@@ -137,12 +137,17 @@ class Strategy:
     topology: str = "exp2"
     schedule: str = "one_peer"
     """static, one_peer or inner_outer (graphs.py)."""
+    norm_group: int = 1
+    """Devices whose BatchNorm statistics are reduced together (MXNet's BN_GROUP, a SyncBatchNorm group inside a
+    node); 1: each device's own."""
 
     def __post_init__(self) -> None:
         if self.name not in STRATEGIES:
             raise ConfigError(f"unknown strategy {self.name!r}; choose one of {', '.join(STRATEGIES)}")
         if self.overlap not in OVERLAPS:
             raise ConfigError(f"unknown overlap {self.overlap!r}; choose one of {', '.join(OVERLAPS)}")
+        if isinstance(self.norm_group, bool) or not isinstance(self.norm_group, int) or self.norm_group < 1:
+            raise ConfigError(f"a BatchNorm group is a whole number of devices >= 1, got {self.norm_group!r}")
 
     def describe(self) -> str:
         if self.name in ("allreduce", "gradient_allreduce"):
@@ -319,6 +324,17 @@ def _exchange_comm(n: int, size: int, strategy: Strategy, net: Network) -> float
     return total
 
 
+def norm_group_time(workload: Workload, strategy: Strategy, net: Network, n: int) -> float:
+    """BatchNorm over groups of devices: each normalisation layer reduces its statistics (a sum and a sum of
+    squares per channel, fp32) across its group before it can go on, forward and backward: an allreduce inside
+    the node per layer and pass, on the step's critical path (the group's devices share a node)."""
+    group = min(strategy.norm_group, net.per_node(n))
+    if group < 2:
+        return 0.0
+    channels = [p.numel for p in model_parameters(workload.model) if p.norm and p.name.endswith(".weight")]
+    return sum(2 * allreduce_time(net, 2 * 4 * c, group) for c in channels)
+
+
 def waited_on(n: int, strategy: Strategy, net: Network) -> int:
     """How many devices' steps one step waits for: all of them for an allreduce; itself and its
     in-neighbours for a neighbour exchange (as many as it sends to, in these graphs); for the hierarchical
@@ -345,6 +361,8 @@ def predict_point(n: int, workload: Workload, strategy: Strategy, net: Network, 
     if not free_core:  # every core computes: communication cannot hide under backward
         strategy = replace(strategy, overlap="none")
     comm, exposed = _comm(n, workload, strategy, net, fwd, bwd)
+    grouped = norm_group_time(workload, strategy, net, n)
+    comm, exposed = comm + grouped, exposed + grouped
     stragglers = (ceilings.step_cv or 0.0) * compute * expected_max_standard_normal(waited_on(n, strategy, net))
     waiting = ceilings.epoch_start.per_step_s(n, batch) if ceilings.epoch_start else 0.0
     step = compute + exposed + stragglers + waiting

@@ -44,6 +44,8 @@ class Platform:
     """dedicated or cloud-tcp: the default spread of step times (predict/spread.py)."""
     transport: str = "ib"
     """ib, roce or tcp: the fabric between nodes."""
+    machine_class: str = ""
+    """The class of machine the validation reports errors per: its nodes and their fabric."""
 
     def value(self, name: str):
         return self.figures[name]["value"]
@@ -113,7 +115,8 @@ def platforms() -> dict[str, Platform]:
             if missing or (figure["value"] is not None and not figure["source"]):
                 raise ConfigError(f"platforms.json: {raw['id']}.{name} cites no known source ({missing})")
         out[raw["id"]] = Platform(raw["id"], raw["label"], raw["device"], raw["figures"], data["constants"],
-                                  tuple(raw.get("notes", ())), raw["intra"], raw["kind"], raw["transport"])
+                                  tuple(raw.get("notes", ())), raw["intra"], raw["kind"], raw["transport"],
+                                  raw["class"])
     return out
 
 
