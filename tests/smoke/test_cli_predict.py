@@ -147,7 +147,7 @@ def test_validate_predicts_every_shipped_scaling_point(tmp_path):
     for row in rows:
         own = f"{row['reference']}:{row['series']}@{row['devices']}"
         assert row["fed_by"] and own not in {f["point"] for f in row["fed_by"]}
-    for word in (f"All {len(rows)} points", "median |error|", "parameters from", "Inputs:", "hal:feb",
+    for word in (f"All {len(rows)} shipped points", "median |error|", "parameters from", "Inputs:", "hal:feb",
                  "mlperf:h100_strong", "mlperf_scale:dgxa100_v20"):
         assert word in out.stdout
     print("\n".join(out.stdout.splitlines()[:60]))
