@@ -26,6 +26,7 @@ from dlscale.predict import anchor, cases, caveats, inputs, output, sweeps, vali
 from dlscale.predict.anchor import Setting
 from dlscale.predict.cases import CASES
 from dlscale.predict.compute import Fixed, with_fixed
+from dlscale.predict.endtoend import Schedule
 from dlscale.predict.fixed import EXECUTIONS
 from dlscale.predict.graphs import SCHEDULES, TOPOLOGIES
 from dlscale.predict.model import OVERLAPS, STRATEGIES, Ceilings, Strategy, Workload, predict
@@ -108,6 +109,9 @@ def add_parser(subparsers) -> None:
     strategy.add_argument("--overlap", choices=OVERLAPS, default=None,
                           help="backward: DDP buckets under backward; none: after it; step: under forward and "
                                "backward (default: dlscale's own: backward for allreduce, none otherwise)")
+    strategy.add_argument("--bn-group", type=numbers.BN_GROUP, default=1,
+                          help="devices whose BatchNorm statistics are reduced together, forward and backward (MXNet's "
+                               "BN_GROUP, a SyncBatchNorm group inside a node); 1: each device's own")
     strategy.add_argument("--bucket-cap-mb", type=numbers.MEBIBYTES, default=25.0, help="DDP bucket size in MiB")
     strategy.add_argument("--topology", choices=TOPOLOGIES, default="exp2", help="neighbour graph")
     strategy.add_argument("--disable-dynamic-topology", action="store_true",
@@ -128,6 +132,13 @@ def add_parser(subparsers) -> None:
                           help="a dlscale bench run whose per-rank step spread sets the stragglers term")
     ceilings.add_argument("--step-cv", type=numbers.SPREAD, default=None,
                           help="the spread (std / mean) of a step, given")
+    rates = p.add_argument_group("end-to-end rate (optional): with --epochs, the time to train beside the step rate")
+    rates.add_argument("--epochs", type=numbers.EPOCHS, default=None,
+                       help="epochs of the run to accuracy (MLPerf's ResNet-50: 35 to 90)")
+    rates.add_argument("--eval-every", type=numbers.EPOCHS, default=1.0,
+                       help="epochs between two evaluations of the 50,000 validation images")
+    rates.add_argument("--startup-s", type=numbers.SECONDS_OR_ZERO, default=None,
+                       help="seconds before the first step (default: unknown, taken as zero and said)")
     p.add_argument("--price-per-device-hour", type=numbers.PRICE, default=None, metavar="PRICE",
                    help="what one device costs for one hour: adds the cost of an ImageNet epoch at each count")
     p.add_argument("--validate", action="store_true", help="predict every shipped published scaling point")
@@ -203,7 +214,8 @@ def _network(args: argparse.Namespace, own: Setting | None) -> tuple[Network, in
 
 
 STRATEGY_DEFAULTS = {"dist_optimizer": None, "algorithm": "auto", "overlap": None, "bucket_cap_mb": 25.0,
-                     "topology": "exp2", "disable_dynamic_topology": False, "schedule": None, "fusion_cycle_ms": None}
+                     "topology": "exp2", "disable_dynamic_topology": False, "schedule": None, "fusion_cycle_ms": None,
+                     "bn_group": 1}
 
 
 def _strategy(args: argparse.Namespace, own: Setting | None) -> Strategy:
@@ -226,7 +238,8 @@ def _given_strategy(args: argparse.Namespace) -> Strategy:
     schedule = args.schedule or ("static" if args.disable_dynamic_topology else "one_peer")
     return Strategy(name, algorithm=args.algorithm, overlap=overlap,
                     bucket_cap_bytes=int(args.bucket_cap_mb * MIB), topology=args.topology, schedule=schedule,
-                    fusion_cycle_s=args.fusion_cycle_ms / 1e3 if args.fusion_cycle_ms else None)
+                    fusion_cycle_s=args.fusion_cycle_ms / 1e3 if args.fusion_cycle_ms else None,
+                    norm_group=args.bn_group)
 
 
 def _ceilings(args: argparse.Namespace, net: Network, cores: int | None, spread: tuple[float | None, str],
@@ -287,16 +300,21 @@ def run(args: argparse.Namespace) -> int:
     mode = (f"strong scaling, global batch {got.global_batch}" if got.global_batch
             else f"weak scaling, batch {points[0].batch_per_device} per device")
     title = f"{workload.model}, {mode}, {strategy.name} on {net.name}"
+    schedule = Schedule(args.epochs, args.eval_every, args.startup_s) if args.epochs else None
+    rates = (f"  rates: img/s is the step rate (training steps alone); the end-to-end rate: {schedule.describe()}"
+             if schedule else "  rates: img/s is the step rate (training steps alone: no start-up, no evaluation; "
+                              "--epochs adds the time to train and the end-to-end rate)")
     print("\n".join([*_header(title, workload, net, strategy, ceilings), *(f"  {k}: {t}" for k, t in notes.items()),
-                     f"  efficiency: {output.efficiency_basis(points)}", "", *output.table(points, price)]), flush=True)
+                     f"  efficiency: {output.efficiency_basis(points)}", rates, "",
+                     *output.table(points, price, schedule)]), flush=True)
     settings = {"model": workload.model, "title": title, "devices": devices, "global_batch": got.global_batch,
                 "strategy": asdict(strategy), "network_name": net.name, "network": asdict(net)}
     step = workload.step_time
     compute_inputs = {"compute": workload.source, "step_time": "; ".join(step.describe()),
                       "fixed_part_ms": 1e3 * step.fixed_s, "per_image_ms": 1e3 * step.per_image_s,
                       "fixed_part_known": step.fixed_known, "fixed_part_source": step.fixed_source}
-    result = output.summary(points, settings, {**compute_inputs, "network": net.source, **ceilings.source, **notes},
-                            price)
+    result = output.summary(points, settings, {**compute_inputs, "network": net.source, **ceilings.source, **notes,
+                                               "rates": rates.strip()}, price, schedule)
     if args.json:
         write_summary_file(args.json, result)
     if not args.no_run_dir:
@@ -413,6 +431,14 @@ def _validate(args: argparse.Namespace) -> int:
         print(f"Your {own['points']} points ({args.reference_file}): median |error| "
               f"{100 * own['median_abs_error']:.1f}%, max {100 * own['max_abs_error']:.1f}% ({own['worst']}), "
               f"{own['within_25pct']} of {own['points']} within 25%")
+    timed = validate.end_to_end_rows(shipped)
+    if timed:
+        errors = sorted(abs(predicted / published - 1) for _, published, predicted in timed)
+        print(f"\nTime to train (end-to-end, MLPerf's run_start to run_stop) of the {len(timed)} predicted MLPerf points "
+              "that publish one: the step rate above for their epochs plus an evaluation every 4 epochs (a third of a "
+              "step per image), no start-up: not in the goals (the rows above are step rates); median |error| "
+              f"{100 * errors[len(errors) // 2]:.1f}%")
+        print("\n".join(validate.format_end_to_end(timed)))
     print("\nErrors per class of machine (references/platforms.json's class):")
     print("\n".join(validate.format_classes(rows)))
     for name, reason in cases.NOT_PREDICTED.items():

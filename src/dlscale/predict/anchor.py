@@ -114,7 +114,9 @@ def _compute_step(figure: ReferenceFigure, published: PublishedStep, setting: Se
         # Only t(batch) matters at the published batch: no fixed part is needed to evaluate it.
         work = figure.workload([(published.batch, compute_s)], model=model, fixed=UNKNOWN_FIXED,
                                grad_bytes=setting.grad_bytes)
-        return predict_point(published.devices, work, setting.strategy, net, ceilings, batch=published.batch)
+        strategy = replace(setting.strategy, algorithm=published.algorithm or setting.strategy.algorithm,
+                           norm_group=published.bn_group)
+        return predict_point(published.devices, work, strategy, net, ceilings, batch=published.batch)
 
     return compute_for_step(published.step_s, point)
 

@@ -125,6 +125,10 @@ class PublishedStep:
     nodes: int | None
     step_s: float
     """batch x devices / the published img/s: one device's step, with its run's own communication and waits."""
+    algorithm: str | None = None
+    """The allreduce algorithm the point's run used where it differs from its series' (SHARP at scale)."""
+    bn_group: int = 1
+    """Devices per BatchNorm group in the point's run."""
 
 
 @dataclass(frozen=True)
@@ -195,8 +199,8 @@ def reference_figure(spec: str, file: str | None = None) -> ReferenceFigure:
     per_batch: dict[int, dict] = {}
     for p in points:
         per_batch.setdefault(int(p.get("batch_per_device") or batch), p)
-    steps = tuple(PublishedStep(b, p["devices"], p.get("nodes"), b * p["devices"] / series.value(p, "img_per_s"))
-                  for b, p in per_batch.items())
+    steps = tuple(PublishedStep(b, p["devices"], p.get("nodes"), b * p["devices"] / series.value(p, "img_per_s"),
+                                p.get("algorithm"), int(p.get("bn_group") or 1)) for b, p in per_batch.items())
     rate = series.value(first, "img_per_s") / first["devices"]
     note = "" if first["devices"] == 1 else " (its own communication included)"
     text = (f"published: {series.label}, {rate:.1f} img/s per device at {first['devices']} device(s){note}, "

@@ -156,7 +156,8 @@ class Strategy:
             cap = f"{self.bucket_cap_bytes / (1 << 20):g} MiB"
             buckets = f"fused every {1e3 * self.fusion_cycle_s:g} ms up to {cap}" if self.fusion_cycle_s else \
                 f"{cap} buckets"
-            return f"{self.name}, {self.algorithm} algorithm, {buckets}, {where[self.overlap]}"
+            grouped = f", BatchNorm over groups of {self.norm_group}" if self.norm_group > 1 else ""
+            return f"{self.name}, {self.algorithm} algorithm, {buckets}, {where[self.overlap]}{grouped}"
         return f"{self.name} on {self.topology}, {self.schedule} exchange, overlap {self.overlap}"
 
     def communicates_as(self, other: Strategy) -> bool:

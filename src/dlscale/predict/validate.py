@@ -29,6 +29,7 @@ from dlscale.predict.cases import (
     case_reference,
 )
 from dlscale.predict.compute import Fixed, fit_fixed_per_image, fixed_for_device, from_one_point, from_points
+from dlscale.predict.endtoend import Schedule, end_to_end
 from dlscale.predict.fixed import device_key, execution_of
 from dlscale.predict.inputs import reference_spread
 from dlscale.predict.model import (
@@ -43,6 +44,7 @@ from dlscale.predict.model import (
     workload_for_model,
 )
 from dlscale.predict.network import Network
+from dlscale.predict.output import duration
 from dlscale.predict.platforms import platform
 from dlscale.predict.spread import default_spread
 from dlscale.report.references import RefSeries, load_reference
@@ -60,6 +62,9 @@ class Row:
     fed_by: tuple[tuple[str, str], ...] = ()
     """(parameter, published point reference:series@devices) for every point that fed a parameter of this
     prediction."""
+    point: Point | None = None
+    """The predicted point (its step, compute and rate), for the end-to-end time where the source gives one."""
+    published_point: dict | None = None
 
     @property
     def fed_points(self) -> set[str]:
@@ -311,7 +316,7 @@ def run_case(case: Case) -> tuple[list[Row], str]:
                             predicted.limit, point.get("bound", ""), fed_by))
         elif series.value(point, "img_per_s") is not None:
             rows.append(Row(case, n, "img/s", series.value(point, "img_per_s"), predicted.img_per_s_total,
-                            predicted.limit, fed_by=fed_by))
+                            predicted.limit, fed_by=fed_by, point=predicted, published_point=point))
         elif "speedup" in point and n != base_point["devices"]:
             base = predict_point(base_point["devices"], workload, case.strategy, net, terms.ceilings, batch=batch)
             rows.append(Row(case, n, "speedup", point["speedup"], predicted.img_per_s_total / base.img_per_s_total,
@@ -371,4 +376,33 @@ def format_classes(rows: Sequence[Row]) -> list[str]:
         median, worst = 100 * stats["median_abs_error"], 100 * stats["max_abs_error"]
         lines.append(f"  {name:<42} {stats['points']:>3} points, median |error| {median:4.1f}%, max {worst:4.1f}% "
                      f"({stats['worst']}), {stats['within_25pct']} within 25%")
+    return lines
+
+
+MLPERF_EVAL_EVERY = 4
+"""MLPerf's ResNet-50 evaluates every 4 epochs (EVAL_PERIOD="4" in every configuration of
+references/mlperf_scale.json's series)."""
+
+
+def end_to_end_rows(rows: Sequence[Row]) -> list[tuple[Row, float, float]]:
+    """(row, published time to train, predicted) for every row whose point publishes a time to train and its
+    epochs: the predicted step rate for the epochs plus the evaluations (predict/endtoend.py), no start-up (MLPerf's
+    clock starts after initialisation). Not part of the goals: the shipped rates are step rates."""
+    found = []
+    for row in rows:
+        published = row.published_point or {}
+        if row.point is None or not published.get("train_time_s") or not published.get("epochs"):
+            continue
+        schedule = Schedule(float(published["epochs"]), MLPERF_EVAL_EVERY, 0.0)
+        found.append((row, float(published["train_time_s"]), end_to_end(schedule, row.point).time_to_train_s))
+    return found
+
+
+def format_end_to_end(found: Sequence[tuple[Row, float, float]]) -> list[str]:
+    lines = [f"{'series':<36} {'devices':>7} {'epochs':>6} {'published':>10} {'predicted':>10} {'error':>7}  "
+             "step rate's error"]
+    for row, published, predicted in found:
+        lines.append(f"{row.case.reference + ':' + row.case.series:<36} {row.devices:>7} "
+                     f"{row.published_point['epochs']:>6g} {duration(published):>10} {duration(predicted):>10} "
+                     f"{100 * (predicted / published - 1):>+6.1f}%  {100 * row.error:+.1f}%")
     return lines
