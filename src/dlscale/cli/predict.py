@@ -434,10 +434,10 @@ def _validate(args: argparse.Namespace) -> int:
     timed = validate.end_to_end_rows(shipped)
     if timed:
         errors = sorted(abs(predicted / published - 1) for _, published, predicted in timed)
-        print(f"\nTime to train (end-to-end, MLPerf's run_start to run_stop) of the {len(timed)} predicted MLPerf points "
-              "that publish one: the step rate above for their epochs plus an evaluation every 4 epochs (a third of a "
-              "step per image), no start-up: not in the goals (the rows above are step rates); median |error| "
-              f"{100 * errors[len(errors) // 2]:.1f}%")
+        print(f"\nTime to train (end-to-end, MLPerf's run_start to run_stop) of the {len(timed)} predicted MLPerf "
+              "points that publish one: the step rate above for their epochs plus an evaluation every 4 epochs (a "
+              "third of a step per image), no start-up: not in the goals (the rows above are step rates); median "
+              f"|error| {100 * errors[len(errors) // 2]:.1f}%")
         print("\n".join(validate.format_end_to_end(timed)))
     print("\nErrors per class of machine (references/platforms.json's class):")
     print("\n".join(validate.format_classes(rows)))
