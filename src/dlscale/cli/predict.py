@@ -22,7 +22,7 @@ from dlscale.metrics.cost import check_price
 from dlscale.metrics.hardware import PEAK_TFLOPS
 from dlscale.metrics.tracking import numbers as figures
 from dlscale.metrics.tracking import track_finished
-from dlscale.predict import anchor, cases, caveats, inputs, output, sweeps, validate
+from dlscale.predict import anchor, cases, caveats, inputs, output, scorecard, sweeps, validate
 from dlscale.predict.anchor import Setting
 from dlscale.predict.cases import CASES
 from dlscale.predict.compute import Fixed, with_fixed
@@ -417,35 +417,7 @@ def _header(title: str, workload: Workload, net: Network, strategy: Strategy, ce
 def _validate(args: argparse.Namespace) -> int:
     extra = cases.file_cases(str(args.reference_file)) if args.reference_file else ()
     rows, texts = validate.validate_references(CASES + extra)
-    print("Published scaling points, predicted from each system's smallest published figure and documented hardware")
-    print("(docs/prediction.md; error = predicted / published - 1; parameters from: the published points that fed a")
-    print("parameter of the prediction, never the point itself)\n")
-    print("\n".join(validate.format_rows(rows)))
-    shipped = [r for r in rows if r.case.path is None]
-    every = validate.statistics_of(shipped)
-    print(f"\nAll {every['points']} shipped points: median |error| {100 * every['median_abs_error']:.1f}% (goal <= "
-          f"10%), max {100 * every['max_abs_error']:.1f}% ({every['worst']}; goal <= 25%), {every['within_25pct']} of "
-          f"{every['points']} within 25%")
-    if extra:
-        own = validate.statistics_of([r for r in rows if r.case.path is not None])
-        print(f"Your {own['points']} points ({args.reference_file}): median |error| "
-              f"{100 * own['median_abs_error']:.1f}%, max {100 * own['max_abs_error']:.1f}% ({own['worst']}), "
-              f"{own['within_25pct']} of {own['points']} within 25%")
-    timed = validate.end_to_end_rows(shipped)
-    if timed:
-        errors = sorted(abs(predicted / published - 1) for _, published, predicted in timed)
-        print(f"\nTime to train (end-to-end, MLPerf's run_start to run_stop) of the {len(timed)} predicted MLPerf "
-              "points that publish one: the step rate above for their epochs plus an evaluation every 4 epochs (a "
-              "third of a step per image), no start-up: not in the goals (the rows above are step rates); median "
-              f"|error| {100 * errors[len(errors) // 2]:.1f}%")
-        print("\n".join(validate.format_end_to_end(timed)))
-    print("\nErrors per class of machine (references/platforms.json's class):")
-    print("\n".join(validate.format_classes(rows)))
-    for name, reason in cases.NOT_PREDICTED.items():
-        print(f"Not predicted: {name}: {reason}")
-    print("\nInputs:")
-    for key, text in texts.items():
-        print(f"  {key}: {text}")
+    print("\n".join(scorecard.lines(rows, texts, args.reference_file)))
     sweep_rows = []
     if args.sweep:
         if args.comm_run is None:
@@ -459,14 +431,7 @@ def _validate(args: argparse.Namespace) -> int:
                   f"({100 * r.error_with_stragglers:+.1f}%); {r.inputs}")
     if args.json:
         write_json_file(args.json, {
-            "kind": "predict_validation", "all": every, "classes": validate.statistics_per_class(shipped),
-            "file": validate.statistics_of([r for r in rows if r.case.path is not None]) if extra else None,
-            "rows": [{"group": r.case.group, "reference": r.case.reference, "series": r.case.series,
-                      "class": validate.machine_class(r), "rate": r.case.rate,
-                      "devices": r.devices, "metric": r.metric, "published": r.published, "predicted": r.predicted,
-                      "error": r.error, "limit": r.limit, "bound": r.bound,
-                      "fed_by": [{"parameter": k, "point": v} for k, v in r.fed_by]} for r in rows],
-            "inputs": texts,
+            **scorecard.as_json(rows, texts),
             "sweeps": [{**asdict(r), "error": r.error, "error_with_stragglers": r.error_with_stragglers}
                        for r in sweep_rows]})
     return 0
