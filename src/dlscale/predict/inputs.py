@@ -16,7 +16,7 @@ from pathlib import Path
 from dlscale.errors import ConfigError
 from dlscale.metrics.hardware import PEAK_TFLOPS
 from dlscale.predict.compute import Fixed, fixed_for_device, from_one_point, from_points
-from dlscale.predict.fixed import execution_of
+from dlscale.predict.fixed import device_key, execution_of
 from dlscale.predict.layers import forward_macs, model_parameters
 from dlscale.predict.model import GradSpec, Workload, workload_for_model
 from dlscale.predict.network import Level, Network
@@ -235,6 +235,9 @@ def given_figure(text: str) -> ReferenceFigure:
     rate = _given_number(fields, "rate", float)
     devices, batch = _given_number(fields, "devices", int), _given_number(fields, "batch", int)
     nodes = _given_number(fields, "nodes", int) if "nodes" in fields else None
+    if fields.get("device") and device_key(fields["device"]) is None:
+        raise ConfigError(f"--from-reference: device={fields['device']!r} is not a device dlscale knows the peak and "
+                          f"memory bandwidth of; give one of {', '.join(PEAK_TFLOPS)}, or leave device out")
     execution = fields.get("execution", "eager")
     if execution not in ("eager", "compiled", "cuda-graphs"):
         raise ConfigError(f"--from-reference {text!r}: execution={execution!r}: {GIVEN['execution']}")

@@ -378,6 +378,8 @@ def predict_point(n: int, workload: Workload, strategy: Strategy, net: Network, 
     limit = _limit(batch / min(batch * reference, compute), rate, ceiling, losses)
     if limit == "compute" and slowdown > 1 + LIMIT_THRESHOLD:
         limit = "shared CPU cores"
+    if not workload.step_time.fixed_known and batch < workload.batch_per_device:
+        limit += " (t0 unknown)"  # a smaller batch than the figure's would lose what t0 holds: the header's range
     return Point(n, net.nodes(n), batch, 1e3 * compute, 1e3 * comm, 1e3 * exposed, 1e3 * stragglers,
                  1e3 * batch / rate, rate, ceiling, limit, fixed_share=workload.step_time.fixed_share(batch),
                  input_wait_ms=1e3 * waiting)
