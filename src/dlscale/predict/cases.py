@@ -4,6 +4,7 @@ their sources, the terms beyond compute and network). The points themselves are 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from dlscale.errors import ConfigError
@@ -58,7 +59,13 @@ class Case:
 
 def case_reference(case: Case) -> Reference:
     """The reference a case reads: its file (--reference-file), else the shipped one of its name."""
-    return load_reference(case.path or case.reference)
+    return _reference(case.path or case.reference)
+
+
+@functools.lru_cache(maxsize=64)
+def _reference(name_or_path: str) -> Reference:
+    """A reference read (and its shape checked) once per process: the validation asks for each many times."""
+    return load_reference(name_or_path)
 
 
 def _ngc(series: str, device: str) -> Case:

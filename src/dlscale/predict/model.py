@@ -332,8 +332,13 @@ def norm_group_time(workload: Workload, strategy: Strategy, net: Network, n: int
     group = min(strategy.norm_group, net.per_node(n))
     if group < 2:
         return 0.0
-    channels = [p.numel for p in model_parameters(workload.model) if p.norm and p.name.endswith(".weight")]
+    channels = _norm_channels(workload.model)
     return sum(2 * allreduce_time(net, 2 * 4 * c, group) for c in channels)
+
+
+@functools.lru_cache(maxsize=64)
+def _norm_channels(model: str) -> tuple[int, ...]:
+    return tuple(p.numel for p in model_parameters(model) if p.norm and p.name.endswith(".weight"))
 
 
 def waited_on(n: int, strategy: Strategy, net: Network) -> int:

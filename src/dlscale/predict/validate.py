@@ -196,11 +196,11 @@ def anchored_step(case: Case, point: dict, batch: int, step_s: float, terms: Ter
     stragglers and loader start-up: model.compute_for_step), so that the point's own devices give it back;
     as published where the model's additions alone exceed it."""
     strategy, here = point_setting(case, point, net)
+    base = workload_for_model(case.model, batch_per_device=batch, step_s=step_s, grad_bytes_per_element=case.grad_bytes,
+                              image_size=case.image_size, num_classes=case.num_classes)
 
     def at(compute_s: float) -> Point:
-        work = workload_for_model(case.model, batch_per_device=batch, step_time=from_one_point(batch, compute_s),
-                                  grad_bytes_per_element=case.grad_bytes, image_size=case.image_size,
-                                  num_classes=case.num_classes)
+        work = replace(base, step_time=from_one_point(batch, compute_s))
         return predict_point(point["devices"], work, strategy, here, terms.ceilings, batch=batch)
 
     solved = compute_for_step(step_s, at)
