@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dlscale.errors import ConfigError
-from dlscale.predict import compute, inputs, sweeps, validate
+from dlscale.predict import cases, compute, inputs, sweeps, validate
 from dlscale.predict.compute import Fixed, fit_fixed_per_image, from_one_point, from_points
 from dlscale.predict.model import (
     Ceilings,
@@ -195,11 +195,17 @@ def _perturbed(name: str, series_id: str, devices: int):
 def test_changing_a_published_point_does_not_change_its_own_prediction(monkeypatch):
     rows, _ = validate.validate_references()
     for row in rows:
-        monkeypatch.setattr(validate, "load_reference", _perturbed(row.case.reference, row.case.series, row.devices))
+        # every reference the validation reads goes through cases._reference
+        monkeypatch.setattr(cases, "_reference", _perturbed(row.case.reference, row.case.series, row.devices))
         again, _ = validate.run_case(row.case)
         monkeypatch.undo()
         same = next(r for r in again if r.devices == row.devices)
         assert same.predicted == pytest.approx(row.predicted), f"{row.point_id} depends on its own figure"
+    # The perturbation reaches the validation: changing a case's compute input changes its predictions.
+    row = next(r for r in rows if r.case.reference == "mlperf_scale" and r.case.series == "dgxa100_v20")
+    monkeypatch.setattr(cases, "_reference", _perturbed("mlperf_scale", "dgxa100_v20", 8))
+    again, _ = validate.run_case(row.case)
+    assert next(r for r in again if r.devices == row.devices).predicted != pytest.approx(row.predicted)
 
 
 def test_the_fit_would_use_the_other_batch_of_the_series():
