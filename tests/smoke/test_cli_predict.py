@@ -300,7 +300,7 @@ def test_both_rates_and_the_fixed_parts_range(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "time to train" in out.stdout and "img/s end-to-end" in out.stdout
     assert "start-up UNKNOWN, TAKEN AS ZERO (--startup-s)" in out.stdout
-    assert "the fixed parts of ResNet-50 it ships lie between 2.63 and 16.1 ms" in out.stdout
+    assert "the fixed parts of ResNet-50 dlscale ships lie between 2.63 and 16.1 ms" in out.stdout
     points = json.loads((tmp_path / "p.json").read_text())["points"]
     assert all(p["limit"].endswith("(t0 unknown)") for p in points)  # a smaller batch than the figure's
     assert points[1]["img_per_s_end_to_end"] < points[1]["img_per_s_total"]

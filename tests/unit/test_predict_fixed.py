@@ -87,7 +87,7 @@ def test_where_a_fixed_part_comes_from():
     unknown = fixed_for_device("Z900")
     low, high = KNOWN_RANGE_MS
     assert not unknown.known and unknown.kind == "unknown" and unknown.seconds == 0.0
-    assert f"lie between {low:g} and {high:g} ms" in unknown.source
+    assert f"lie between {low:g} and {high:g} ms" in unknown.source and "no peak and memory bandwidth" in unknown.source
     step = compute.from_one_point(256, 0.1, unknown)
     assert "UNKNOWN, TAKEN AS ZERO" in step.describe()[1]
     assert "MODELLED" in compute.from_one_point(256, 0.1, modelled).describe()[1]

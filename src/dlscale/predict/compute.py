@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from dlscale.errors import ConfigError
-from dlscale.predict.fixed import floor
+from dlscale.predict.fixed import device_key, floor
 
 FIXED_KINDS = ("measured", "published", "given", "modelled", "unknown")
 """Where a fixed part comes from, best first: a curve dlscale measured; published figures at two batch sizes or
@@ -203,10 +203,15 @@ def fixed_for_device(device: str | None, precision: str | None = None, execution
         modelled = floor(device, precision, execution, model)
         if modelled is not None:
             return Fixed(modelled.seconds, f"{modelled.describe()}; {what}; {MODEL_CHECK}", kind="modelled")
+    if not device:
+        why = "so its first-principles model has no peak to work from"
+    elif device_key(device) is None:
+        why = f"dlscale knows no peak and memory bandwidth of {device} for its first-principles model"
+    else:
+        why = f"the figure states no precision its model knows ({precision or 'none'})"
     low, high = KNOWN_RANGE_MS
-    why = "" if precision and execution else " (nor its precision and execution, which the model needs)"
-    return Fixed(0.0, f"{what}, and dlscale knows no peak and memory bandwidth of it{why}: the fixed parts of "
-                      f"ResNet-50 it ships lie between {low:g} and {high:g} ms", known=False, kind="unknown")
+    return Fixed(0.0, f"{what}, {why}: the fixed parts of ResNet-50 dlscale ships lie between {low:g} and "
+                      f"{high:g} ms", known=False, kind="unknown")
 
 
 MODEL_CHECK = ("on the H100, whose curve was measured (2.63 ms with CUDA graphs), the model gives 1.61 ms: 61%; "
