@@ -83,7 +83,7 @@ def test_where_a_fixed_part_comes_from():
     modelled = fixed_for_device("A100-SXM4-80GB", "amp_fp16", "cuda-graphs")
     assert modelled.kind == "modelled" and modelled.known
     assert modelled.seconds == pytest.approx(floor("A100-SXM4-80GB", "amp_fp16", "cuda-graphs").seconds)
-    assert "first-principles floor" in modelled.source and "61%" in modelled.source
+    assert "first-principles floor" in modelled.source and "1.61 ms, 61%" in modelled.source
     unknown = fixed_for_device("Z900")
     low, high = KNOWN_RANGE_MS
     assert not unknown.known and unknown.kind == "unknown" and unknown.seconds == 0.0

@@ -214,8 +214,8 @@ def fixed_for_device(device: str | None, precision: str | None = None, execution
                       f"{high:g} ms", known=False, kind="unknown")
 
 
-MODEL_CHECK = ("on the H100, whose curve was measured (2.63 ms with CUDA graphs), the model gives 1.61 ms: 61%; "
-               "the fits to MLPerf's A100 and V100 steps are 1.2 to 2.6 times it")
+MODEL_CHECK = ("a floor: on the H100, whose curve was measured (2.63 ms with CUDA graphs), it gives 1.61 ms, 61% "
+               "(docs/prediction.md#the-fixed-part-of-the-step)")
 """What the first-principles model was checked against (tests/unit/test_predict_fixed.py)."""
 
 
