@@ -137,6 +137,19 @@ def test_shipped_device_curve_gives_the_fixed_part(monkeypatch):
     assert work.compute_s(128) == pytest.approx(3 * MS + (full - 3 * MS) / 2)
 
 
+@pytest.mark.parametrize("device,dtype,tflops", [("H100", "bf16", 989.4), ("V100-SXM2", "fp16", 125.0),
+                                                 ("T4", "fp16", 65.0), ("P40", "fp32", 12.0)])
+def test_a_device_name_takes_the_fastest_peak_it_has(device, dtype, tflops):
+    """--peak-tflops DEVICE: BF16 where the device has it, else FP16 (Volta, Turing), else FP32 (the P40):
+    the same step as the datasheet's number given as such (docs/references.md#nvidia-peak-tflops)."""
+    none = compute.Fixed(0.0, "none", kind="given")
+    named = inputs.workload_from_flops("resnet50", batch=64, peak_tflops=device, mfu=0.4, fixed=none)
+    number = inputs.workload_from_flops("resnet50", batch=64, peak_tflops=tflops, mfu=0.4, fixed=none)
+    assert inputs.device_peak_dtype(device) == dtype
+    assert named.compute_s(64) == pytest.approx(number.compute_s(64))
+    assert f"{device}'s {dtype} peak" in named.source
+
+
 def test_an_unmeasured_device_is_unknown_and_says_so():
     fixed = compute.fixed_for_device("V100 16GB")  # no curve of a V100 ships
     assert not fixed.known and fixed.seconds == 0.0 and "device_steps.json" in fixed.source

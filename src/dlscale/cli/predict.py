@@ -68,7 +68,8 @@ def add_parser(subparsers) -> None:
                               "the run's or the reference's, else eager)")
     compute.add_argument("--peak-tflops", type=numbers.NumberOrName(numbers.PEAK_TFLOPS, PEAK_TFLOPS, "a device"),
                          default=None, metavar="TFLOPS|DEVICE",
-                         help="compute from FLOPs: a peak in TFLOP/s or a device (H100, A100), with --mfu")
+                         help="compute from FLOPs: a peak in TFLOP/s or a device (H100, A100, MI300X: its bf16 "
+                              "peak, else fp16, else fp32), with --mfu")
     compute.add_argument("--mfu", type=numbers.FRACTION, default=None, help="model FLOPs utilisation for --peak-tflops")
     compute.add_argument("--model", default=None, help="model (resnet50 unless the run names one)")
     compute.add_argument("--batch-size", type=numbers.BATCH, default=None,
@@ -181,7 +182,8 @@ def _workload(args: argparse.Namespace, figure: inputs.ReferenceFigure | None,
     workload = inputs.workload_from_flops(args.model or "resnet50", batch=args.batch_size, peak_tflops=peak,
                                           mfu=args.mfu, image_size=args.image_size, fixed=fixed,
                                           execution=args.execution or "eager")
-    above = caveats.mfu_line(peak if isinstance(peak, str) else None, args.mfu, "bf16")
+    device = peak if isinstance(peak, str) else None
+    above = caveats.mfu_line(device, args.mfu, inputs.device_peak_dtype(device) if device else "bf16")
     return workload, None, "", {"mfu": f"WARNING: {above}"} if above else {}
 
 

@@ -287,18 +287,28 @@ def reference_spread(series, point: dict) -> tuple[float | None, int]:
     return ci * math.sqrt(n) / (1.96 * total) * math.sqrt(steps_per_iteration), waited
 
 
+PEAK_PRECISIONS = ("bf16", "fp16", "fp32")
+"""The peak a device name stands for: its BF16 tensor peak, else FP16 (Volta, Turing), else FP32 (Pascal's P40)."""
+
+
+def device_peak_dtype(device: str) -> str:
+    """The precision whose peak --peak-tflops DEVICE takes (PEAK_PRECISIONS, the first the device has)."""
+    known = PEAK_TFLOPS.get(device)
+    if known is None:
+        raise ConfigError(f"--peak-tflops {device!r}: give a number or one of {', '.join(PEAK_TFLOPS)}")
+    return next(dtype for dtype in PEAK_PRECISIONS if dtype in known)
+
+
 def workload_from_flops(model: str, *, batch: int, peak_tflops: float | str, mfu: float, image_size: int = 224,
-                        num_classes: int = 1000, flops_dtype: str = "bf16", fixed: Fixed | None = None,
-                        execution: str = "eager") -> Workload:
+                        num_classes: int = 1000, fixed: Fixed | None = None, execution: str = "eager") -> Workload:
     """Step = batch x training FLOPs per image / (peak x MFU); FLOPs from the layer table (3 x 2 x MACs).
-    The fixed part: `fixed`, else the shipped curve of the named device, else its first-principles model for
-    `execution`, else unknown."""
+    A device name takes its peak of device_peak_dtype. The fixed part: `fixed`, else the shipped curve of the
+    named device, else its first-principles model for `execution`, else unknown."""
     device = peak_tflops if isinstance(peak_tflops, str) else None
-    if isinstance(peak_tflops, str):
-        known = PEAK_TFLOPS.get(peak_tflops)
-        if known is None:
-            raise ConfigError(f"--peak-tflops {peak_tflops!r}: give a number or one of {', '.join(PEAK_TFLOPS)}")
-        peak_tflops = known[flops_dtype]
+    flops_dtype = "bf16"
+    if device is not None:
+        flops_dtype = device_peak_dtype(device)
+        peak_tflops = PEAK_TFLOPS[device][flops_dtype]
     if not 0 < mfu <= 1:
         raise ConfigError(f"--mfu {mfu} must be in (0, 1]")
     if not 0 < float(peak_tflops) < math.inf:
@@ -307,7 +317,9 @@ def workload_from_flops(model: str, *, batch: int, peak_tflops: float | str, mfu
     macs = forward_macs(model_parameters(model, num_classes=num_classes, image_size=image_size))
     flops = (1 + BACKWARD_FORWARD_RATIO) * 2 * macs
     step = batch * flops / (float(peak_tflops) * 1e12 * mfu)
-    source = f"FLOPs: {flops / 1e9:.2f} GFLOP per image at {100 * mfu:.0f}% of {float(peak_tflops):g} TFLOP/s"
+    peak_said = f"{device}'s {flops_dtype} peak, " if device else ""
+    source = (f"FLOPs: {flops / 1e9:.2f} GFLOP per image at {100 * mfu:.0f}% of {peak_said}"
+              f"{float(peak_tflops):g} TFLOP/s")
     step_time = from_one_point(batch, step, fixed or fixed_for_device(device, flops_dtype, execution, model), source)
     return workload_for_model(model, batch_per_device=batch, step_time=step_time, image_size=image_size,
                               num_classes=num_classes, source=source)
