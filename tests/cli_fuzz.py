@@ -114,7 +114,7 @@ INPUTS: dict[tuple[str, ...], dict[str, tuple[str, ...]]] = {
                    "comm_run": ("comm",), "reference": ("reference",)},
     ("predict",): {"from_run": ("bench", "profile"), "comm_run": ("comm",), "step_curve": ("bench-curve",),
                    "loader_run": ("loader",), "stragglers_from": ("bench",), "sweep": ("sweep",),
-                   "from_reference": ("reference",)},
+                   "from_reference": ("reference",), "reference_file": ("reference",)},
     ("train",): {"config": ("preset",), "resume": ("checkpoint",), "data": ("data",)},
     ("config",): {"config": ("preset",), "data": ("data",)},
     ("profile", "train"): {"config": ("preset",), "data": ("data",)},
@@ -126,7 +126,8 @@ INPUTS: dict[tuple[str, ...], dict[str, tuple[str, ...]]] = {
 
 IMAGEFOLDER = ["--set", "data.name=imagefolder"]
 EXTRA_FLAGS = {("predict",): {"loader_run": ["--cores-per-device", "4"], "sweep": ["--validate", "--comm-run",
-                                                                                   str(FIXTURES / "comm")]},
+                                                                                   str(FIXTURES / "comm")],
+                              "reference_file": ["--validate"]},
                ("train",): {"data": IMAGEFOLDER}, ("config",): {"data": IMAGEFOLDER},
                ("profile", "train"): {"data": IMAGEFOLDER}}
 """What an input flag needs beside it to be read at all."""

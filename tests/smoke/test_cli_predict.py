@@ -40,6 +40,11 @@ def test_predict_writes_a_run_directory(tmp_path):
     (["--platform", "dgx1-v100"], "give one compute source"),
     (["--from-reference", "nope", "--platform", "dgx1-v100"], "unknown --reference 'nope'"),
     (["--from-run", "RUN", "--platform", "dgx1-v100"], "is a comm run"),
+    (["--peak-tflops", "0", "--mfu", "0.3", "--batch-size", "64", "--platform", "dgx-a100"],
+     "argument --peak-tflops: '0': give a number above 0 and at most 100,000"),
+    (["--peak-tflops", "nan", "--mfu", "0.3", "--batch-size", "64", "--platform", "dgx-a100"],
+     "argument --peak-tflops: 'nan'"),
+    (["--peak-tflops", "Z900", "--mfu", "0.3", "--batch-size", "64", "--platform", "dgx-a100"], "or a device: "),
 ])
 def test_bad_input_is_one_line(tmp_path, args, message):
     run = tmp_path / "run"
@@ -127,7 +132,7 @@ def test_validate_predicts_every_shipped_scaling_point(tmp_path):
     report = json.loads((tmp_path / "v.json").read_text())
     rows = report["rows"]
     covered = {(r["reference"], r["series"]) for r in rows}
-    for name in ("hal", "ngc", "dlperf", "mlperf"):
+    for name in ("hal", "ngc", "dlperf", "mlperf", "mlperf_scale"):
         for series in load_reference(name).of_kind("scaling"):
             if len(series.curve("img_per_s")) >= 2:
                 assert (name, series.id) in covered, (name, series.id)
@@ -142,7 +147,8 @@ def test_validate_predicts_every_shipped_scaling_point(tmp_path):
     for row in rows:
         own = f"{row['reference']}:{row['series']}@{row['devices']}"
         assert row["fed_by"] and own not in {f["point"] for f in row["fed_by"]}
-    for word in ("All 43 points", "median |error|", "parameters from", "Inputs:", "hal:feb", "mlperf:h100_strong"):
+    for word in (f"All {len(rows)} shipped points", "median |error|", "parameters from", "Inputs:", "hal:feb",
+                 "mlperf:h100_strong", "mlperf_scale:dgxa100_v20"):
         assert word in out.stdout
     print("\n".join(out.stdout.splitlines()[:60]))
 
@@ -186,3 +192,131 @@ def test_comm_then_predict_from_it(tmp_path):
         out = dlscale_here("predict", "--validate", "--sweep", "sweep", "--comm-run", "runs/comm", cwd=tmp_path)
         assert out.returncode == 0, out.stderr
         assert "sweep s 2 ranks: measured 180.0 img/s" in out.stdout
+
+
+def test_the_header_says_what_efficiency_is_relative_to_and_that_stragglers_are_zero(tmp_path):
+    """Efficiency is over the smallest count asked for (BlueFog at 128 GPUs reads 100% against 16, 89% against
+    one); the header says which, and says when no spread of step times was given."""
+    header = [line for line in dlscale_here("predict", "--from-reference", "bluefog", "--gpus", "16,128",
+                                            "--no-run-dir", cwd=tmp_path).stdout.splitlines() if line.startswith("  ")]
+    assert "  efficiency: each count's img/s per device over that at 16 devices, the smallest count asked for " \
+           "(--gpus); list 1 first for efficiency against one device" in header
+    out = dlscale_here("predict", "--from-reference", "ngc:v100_16gb_amp", "--intra-gbps", "960", "--inter-gbps",
+                       "384", "--gpus", "1,8", "--no-run-dir", cwd=tmp_path).stdout
+    assert "  efficiency: each count's img/s per device over one device's" in out.splitlines()
+    assert "  stragglers: TAKEN AS ZERO: no spread of step times given" in out  # no platform: no kind of machine
+    given = dlscale_here("predict", "--from-reference", "ngc:v100_16gb_amp", "--platform", "dgx1-v100", "--gpus",
+                         "1,8", "--step-cv", "0.01", "--no-run-dir", cwd=tmp_path).stdout
+    assert "stragglers: TAKEN AS ZERO" not in given and "  stragglers: step spread given: 1.0%" in given
+    default = dlscale_here("predict", "--from-reference", "ngc:v100_16gb_amp", "--platform", "dgx1-v100", "--gpus",
+                           "1,8", "--no-run-dir", cwd=tmp_path).stdout
+    assert "  stragglers: per-step spread 0.63%, the default of dedicated machines on an RDMA fabric" in default
+
+
+MLPERF_AS_A_FILE = {
+    "name": "mine", "title": "MLPerf v4.0's H100 points as a user gives them",
+    "sources": [{"id": "mlperf", "where": "mlcommons/training_results_v4.0@6fe95437 NVIDIA/results/eos_*"}],
+    "series": [{"id": "h100", "label": "DGX H100 at global batch 3200", "kind": "scaling", "device": "H100-SXM5-80GB",
+                "precision": "fp16 (MXNet, fp16 gradients)", "platform": "dgx-h100",
+                "dist_optimizer": "gradient_allreduce", "bucket_cap_mb": 64, "grad_bytes": 2, "source": ["mlperf"],
+                "points": [{"devices": 8, "nodes": 1, "batch_per_device": 400, "global_batch": 3200,
+                            "img_per_s": 57288},
+                           {"devices": 64, "nodes": 8, "batch_per_device": 50, "global_batch": 3200,
+                            "img_per_s": 314118}]}]}
+
+
+def _file(tmp_path, data, name="mine.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_a_reference_file_is_anchored_and_validated_as_a_shipped_one(tmp_path):
+    """The same two published points as references/mlperf.json, in a file with the setting the validation documents
+    for them: the multi-node point has its own communication taken out exactly as the shipped one's."""
+    mine = _file(tmp_path, MLPERF_AS_A_FILE)
+    args = ["--gpus", "8,64,320", "--no-run-dir", "--json"]
+    theirs = dlscale_here("predict", "--from-reference", "mlperf:h100_strong", *args, "shipped.json", cwd=tmp_path)
+    ours = dlscale_here("predict", "--reference-file", mine, "--from-reference", "mine:h100", *args, "file.json",
+                        cwd=tmp_path)
+    assert theirs.returncode == 0 and ours.returncode == 0, ours.stderr
+    shipped, own = (json.loads((tmp_path / f).read_text()) for f in ("shipped.json", "file.json"))
+    assert own["inputs"]["fixed_part_ms"] == pytest.approx(shipped["inputs"]["fixed_part_ms"])
+    assert own["inputs"]["per_image_ms"] == pytest.approx(shipped["inputs"]["per_image_ms"])
+    rates = [p["img_per_s_total"] for p in shipped["points"]]
+    assert [p["img_per_s_total"] for p in own["points"]] == pytest.approx(rates)
+    assert own["points"][1]["img_per_s_total"] == pytest.approx(314118)  # its own point given back, anchored
+    assert "at 64 devices (batch 50) the model adds" in own["inputs"]["anchored"]
+    # --validate predicts the file's points as the shipped ones, never from the point itself, and apart from them
+    out = dlscale_here("predict", "--validate", "--reference-file", mine, "--json", "v.json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "v.json").read_text())
+    (row,) = [r for r in report["rows"] if r["reference"] == "mine"]
+    (shipped_row,) = [r for r in report["rows"] if r["reference"] == "mlperf" and r["devices"] == 64]
+    assert row["predicted"] == pytest.approx(shipped_row["predicted"])
+    assert {"point": "mine:h100@64"} not in [{"point": f["point"]} for f in row["fed_by"]]
+    assert report["file"]["points"] == 1 and f"Your 1 points ({mine})" in out.stdout
+    assert report["all"]["points"] == len(report["rows"]) - 1
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda d: d.pop("sources"), "mine.json: no sources (it should be a list)"),
+    (lambda d: d["series"][0].pop("source"), "series h100 must name its sources"),
+    (lambda d: d["series"][0]["points"][1].update(img_per_s="fast"), "series[0].points[1].img_per_s is 'fast', "
+                                                                      "not a number above 0"),
+    (lambda d: d["series"][0].update(platform="dgx-z100"), "unknown --platform 'dgx-z100'; choose one of dgx1-v100"),
+    (lambda d: d["series"][0].pop("platform"), "series h100 names no platform"),
+])
+def test_a_bad_reference_file_is_one_line_naming_the_field(tmp_path, change, message):
+    data = json.loads(json.dumps(MLPERF_AS_A_FILE))
+    change(data)
+    out = dlscale_here("predict", "--validate", "--reference-file", _file(tmp_path, data), cwd=tmp_path)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and message in lines[0], out.stderr
+
+
+def test_a_rate_given_as_such_is_anchored_in_the_commands_setting(tmp_path):
+    out = dlscale_here("predict", "--from-reference", "rate=57288,devices=8,batch=400,device=H100", "--platform",
+                       "dgx-h100", "--dist-optimizer", "gradient_allreduce", "--grad-bytes", "2", "--bucket-cap-mb",
+                       "64", "--gpus", "8,64", "--global-batch", "3200", "--json", "p.json", "--no-run-dir",
+                       cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tmp_path / "p.json").read_text())
+    assert result["points"][0]["img_per_s_total"] == pytest.approx(57288)  # its own count in its own setting
+    assert "given on the command line: 57,288.0 img/s at 8 device(s) of batch 400" in out.stdout
+    assert "the H100 curve measured by dlscale bench" in out.stdout  # the device's fixed part, by name
+    for bad, message in (("rate=1,devices=8", "needs batch"), ("rate=x,devices=8,batch=4", "rate='x'"),
+                         ("rate=1,devices=8,batch=4,device=Z900", "give one of B200, H200 NVL"),
+                         ("speed=1", "'speed=1' is not KEY=VALUE")):
+        refused = dlscale_here("predict", "--from-reference", bad, "--platform", "dgx-h100", "--no-run-dir",
+                               cwd=tmp_path)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+
+
+def test_both_rates_and_the_fixed_parts_range(tmp_path):
+    out = dlscale_here("predict", "--from-reference", "rate=1000,devices=1,batch=256", "--platform", "dgx-a100",
+                       "--gpus", "1,8", "--batch-size", "32", "--epochs", "90", "--eval-every", "4", "--no-run-dir",
+                       "--json", "p.json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "time to train" in out.stdout and "img/s end-to-end" in out.stdout
+    assert "start-up UNKNOWN, TAKEN AS ZERO (--startup-s)" in out.stdout
+    assert "the fixed parts of ResNet-50 dlscale ships lie between 2.63 and 16.1 ms" in out.stdout
+    points = json.loads((tmp_path / "p.json").read_text())["points"]
+    assert all(p["limit"].endswith("(t0 unknown)") for p in points)  # a smaller batch than the figure's
+    assert points[1]["img_per_s_end_to_end"] < points[1]["img_per_s_total"]
+    plain = dlscale_here("predict", "--from-reference", "ngc:a100_80gb_amp", "--gpus", "1,8", "--no-run-dir",
+                         cwd=tmp_path).stdout
+    assert "  rates: img/s is the step rate (training steps alone: no start-up, no evaluation" in plain
+
+
+def test_machines_by_flag(tmp_path):
+    out = dlscale_here("predict", "--from-reference", "ngc:a100_80gb_amp", "--platform", "dgx-a100", "--nics", "2",
+                       "--nic-gbps", "100", "--transport", "roce", "--algorithm", "sharp", "--bn-group", "2",
+                       "--gpus", "8,64", "--no-run-dir", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "fabric given: nics_per_node 2, nic_gbps 100, transport roce" in out.stdout
+    assert "24.000 GB/s per node between nodes" in out.stdout and "sharp algorithm" in out.stdout
+    assert "BatchNorm over groups of 2" in out.stdout
+    listed = dlscale_here("predict", "--list-platforms", cwd=tmp_path).stdout
+    for name in ("dgx2h", "abci-v100", "xe8545-a100", "r750xa-a100-pcie", "dss8440-a100-pcie", "azure-ndm-a100-v4"):
+        assert f"{name}: " in listed

@@ -86,18 +86,18 @@ def test_a_slow_network_between_two_dgx1_nodes_is_named_with_its_cost_to_the_ste
 
 
 def test_the_platform_is_found_from_the_device_when_one_matches_and_a_fast_network_is_no_cause(tmp_path):
-    # 8 A100s in one node: only dgx-a100 has A100s; NVLink 12 x 20 = 240 GB/s inside it.
-    expected = _ring_busbw(256 * MIB, 8, 1, 240.0)
-    _comm_run(tmp_path / "slow", ranks=8, per_node=8, device_name="NVIDIA A100-SXM4-80GB", busbw_gbs=100.0)
-    _bench(tmp_path / "run", world=8, per_device=2000.0, device_name="NVIDIA A100-SXM4-80GB")
+    # 8 H100s in one node: only dgx-h100 has H100s; NVLink 18 x 20.6 = 370.8 GB/s inside it.
+    expected = _ring_busbw(256 * MIB, 8, 1, 370.8)
+    _comm_run(tmp_path / "slow", ranks=8, per_node=8, device_name="NVIDIA H100 80GB HBM3", busbw_gbs=150.0)
+    _bench(tmp_path / "run", world=8, per_device=2000.0, device_name="NVIDIA H100 80GB HBM3")
     (e,) = explain(tmp_path / "run", "none", comm_run=tmp_path / "slow")
     (found,) = [f for f in e.findings if f.cause.startswith("network slower")]
-    assert found.cause.endswith(f"dgx-a100 expects {expected:.2f}")
-    assert "the one shipped platform with A100s" in found.evidence
+    assert found.cause.endswith(f"dgx-h100 expects {expected:.2f}")
+    assert "the one shipped platform with H100s" in found.evidence
     # No 1-rank run: the run's own step stands in for compute.
     assert found.effect.factor > 1.0 and "the run's own step taken as compute" in found.effect.source
     # Within 10% of the platform: checked, not a cause.
-    _comm_run(tmp_path / "fast", ranks=8, per_node=8, device_name="NVIDIA A100-SXM4-80GB", busbw_gbs=235.0)
+    _comm_run(tmp_path / "fast", ranks=8, per_node=8, device_name="NVIDIA H100 80GB HBM3", busbw_gbs=365.0)
     (e,) = explain(tmp_path / "run", "none", comm_run=tmp_path / "fast")
     assert not [f for f in e.findings if f.cause.startswith("network slower")]
     assert any(f"expects {expected:.2f} GB/s" in r.evidence for r in e.ruled_out)

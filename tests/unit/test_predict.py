@@ -83,7 +83,7 @@ def test_ring_allreduce_matches_nccl_cost_by_hand():
     # NCCL's tree: 2((k-1) intra + log2(m) inter) steps, 2S / (0.92 B)
     tree = (5.0 + 2 * (7 * 2.0 + 1 * 10.0)) * 1e-6 + 2 * size / (0.92 * 10e9)
     assert allreduce_times(n, size, 16)["tree"] == pytest.approx(tree)
-    assert allreduce_times(n, size, 1) == {"ring": 0.0, "tree": 0.0, "hierarchical": 0.0}
+    assert allreduce_times(n, size, 1) == {"ring": 0.0, "tree": 0.0, "hierarchical": 0.0, "sharp": 0.0}
 
 
 def test_fit_recovers_latency_and_bandwidth():

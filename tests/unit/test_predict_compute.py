@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dlscale.errors import ConfigError
-from dlscale.predict import compute, inputs, sweeps, validate
+from dlscale.predict import cases, compute, inputs, sweeps, validate
 from dlscale.predict.compute import Fixed, fit_fixed_per_image, from_one_point, from_points
 from dlscale.predict.model import (
     Ceilings,
@@ -137,6 +137,19 @@ def test_shipped_device_curve_gives_the_fixed_part(monkeypatch):
     assert work.compute_s(128) == pytest.approx(3 * MS + (full - 3 * MS) / 2)
 
 
+@pytest.mark.parametrize("device,dtype,tflops", [("H100", "bf16", 989.4), ("V100-SXM2", "fp16", 125.0),
+                                                 ("T4", "fp16", 65.0), ("P40", "fp32", 12.0)])
+def test_a_device_name_takes_the_fastest_peak_it_has(device, dtype, tflops):
+    """--peak-tflops DEVICE: BF16 where the device has it, else FP16 (Volta, Turing), else FP32 (the P40):
+    the same step as the datasheet's number given as such (docs/references.md#nvidia-peak-tflops)."""
+    none = compute.Fixed(0.0, "none", kind="given")
+    named = inputs.workload_from_flops("resnet50", batch=64, peak_tflops=device, mfu=0.4, fixed=none)
+    number = inputs.workload_from_flops("resnet50", batch=64, peak_tflops=tflops, mfu=0.4, fixed=none)
+    assert inputs.device_peak_dtype(device) == dtype
+    assert named.compute_s(64) == pytest.approx(number.compute_s(64))
+    assert f"{device}'s {dtype} peak" in named.source
+
+
 def test_an_unmeasured_device_is_unknown_and_says_so():
     fixed = compute.fixed_for_device("V100 16GB")  # no curve of a V100 ships
     assert not fixed.known and fixed.seconds == 0.0 and "device_steps.json" in fixed.source
@@ -195,19 +208,25 @@ def _perturbed(name: str, series_id: str, devices: int):
 def test_changing_a_published_point_does_not_change_its_own_prediction(monkeypatch):
     rows, _ = validate.validate_references()
     for row in rows:
-        monkeypatch.setattr(validate, "load_reference", _perturbed(row.case.reference, row.case.series, row.devices))
+        # every reference the validation reads goes through cases._reference
+        monkeypatch.setattr(cases, "_reference", _perturbed(row.case.reference, row.case.series, row.devices))
         again, _ = validate.run_case(row.case)
         monkeypatch.undo()
         same = next(r for r in again if r.devices == row.devices)
         assert same.predicted == pytest.approx(row.predicted), f"{row.point_id} depends on its own figure"
+    # The perturbation reaches the validation: changing a case's compute input changes its predictions.
+    row = next(r for r in rows if r.case.reference == "mlperf_scale" and r.case.series == "dgxa100_v20")
+    monkeypatch.setattr(cases, "_reference", _perturbed("mlperf_scale", "dgxa100_v20", 8))
+    again, _ = validate.run_case(row.case)
+    assert next(r for r in again if r.devices == row.devices).predicted != pytest.approx(row.predicted)
 
 
 def test_the_fit_would_use_the_other_batch_of_the_series():
     # MLPerf's 64-GPU point is never in its own fit, so its compute comes from the 8-GPU point alone.
     case = next(c for c in validate.CASES if c.reference == "mlperf")
-    work, fed = validate.case_workload(case, validate.Terms(), predicted="mlperf:h100_strong@64")
+    work, fed, _ = validate.case_workload(case, validate.Terms(), predicted="mlperf:h100_strong@64")
     assert fed == ["mlperf:h100_strong@8"] and len(work.step_time.points) == 1
-    work, fed = validate.case_workload(case, validate.Terms())
+    work, fed, _ = validate.case_workload(case, validate.Terms())
     assert sorted(fed) == ["mlperf:h100_strong@64", "mlperf:h100_strong@8"] and len(work.step_time.points) == 2
 
 

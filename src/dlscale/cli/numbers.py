@@ -96,6 +96,26 @@ class Counts:
         return tuple(values)
 
 
+class NumberOrName:
+    """A number of `number`'s bounds, or one of `names` (a device a table knows): `--peak-tflops 989.4` or
+    `--peak-tflops H100`. Text that is neither is one line naming both."""
+
+    numeric = True
+
+    def __init__(self, number: Number, names, what: str):
+        self.number, self.names, self.what = number, names, what
+        self.__name__ = "number or name"
+
+    def __call__(self, text: str) -> float | str:
+        if text in self.names:
+            return text
+        value = self.number.parse(text)
+        if value is None or not self.number.holds(value):
+            raise argparse.ArgumentTypeError(f"{text!r}: give {self.number.bounds()} ({self.number.reason()}), or "
+                                             f"{self.what}: {', '.join(self.names)}")
+        return value
+
+
 class Bytes(Number):
     """A size in bytes written as nccl-tests reads -b and -e: 8, 64K, 256M, 1G (powers of 1024)."""
 
@@ -176,6 +196,11 @@ COMM_ITERS = whole(1, MILLION, "timed calls per size")
 COMM_WARMUP = whole(0, MILLION, "untimed calls per size")
 TRACE_STEPS = whole(0, 1000, "steps recorded by torch.profiler (0: no trace)", "a trace of more is too large to open")
 GBPS = real(0, 1e6, "Gbit/s of bus bandwidth", "a petabit per second is no network")
+NICS = whole(1, 64, "network adapters per node", "no node has more")
+BN_GROUP = whole(1, 1024, "devices per BatchNorm group", "a group lives inside a node: no node has more")
+EPOCHS = real(0, 10_000, "epochs", "ten thousand epochs is no training run")
+SECONDS_OR_ZERO = real(0, TIMEOUT_MAX_S, "seconds", "a year at most", above=False)
+NIC_GBPS = real(0, 1e4, "Gbit/s of one network adapter", "ten terabits per second is no adapter")
 LATENCY_US = real(0, 1e7, "microseconds of one algorithm step", "ten seconds is no network", above=False)
 MILLISECONDS = real(0, 1e7, "milliseconds", "ten thousand seconds")
 MILLISECONDS_OR_ZERO = real(0, 1e7, "milliseconds", "ten thousand seconds", above=False)
@@ -183,4 +208,6 @@ MEBIBYTES = real(0, 1e6, "MiB", "a terabyte is beyond any device's memory")
 CORES = real(0, 1e5, "CPU cores", "no node has more")
 SPREAD = real(0, 10, "the spread of a step (std / mean)", "ten times the mean is no step", above=False)
 RATE = real(0, 1e8, "images per second", "a hundred million is no device")
+PEAK_TFLOPS = real(0, 1e5, "TFLOP/s of one device's dense peak, which the step time divides by",
+                   "a hundred PFLOP/s is no single device")
 POINTS = real(0, 100, "percentage points", above=False)

@@ -10,7 +10,6 @@ No torch is imported: the answer comes in well under a second.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -20,15 +19,20 @@ from dlscale.cli.output import write_json_file, write_summary_file
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.errors import ConfigError
 from dlscale.metrics.cost import check_price
+from dlscale.metrics.hardware import PEAK_TFLOPS
 from dlscale.metrics.tracking import numbers as figures
 from dlscale.metrics.tracking import track_finished
-from dlscale.predict import anchor, caveats, inputs, output, sweeps, validate
+from dlscale.predict import anchor, cases, caveats, inputs, output, scorecard, sweeps, validate
 from dlscale.predict.anchor import Setting
+from dlscale.predict.cases import CASES
 from dlscale.predict.compute import Fixed, with_fixed
+from dlscale.predict.endtoend import Schedule
+from dlscale.predict.fixed import EXECUTIONS
 from dlscale.predict.graphs import SCHEDULES, TOPOLOGIES
 from dlscale.predict.model import OVERLAPS, STRATEGIES, Ceilings, Strategy, Workload, predict
 from dlscale.predict.network import ALGORITHMS, Network
-from dlscale.predict.platforms import platform, platforms
+from dlscale.predict.platforms import TRANSPORTS, platform, platforms
+from dlscale.predict.spread import default_spread
 from dlscale.rundir import check_output_dir, check_output_file, read_summary
 
 MIB = 1024 * 1024
@@ -49,12 +53,23 @@ def add_parser(subparsers) -> None:
     compute = p.add_argument_group("compute (one of)")
     compute.add_argument("--from-run", type=paths.PATH, default=None, metavar="DIR",
                          help="a 1-rank dlscale bench run, or a dlscale profile run")
-    compute.add_argument("--from-reference", type=paths.TEXT, default=None, metavar="NAME[:SERIES]",
+    compute.add_argument("--from-reference", type=paths.TEXT, default=None, metavar="NAME[:SERIES]|rate=...",
                          help="a shipped reference's smallest published point, e.g. ngc:v100_16gb_amp (NAME alone: its "
-                              "first series with img/s); its own communication taken out; a strong-scaling series "
-                              "predicts at its global batch unless --batch-size or --global-batch is given")
-    compute.add_argument("--peak-tflops", default=None, metavar="TFLOPS|DEVICE",
-                         help="compute from FLOPs: a peak in TFLOP/s or a device (H100, A100), with --mfu")
+                              "first series with img/s), or one of --reference-file's; or a rate of your own, "
+                              "rate=IMG_PER_S,devices=N,batch=B[,nodes=M][,device=D][,precision=P][,execution=E]; its "
+                              "own communication taken out; a strong-scaling series predicts at its global batch "
+                              "unless --batch-size or --global-batch is given")
+    compute.add_argument("--reference-file", type=paths.PATH, default=None, metavar="FILE",
+                         help="published or measured points of your own, in the shipped references' format "
+                              "(docs/prediction.md): --from-reference NAME[:SERIES] reads them, --validate predicts "
+                              "them as it does the shipped ones")
+    compute.add_argument("--execution", choices=EXECUTIONS, default=None,
+                         help="how the device launches a step's kernels, for the model of its fixed part (default: "
+                              "the run's or the reference's, else eager)")
+    compute.add_argument("--peak-tflops", type=numbers.NumberOrName(numbers.PEAK_TFLOPS, PEAK_TFLOPS, "a device"),
+                         default=None, metavar="TFLOPS|DEVICE",
+                         help="compute from FLOPs: a peak in TFLOP/s or a device (H100, A100, MI300X: its bf16 "
+                              "peak, else fp16, else fp32), with --mfu")
     compute.add_argument("--mfu", type=numbers.FRACTION, default=None, help="model FLOPs utilisation for --peak-tflops")
     compute.add_argument("--model", default=None, help="model (resnet50 unless the run names one)")
     compute.add_argument("--batch-size", type=numbers.BATCH, default=None,
@@ -79,6 +94,13 @@ def add_parser(subparsers) -> None:
                          help="bus bandwidth of a node to others, Gbit/s")
     network.add_argument("--latency-us", type=numbers.LATENCY_US, default=None,
                          help="latency of one algorithm step, us")
+    network.add_argument("--nics", type=numbers.NICS, default=None,
+                         help="the platform's nodes on another fabric: network adapters per node")
+    network.add_argument("--nic-gbps", type=numbers.NIC_GBPS, default=None,
+                         help="the platform's nodes on another fabric: line rate of one adapter, Gbit/s (25-400 for "
+                              "Ethernet and RoCE, 100-400 for InfiniBand)")
+    network.add_argument("--transport", choices=TRANSPORTS, default=None,
+                         help="the platform's nodes on another fabric: ib, roce or tcp (NCCL's sockets)")
     network.add_argument("--list-platforms", action="store_true", help="list the shipped machines and exit")
     strategy = p.add_argument_group("strategy")
     strategy.add_argument("--dist-optimizer", choices=STRATEGIES, default=None,
@@ -88,6 +110,9 @@ def add_parser(subparsers) -> None:
     strategy.add_argument("--overlap", choices=OVERLAPS, default=None,
                           help="backward: DDP buckets under backward; none: after it; step: under forward and "
                                "backward (default: dlscale's own: backward for allreduce, none otherwise)")
+    strategy.add_argument("--bn-group", type=numbers.BN_GROUP, default=1,
+                          help="devices whose BatchNorm statistics are reduced together, forward and backward (MXNet's "
+                               "BN_GROUP, a SyncBatchNorm group inside a node); 1: each device's own")
     strategy.add_argument("--bucket-cap-mb", type=numbers.MEBIBYTES, default=25.0, help="DDP bucket size in MiB")
     strategy.add_argument("--topology", choices=TOPOLOGIES, default="exp2", help="neighbour graph")
     strategy.add_argument("--disable-dynamic-topology", action="store_true",
@@ -108,6 +133,13 @@ def add_parser(subparsers) -> None:
                           help="a dlscale bench run whose per-rank step spread sets the stragglers term")
     ceilings.add_argument("--step-cv", type=numbers.SPREAD, default=None,
                           help="the spread (std / mean) of a step, given")
+    rates = p.add_argument_group("end-to-end rate (optional): with --epochs, the time to train beside the step rate")
+    rates.add_argument("--epochs", type=numbers.EPOCHS, default=None,
+                       help="epochs of the run to accuracy (MLPerf's ResNet-50: 35 to 90)")
+    rates.add_argument("--eval-every", type=numbers.EPOCHS, default=1.0,
+                       help="epochs between two evaluations of the 50,000 validation images")
+    rates.add_argument("--startup-s", type=numbers.SECONDS_OR_ZERO, default=None,
+                       help="seconds before the first step (default: unknown, taken as zero and said)")
     p.add_argument("--price-per-device-hour", type=numbers.PRICE, default=None, metavar="PRICE",
                    help="what one device costs for one hour: adds the cost of an ImageNet epoch at each count")
     p.add_argument("--validate", action="store_true", help="predict every shipped published scaling point")
@@ -139,45 +171,53 @@ def _workload(args: argparse.Namespace, figure: inputs.ReferenceFigure | None,
         workload, spread = inputs.workload_from_run(args.from_run, fixed)
         return workload, spread, f"the step spread of {args.from_run}", {}
     if figure is not None:
-        done = anchor.anchored(figure, setting, model=args.model or "resnet50", fixed=fixed, step_cv=figure.spread)
+        default = default_spread(setting.kind)
+        own_cv = figure.spread or (default.cv if default else None)  # the reference's own run's spread
+        done = anchor.anchored(figure, setting, model=args.model or "resnet50", fixed=fixed, step_cv=own_cv)
         said = {"anchored": "; ".join(done.lines)} if done.lines else {}
         return done.workload, figure.spread, f"the 95% interval {figure.spec} publishes", said
     if args.mfu is None or args.batch_size is None:
         raise ConfigError("--peak-tflops needs --mfu and --batch-size")
-    peak = args.peak_tflops
-    with contextlib.suppress(ValueError):  # a number, else a device name (H100, A100)
-        peak = float(peak)
+    peak = args.peak_tflops  # a number, else a device name (H100, A100): checked when parsed
     workload = inputs.workload_from_flops(args.model or "resnet50", batch=args.batch_size, peak_tflops=peak,
-                                          mfu=args.mfu, image_size=args.image_size, fixed=fixed)
-    above = caveats.mfu_line(peak if isinstance(peak, str) else None, args.mfu, "bf16")
+                                          mfu=args.mfu, image_size=args.image_size, fixed=fixed,
+                                          execution=args.execution or "eager")
+    device = peak if isinstance(peak, str) else None
+    above = caveats.mfu_line(device, args.mfu, inputs.device_peak_dtype(device) if device else "bf16")
     return workload, None, "", {"mfu": f"WARNING: {above}"} if above else {}
 
 
 NETWORK_FLAGS = ("platform", "comm_run", "intra_gbps", "inter_gbps", "latency_us")
 
 
-def _network(args: argparse.Namespace, own: Setting | None) -> tuple[Network, int | None]:
-    """The network, and the platform's CPU cores per node where it states them; with none given, a
-    reference's own platform."""
+def _network(args: argparse.Namespace, own: Setting | None) -> tuple[Network, int | None, str | None]:
+    """The network, the platform's CPU cores per node where it states them and its kind of machine; with none
+    given, a reference's own platform."""
     if args.platform and args.comm_run:
         raise ConfigError("give --platform or --comm-run, not both")
-    cores = None
+    cores = kind = None
     base = None
+    fabric = (args.nics, args.nic_gbps, args.transport)
+    if any(value is not None for value in fabric) and not args.platform:
+        raise ConfigError("--nics, --nic-gbps and --transport put a platform's nodes on another fabric: give "
+                          "--platform NAME (--list-platforms), or --inter-gbps for a network of numbers")
     if args.platform:
-        chosen = platform(args.platform)
-        base, cores = chosen.network(), chosen.value("cpu_cores_per_node")
+        chosen = platform(args.platform).with_fabric(*fabric)
+        base, cores, kind = chosen.network(), chosen.value("cpu_cores_per_node"), chosen.kind
     elif args.comm_run:
         base = inputs.network_from_comm_run(args.comm_run)
     elif own is not None and all(getattr(args, flag) is None for flag in NETWORK_FLAGS):
-        base, cores = own.network, own.cores_per_node
+        base, cores, kind = own.network, own.cores_per_node, own.kind
     per_node = args.gpus_per_node or (base.devices_per_node if base else 8)
     if per_node < 1:
         raise ConfigError("--gpus-per-node must be >= 1")
-    return inputs.network_from_numbers(per_node, args.intra_gbps, args.inter_gbps, args.latency_us, base), cores
+    net = inputs.network_from_numbers(per_node, args.intra_gbps, args.inter_gbps, args.latency_us, base)
+    return net, cores, kind
 
 
 STRATEGY_DEFAULTS = {"dist_optimizer": None, "algorithm": "auto", "overlap": None, "bucket_cap_mb": 25.0,
-                     "topology": "exp2", "disable_dynamic_topology": False, "schedule": None, "fusion_cycle_ms": None}
+                     "topology": "exp2", "disable_dynamic_topology": False, "schedule": None, "fusion_cycle_ms": None,
+                     "bn_group": 1}
 
 
 def _strategy(args: argparse.Namespace, own: Setting | None) -> Strategy:
@@ -200,10 +240,12 @@ def _given_strategy(args: argparse.Namespace) -> Strategy:
     schedule = args.schedule or ("static" if args.disable_dynamic_topology else "one_peer")
     return Strategy(name, algorithm=args.algorithm, overlap=overlap,
                     bucket_cap_bytes=int(args.bucket_cap_mb * MIB), topology=args.topology, schedule=schedule,
-                    fusion_cycle_s=args.fusion_cycle_ms / 1e3 if args.fusion_cycle_ms else None)
+                    fusion_cycle_s=args.fusion_cycle_ms / 1e3 if args.fusion_cycle_ms else None,
+                    norm_group=args.bn_group)
 
 
-def _ceilings(args: argparse.Namespace, net: Network, cores: int | None, spread: tuple[float | None, str]) -> Ceilings:
+def _ceilings(args: argparse.Namespace, net: Network, cores: int | None, spread: tuple[float | None, str],
+              kind: str | None = None) -> Ceilings:
     """The input ceiling and the stragglers' spread: given, measured by a run, or published with the figure."""
     source = {}
     ceiling = None
@@ -222,6 +264,9 @@ def _ceilings(args: argparse.Namespace, net: Network, cores: int | None, spread:
         cv = spread[0]
         source["stragglers"] = (f"per-step spread {100 * cv:.1f}% from {spread[1]} (its own stragglers taken out of "
                                 "the compute figure); each step waits for the slowest device it synchronises with")
+    elif default_spread(kind) is not None:
+        chosen = default_spread(kind)
+        cv, source["stragglers"] = chosen.cv, f"per-step spread {chosen.source}"
     if cv is not None and cv < 0:
         raise ConfigError("--step-cv must be >= 0")
     return Ceilings(input_img_per_s=ceiling, step_cv=cv, source=source)
@@ -245,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
     price = check_price(args.price_per_device_hour)
     got = _inputs(args)
     workload, net, strategy = got.workload, got.net, got.strategy
-    ceilings = _ceilings(args, net, got.cores, got.spread)
+    ceilings = _ceilings(args, net, got.cores, got.spread, got.kind)
     batch = args.batch_size if got.global_batch is None and args.peak_tflops is None else None
     uneven = [n for n in devices if got.global_batch and got.global_batch % n]
     if uneven and args.global_batch is None:  # the reference's global batch, not one given
@@ -257,16 +302,21 @@ def run(args: argparse.Namespace) -> int:
     mode = (f"strong scaling, global batch {got.global_batch}" if got.global_batch
             else f"weak scaling, batch {points[0].batch_per_device} per device")
     title = f"{workload.model}, {mode}, {strategy.name} on {net.name}"
+    schedule = Schedule(args.epochs, args.eval_every, args.startup_s) if args.epochs else None
+    rates = (f"  rates: img/s is the step rate (training steps alone); the end-to-end rate: {schedule.describe()}"
+             if schedule else "  rates: img/s is the step rate (training steps alone: no start-up, no evaluation; "
+                              "--epochs adds the time to train and the end-to-end rate)")
     print("\n".join([*_header(title, workload, net, strategy, ceilings), *(f"  {k}: {t}" for k, t in notes.items()),
-                     "", *output.table(points, price)]), flush=True)
+                     f"  efficiency: {output.efficiency_basis(points)}", rates, "",
+                     *output.table(points, price, schedule)]), flush=True)
     settings = {"model": workload.model, "title": title, "devices": devices, "global_batch": got.global_batch,
                 "strategy": asdict(strategy), "network_name": net.name, "network": asdict(net)}
     step = workload.step_time
     compute_inputs = {"compute": workload.source, "step_time": "; ".join(step.describe()),
                       "fixed_part_ms": 1e3 * step.fixed_s, "per_image_ms": 1e3 * step.per_image_s,
                       "fixed_part_known": step.fixed_known, "fixed_part_source": step.fixed_source}
-    result = output.summary(points, settings, {**compute_inputs, "network": net.source, **ceilings.source, **notes},
-                            price)
+    result = output.summary(points, settings, {**compute_inputs, "network": net.source, **ceilings.source, **notes,
+                                               "rates": rates.strip()}, price, schedule)
     if args.json:
         write_summary_file(args.json, result)
     if not args.no_run_dir:
@@ -291,6 +341,8 @@ class _Inputs:
     net: Network
     cores: int | None
     """The platform's CPU cores per node, where it states them."""
+    kind: str | None
+    """The platform's kind of machine (the default spread of step times), where a platform is known."""
     strategy: Strategy
     spread: tuple[float | None, str]
     """The spread that comes with the compute figure, and where from."""
@@ -303,13 +355,14 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
     """The workload with the command line's adjustments, the network, the strategy and the global batch, each
     from the command line, else, with --from-reference, from the reference's own setting where dlscale documents
     it (its strategy, platform and global batch)."""
-    figure = inputs.reference_figure(args.from_reference) if _source(args) == "--from-reference" else None
-    own = anchor.own_setting(figure) if figure else None
-    net, cores = _network(args, own)
+    figure = _figure(args) if _source(args) == "--from-reference" else None
+    known = CASES + (cases.file_cases(str(args.reference_file), strict=False) if args.reference_file else ())
+    own = anchor.own_setting(figure, known) if figure else None
+    net, cores, kind = _network(args, own)
     strategy = _strategy(args, own)
     notes = anchor.setting_notes(figure, own, net, strategy)
     setting = own or Setting(strategy, net, args.grad_bytes or (figure.grad_bytes if figure else 4),
-                             "the command's (dlscale documents none of this reference)", documented=False)
+                             "the command's (dlscale documents none of this reference)", documented=False, kind=kind)
     workload, spread, spread_source, said = _workload(args, figure, setting)
     if args.grad_bytes:
         workload = replace(workload, grad_bytes_per_element=args.grad_bytes)
@@ -318,7 +371,7 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
             raise ConfigError(f"--step-overhead-ms {args.step_overhead_ms:g} must be >= 0 and below the step "
                               f"({1e3 * workload.step_time.points[-1][1]:.2f} ms)")
         given = Fixed(args.step_overhead_ms / 1e3, f"{args.step_overhead_ms:g} ms, given: --step-overhead-ms "
-                                                   "(an override)")
+                                                   "(an override)", kind="given")
         workload = replace(workload, step_time=with_fixed(workload.step_time, given))
     if args.comm_run is None:  # other machines than the one the run measured: its cores are not theirs
         workload = replace(workload, cpu_threads=None, cpu_cores=None)
@@ -327,7 +380,16 @@ def _inputs(args: argparse.Namespace) -> _Inputs:
         global_batch = figure.global_batch
         notes["scaling"] = (f"strong scaling at the reference's global batch {global_batch}, which every point of "
                             f"{figure.spec} kept (--batch-size B predicts weak scaling instead)")
-    return _Inputs(workload, net, cores, strategy, (spread, spread_source), global_batch, {**notes, **said})
+    return _Inputs(workload, net, cores, kind, strategy, (spread, spread_source), global_batch, {**notes, **said})
+
+
+def _figure(args: argparse.Namespace) -> inputs.ReferenceFigure:
+    """--from-reference: a rate given as such (rate=...), else a shipped reference or --reference-file's."""
+    if "=" in args.from_reference:
+        figure = inputs.given_figure(args.from_reference)
+        return replace(figure, execution=args.execution or figure.execution)
+    figure = inputs.reference_figure(args.from_reference, str(args.reference_file) if args.reference_file else None)
+    return replace(figure, execution=args.execution) if args.execution else figure
 
 
 def _header(title: str, workload: Workload, net: Network, strategy: Strategy, ceilings: Ceilings) -> list[str]:
@@ -346,24 +408,18 @@ def _header(title: str, workload: Workload, net: Network, strategy: Strategy, ce
     if workload.cpu_threads:
         lines.append(f"  cores: CPU ranks of {workload.cpu_threads} thread(s) share {workload.cpu_cores} cores; when "
                      "they fill them, communication runs after backward, not under it")
-    return lines + [f"  {key}: {text}" for key, text in ceilings.source.items()]
+    lines += [f"  {key}: {text}" for key, text in ceilings.source.items()]
+    if not ceilings.step_cv:
+        lines.append("  stragglers: TAKEN AS ZERO: no spread of step times given (--stragglers-from DIR: a dlscale "
+                     "bench run's; --step-cv X) and no platform whose kind of machine gives a default (--platform), "
+                     "so every step is predicted as fast as one device's alone")
+    return lines
 
 
 def _validate(args: argparse.Namespace) -> int:
-    rows, texts = validate.validate_references()
-    print("Published scaling points, predicted from each system's smallest published figure and documented hardware")
-    print("(docs/prediction.md; error = predicted / published - 1; parameters from: the published points that fed a")
-    print("parameter of the prediction, never the point itself)\n")
-    print("\n".join(validate.format_rows(rows)))
-    every = validate.statistics_of(rows)
-    print(f"\nAll {every['points']} points: median |error| {100 * every['median_abs_error']:.1f}% (goal <= 10%), "
-          f"max {100 * every['max_abs_error']:.1f}% ({every['worst']}; goal <= 25%), {every['within_25pct']} of "
-          f"{every['points']} within 25%")
-    for name, reason in validate.NOT_PREDICTED.items():
-        print(f"Not predicted: {name}: {reason}")
-    print("\nInputs:")
-    for key, text in texts.items():
-        print(f"  {key}: {text}")
+    extra = cases.file_cases(str(args.reference_file)) if args.reference_file else ()
+    rows, texts = validate.validate_references(CASES + extra)
+    print("\n".join(scorecard.lines(rows, texts, args.reference_file)))
     sweep_rows = []
     if args.sweep:
         if args.comm_run is None:
@@ -377,12 +433,7 @@ def _validate(args: argparse.Namespace) -> int:
                   f"({100 * r.error_with_stragglers:+.1f}%); {r.inputs}")
     if args.json:
         write_json_file(args.json, {
-            "kind": "predict_validation", "all": every,
-            "rows": [{"group": r.case.group, "reference": r.case.reference, "series": r.case.series,
-                      "devices": r.devices, "metric": r.metric, "published": r.published, "predicted": r.predicted,
-                      "error": r.error, "limit": r.limit, "bound": r.bound,
-                      "fed_by": [{"parameter": k, "point": v} for k, v in r.fed_by]} for r in rows],
-            "inputs": texts,
+            **scorecard.as_json(rows, texts),
             "sweeps": [{**asdict(r), "error": r.error, "error_with_stragglers": r.error_with_stragglers}
                        for r in sweep_rows]})
     return 0

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from dlscale.predict.cases import CASES, Case
 from dlscale.predict.compute import UNKNOWN_FIXED, Fixed
 from dlscale.predict.inputs import PublishedStep, ReferenceFigure
-from dlscale.predict.model import Ceilings, Point, Strategy, Workload, predict_point
+from dlscale.predict.model import Ceilings, Point, Strategy, Workload, compute_for_step, predict_point
 from dlscale.predict.network import Network
 from dlscale.predict.platforms import platform
-from dlscale.predict.validate import CASES, Case
 
 
 @dataclass(frozen=True)
@@ -36,23 +36,26 @@ class Setting:
     """Where the setting comes from, in words."""
     cores_per_node: int | None = None
     """The platform's CPU cores per node, where it states them."""
+    kind: str | None = None
+    """The platform's kind of machine (its default spread of step times)."""
     documented: bool = True
     """False: the command's setting, taken for the reference's (none is documented)."""
 
 
-def documented_case(figure: ReferenceFigure) -> Case | None:
+def documented_case(figure: ReferenceFigure, cases: tuple[Case, ...] = CASES) -> Case | None:
     """The validation's case of the figure's series: its own, else one that takes its compute from it with the
-    strategy the series states (BlueFog's sample: BlueFog's case, not Horovod's)."""
+    strategy the series states (BlueFog's sample: BlueFog's case, not Horovod's). `cases`: the shipped ones and
+    a reference file's."""
     name, series = figure.spec.split(":")
-    cases = [c for c in CASES if c.reference == name and series in (c.series, c.input_series)]
+    cases = [c for c in cases if c.reference == name and series in (c.series, c.input_series)]
     stated = figure.series.meta.get("dist_optimizer")
     fitting = [c for c in cases if stated is None or c.strategy.name == stated]
     own = [c for c in fitting if c.series == series]
     return (own or fitting or [None])[0]
 
 
-def own_setting(figure: ReferenceFigure) -> Setting | None:
-    case = documented_case(figure)
+def own_setting(figure: ReferenceFigure, cases: tuple[Case, ...] = CASES) -> Setting | None:
+    case = documented_case(figure, cases)
     if case is None:
         return None
     chosen = platform(case.platform)
@@ -60,7 +63,7 @@ def own_setting(figure: ReferenceFigure) -> Setting | None:
     if case.devices_per_node:
         net = replace(net, devices_per_node=case.devices_per_node)
     return Setting(case.strategy, net, case.grad_bytes, f"{case.platform}; {case.software} (predict/validate.py's "
-                   f"case {case.reference}:{case.series})", chosen.value("cpu_cores_per_node"))
+                   f"case {case.reference}:{case.series})", chosen.value("cpu_cores_per_node"), kind=chosen.kind)
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ def anchored(figure: ReferenceFigure, setting: Setting, *, model: str, fixed: Fi
 def _compute_step(figure: ReferenceFigure, published: PublishedStep, setting: Setting, model: str,
                   step_cv: float | None) -> tuple[float, Point] | None:
     """The compute step whose prediction at the published point's devices and batch, in `setting`, is the
-    published step (bisection: the predicted step grows with the compute); None where even no compute does."""
+    published step; None where even no compute gives it."""
     net = setting.network
     if published.nodes:  # the published run's own layout
         net = replace(net, devices_per_node=max(published.devices // published.nodes, 1))
@@ -111,21 +114,11 @@ def _compute_step(figure: ReferenceFigure, published: PublishedStep, setting: Se
         # Only t(batch) matters at the published batch: no fixed part is needed to evaluate it.
         work = figure.workload([(published.batch, compute_s)], model=model, fixed=UNKNOWN_FIXED,
                                grad_bytes=setting.grad_bytes)
-        return predict_point(published.devices, work, setting.strategy, net, ceilings, batch=published.batch)
+        strategy = replace(setting.strategy, algorithm=published.algorithm or setting.strategy.algorithm,
+                           norm_group=published.bn_group)
+        return predict_point(published.devices, work, strategy, net, ceilings, batch=published.batch)
 
-    target = published.step_s
-    low, high = target * 1e-6, target
-    if point(low).step_ms / 1e3 > target:
-        return None
-    if point(high).step_ms / 1e3 <= target * (1 + 1e-12):
-        return high, point(high)
-    for _ in range(60):
-        middle = (low + high) / 2
-        if point(middle).step_ms / 1e3 > target:
-            high = middle
-        else:
-            low = middle
-    return low, point(low)
+    return compute_for_step(published.step_s, point)
 
 
 def setting_notes(figure: ReferenceFigure | None, own: Setting | None, net: Network,

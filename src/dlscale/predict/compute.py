@@ -19,6 +19,16 @@ from dataclasses import dataclass
 from importlib import resources
 
 from dlscale.errors import ConfigError
+from dlscale.predict.fixed import device_key, floor
+
+FIXED_KINDS = ("measured", "published", "given", "modelled", "unknown")
+"""Where a fixed part comes from, best first: a curve dlscale measured; published figures at two batch sizes or
+more; the command line; the first-principles model of predict/fixed.py; nothing (taken as zero)."""
+
+KNOWN_RANGE_MS = (2.63, 16.1)
+"""The fixed parts of ResNet-50 that dlscale ships, measured or fitted to published steps at two batch sizes or
+more: the H100's measured curve (2.63 ms) to Dell's XE8545 A100 series (16.1 ms, MLPerf v2.0;
+references/mlperf_scale.json): the range an unknown one is said to lie in."""
 
 
 @dataclass(frozen=True)
@@ -28,9 +38,16 @@ class Fixed:
     seconds: float
     source: str
     known: bool = True
+    """False: nothing gives it, and it is taken as zero."""
+    kind: str = "measured"
+    """One of FIXED_KINDS."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in FIXED_KINDS:
+            raise ConfigError(f"unknown kind of fixed part {self.kind!r}; choose one of {', '.join(FIXED_KINDS)}")
 
 
-UNKNOWN_FIXED = Fixed(0.0, "no step of this device measured at a second batch size", known=False)
+UNKNOWN_FIXED = Fixed(0.0, "no step of this device measured at a second batch size", known=False, kind="unknown")
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,8 @@ class StepTime:
     """Where t0 (and so t1) came from, in words."""
     fixed_known: bool = True
     """False: t0 is unknown and taken as zero."""
+    fixed_kind: str = "measured"
+    """Where t0 comes from: one of FIXED_KINDS."""
 
     def at(self, batch: int) -> float:
         """Seconds per step at `batch` images: interpolated between measured points, the fit beyond them."""
@@ -66,6 +85,8 @@ class StepTime:
     def describe(self) -> list[str]:
         """t(b) with its two parameters, each with its source; the measured points where there are several."""
         fixed = self.fixed_source if self.fixed_known else f"UNKNOWN, TAKEN AS ZERO: {self.fixed_source}"
+        if self.fixed_kind == "modelled":
+            fixed = f"MODELLED (no curve and no published steps at two batch sizes): {self.fixed_source}"
         lines = [f"t(b) = t0 + b x t1, t0 = {1e3 * self.fixed_s:.2f} ms, t1 = {1e3 * self.per_image_s:.4f} ms "
                  "per image",
                  f"t0 (fixed part): {fixed}"]
@@ -118,7 +139,7 @@ def from_one_point(batch: int, step_s: float, fixed: Fixed = UNKNOWN_FIXED, sour
         raise ConfigError(f"the fixed part of the step ({1e3 * fixed.seconds:.2f} ms, {fixed.source}) must be >= 0 "
                           f"and below the step ({1e3 * step_s:.2f} ms at batch {batch})")
     return StepTime(((batch, step_s),), fixed.seconds, (step_s - fixed.seconds) / batch, source, fixed.source,
-                    fixed.known)
+                    fixed.known, fixed.kind)
 
 
 def with_fixed(step: StepTime, fixed: Fixed) -> StepTime:
@@ -130,7 +151,7 @@ def with_fixed(step: StepTime, fixed: Fixed) -> StepTime:
 def scaled(step: StepTime, factor: float) -> StepTime:
     """Every time x factor (the compute of CPU ranks that share their cores, for instance)."""
     return StepTime(tuple((b, t * factor) for b, t in step.points), step.fixed_s * factor, step.per_image_s * factor,
-                    step.source, step.fixed_source, step.fixed_known)
+                    step.source, step.fixed_source, step.fixed_known, step.fixed_kind)
 
 
 # ----------------------------------------------------------------------- shipped per-device curves
@@ -149,7 +170,7 @@ class DeviceCurve:
 
     def fixed(self) -> Fixed:
         return Fixed(self.fixed_s, f"{1e3 * self.fixed_s:.2f} ms, the {self.device} curve measured by dlscale bench "
-                                   f"({self.provenance}; references/device_steps.json)")
+                                   f"({self.provenance}; references/device_steps.json)", kind="measured")
 
 
 def _device_steps() -> dict:
@@ -170,13 +191,32 @@ def device_curve(device: str | None) -> DeviceCurve | None:
     return None
 
 
-def fixed_for_device(device: str | None) -> Fixed:
-    """The fixed part of a shipped curve for this device type, or UNKNOWN_FIXED (saying which device)."""
+def fixed_for_device(device: str | None, precision: str | None = None, execution: str | None = None,
+                     model: str = "resnet50") -> Fixed:
+    """The fixed part of a shipped curve for this device type; else, where its precision and execution are known,
+    the first-principles model's (predict/fixed.py); else unknown, taken as zero, with the range it could be."""
     curve = device_curve(device)
     if curve is not None:
         return curve.fixed()
-    what = f"no step curve of {device} ships" if device else "the device is not named"
-    return Fixed(0.0, f"{what} (references/device_steps.json)", known=False)
+    what = f"no step curve of {device} ships (references/device_steps.json)" if device else "the device is not named"
+    if precision and execution:
+        modelled = floor(device, precision, execution, model)
+        if modelled is not None:
+            return Fixed(modelled.seconds, f"{modelled.describe()}; {what}; {MODEL_CHECK}", kind="modelled")
+    if not device:
+        why = "so its first-principles model has no peak to work from"
+    elif device_key(device) is None:
+        why = f"dlscale knows no peak and memory bandwidth of {device} for its first-principles model"
+    else:
+        why = f"the figure states no precision its model knows ({precision or 'none'})"
+    low, high = KNOWN_RANGE_MS
+    return Fixed(0.0, f"{what}, {why}: the fixed parts of ResNet-50 dlscale ships lie between {low:g} and "
+                      f"{high:g} ms", known=False, kind="unknown")
+
+
+MODEL_CHECK = ("a floor: on the H100, whose curve was measured (2.63 ms with CUDA graphs), it gives 1.61 ms, 61% "
+               "(docs/prediction.md#the-fixed-part-of-the-step)")
+"""What the first-principles model was checked against (tests/unit/test_predict_fixed.py)."""
 
 
 # ----------------------------------------------------------------------- shipped measured MFU

@@ -16,10 +16,11 @@ from pathlib import Path
 from dlscale.errors import ConfigError
 from dlscale.metrics.hardware import PEAK_TFLOPS
 from dlscale.predict.compute import Fixed, fixed_for_device, from_one_point, from_points
+from dlscale.predict.fixed import device_key, execution_of
 from dlscale.predict.layers import forward_macs, model_parameters
 from dlscale.predict.model import GradSpec, Workload, workload_for_model
 from dlscale.predict.network import Level, Network
-from dlscale.report.references import RefSeries, named_series
+from dlscale.report.references import RefSeries, load_reference, named_series
 from dlscale.rundir import read_comm_run, read_run, read_summary
 
 BACKWARD_FORWARD_RATIO = 2.0
@@ -42,7 +43,8 @@ def workload_from_run(path: str | Path, fixed: Fixed | None = None) -> tuple[Wor
     batch = int(summary["batch_size"])
     shape = {"image_size": int(summary.get("image_size") or 224),
              "num_classes": int(summary.get("num_classes") or 1000), "width": int(summary.get("width") or 64)}
-    fixed = fixed or fixed_for_device(summary.get("device_name"))
+    fixed = fixed or fixed_for_device(summary.get("device_name"), summary.get("precision"), execution_of(summary),
+                                      model or "resnet50")
     if summary["kind"] == "bench":
         if int(summary["world_size"]) != 1:
             raise ConfigError(f"{path} ran on {summary['world_size']} ranks: its step includes communication; "
@@ -85,7 +87,8 @@ def fixed_from_run(path: str | Path) -> Fixed:
         raise ConfigError(f"{path} ran on {summary['world_size']} ranks; a step curve is one device's: run it on one")
     step_time = from_points([(c["batch_size"], c["step_time_ms"] / 1e3) for c in curve], str(path))
     return Fixed(step_time.fixed_s, f"{1e3 * step_time.fixed_s:.2f} ms, fitted to the batch curve of dlscale bench "
-                                    f"run {path} ({summary.get('device_name') or summary.get('device')})")
+                                    f"run {path} ({summary.get('device_name') or summary.get('device')})",
+                 kind="measured")
 
 
 def _cpu(env: dict, summary: dict) -> dict:
@@ -122,6 +125,10 @@ class PublishedStep:
     nodes: int | None
     step_s: float
     """batch x devices / the published img/s: one device's step, with its run's own communication and waits."""
+    algorithm: str | None = None
+    """The allreduce algorithm the point's run used where it differs from its series' (SHARP at scale)."""
+    bn_group: int = 1
+    """Devices per BatchNorm group in the point's run."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +148,10 @@ class ReferenceFigure:
     spread: float | None
     """The per-step spread its published interval implies (reference_spread), or None."""
     grad_bytes: int
+    precision: str | None = None
+    """The series' precision, as it states it (the fixed part's model reads its first word)."""
+    execution: str = "eager"
+    """How its steps launched their kernels (predict/fixed.py's EXECUTIONS), from the reference's recipe."""
 
     @property
     def global_batch(self) -> int | None:
@@ -158,20 +169,25 @@ class ReferenceFigure:
             at = ", ".join(f"{p.batch} at {p.devices} devices" for p in self.steps)
             said = note or "their own communication included"
             step_time = from_points(steps, f"published: {self.series.label}, batches {at} ({said}; {self.source})")
-            step_time = replace(step_time, fixed_source=f"fitted to the series' {len(steps)} batch sizes per device")
+            step_time = replace(step_time, fixed_source=f"fitted to the series' {len(steps)} batch sizes per device",
+                                fixed_kind="published")
         else:
             batch, seconds = steps[0]
-            step_time = from_one_point(batch, seconds, fixed or fixed_for_device(self.device),
+            step_time = from_one_point(batch, seconds, fixed or fixed_for_device(self.device, self.precision,
+                                                                                  self.execution, model),
                                        self.text + (f"; {note}" if note else ""))
         return workload_for_model(model, batch_per_device=self.steps[0].batch, step_time=step_time,
                                   grad_bytes_per_element=grad_bytes or self.grad_bytes, source=step_time.source)
 
 
-def reference_figure(spec: str) -> ReferenceFigure:
-    """NAME[:SERIES] of a shipped reference (without SERIES: its first series that publishes images/s, a
-    sample's where it has no scaling series)."""
+def reference_figure(spec: str, file: str | None = None) -> ReferenceFigure:
+    """NAME[:SERIES] of a shipped reference, or of the reference file `file` when NAME is its name (without
+    SERIES: its first series that publishes images/s, a sample's where it has no scaling series)."""
+    name, _, series_id = spec.partition(":")
+    if file is not None and load_reference(file).name == name:
+        spec = f"{file}:{series_id}" if series_id else file
     ref, series, _ = named_series(spec)
-    name = spec.partition(":")[0]
+    name = ref.name
     points = sorted((p for p in series.points if series.value(p, "img_per_s") and p.get("devices")),
                     key=lambda p: p["devices"])
     if not points:
@@ -183,15 +199,66 @@ def reference_figure(spec: str) -> ReferenceFigure:
     per_batch: dict[int, dict] = {}
     for p in points:
         per_batch.setdefault(int(p.get("batch_per_device") or batch), p)
-    steps = tuple(PublishedStep(b, p["devices"], p.get("nodes"), b * p["devices"] / series.value(p, "img_per_s"))
-                  for b, p in per_batch.items())
+    steps = tuple(PublishedStep(b, p["devices"], p.get("nodes"), b * p["devices"] / series.value(p, "img_per_s"),
+                                p.get("algorithm"), int(p.get("bn_group") or 1)) for b, p in per_batch.items())
     rate = series.value(first, "img_per_s") / first["devices"]
     note = "" if first["devices"] == 1 else " (its own communication included)"
     text = (f"published: {series.label}, {rate:.1f} img/s per device at {first['devices']} device(s){note}, "
             f"batch {batch} ({ref.source_text(series)})")
     device = series.meta.get("device") or ref.hardware.get("device")
     return ReferenceFigure(f"{name}:{series.id}", series, steps, device, text, ref.source_text(series),
-                           reference_spread(series, first)[0], _grad_bytes(series.meta.get("precision")))
+                           reference_spread(series, first)[0], _grad_bytes(series.meta.get("precision")),
+                           series.meta.get("precision"), execution_of(ref.recipe_of(series)))
+
+
+GIVEN = {"rate": "images/s of all the devices together (> 0)", "devices": "how many devices (a whole number >= 1)",
+         "batch": "images per device per step (a whole number >= 1)", "nodes": "how many nodes (a whole number >= 1)",
+         "device": "the device, as the peak table names it (H100, A100, V100-SXM2, MI300X)",
+         "precision": "amp_bf16, amp_fp16, tf32 or fp32", "execution": "eager, compiled or cuda-graphs"}
+"""The fields of a figure given on the command line (--from-reference rate=...,devices=...,batch=...)."""
+
+
+def given_figure(text: str) -> ReferenceFigure:
+    """A published or measured rate given as such: rate=IMG_PER_S,devices=N,batch=B[,nodes=M][,device=D]
+    [,precision=P][,execution=E], anchored in the command's setting as a shipped reference is in its own."""
+    fields = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or key.strip() not in GIVEN:
+            raise ConfigError(f"--from-reference {text!r}: {part.strip()!r} is not KEY=VALUE with a key of "
+                              f"{', '.join(GIVEN)}")
+        fields[key.strip()] = value.strip()
+    missing = [key for key in ("rate", "devices", "batch") if key not in fields]
+    if missing:
+        wanted = "; ".join(GIVEN[k] for k in missing)
+        raise ConfigError(f"--from-reference {text!r} needs {', '.join(missing)} ({wanted})")
+    rate = _given_number(fields, "rate", float)
+    devices, batch = _given_number(fields, "devices", int), _given_number(fields, "batch", int)
+    nodes = _given_number(fields, "nodes", int) if "nodes" in fields else None
+    if fields.get("device") and device_key(fields["device"]) is None:
+        raise ConfigError(f"--from-reference: device={fields['device']!r} is not a device dlscale knows the peak and "
+                          f"memory bandwidth of; give one of {', '.join(PEAK_TFLOPS)}, or leave device out")
+    execution = fields.get("execution", "eager")
+    if execution not in ("eager", "compiled", "cuda-graphs"):
+        raise ConfigError(f"--from-reference {text!r}: execution={execution!r}: {GIVEN['execution']}")
+    point = {"devices": devices, "nodes": nodes, "batch_per_device": batch, "img_per_s": rate}
+    meta = {"device": fields.get("device"), "precision": fields.get("precision"), "batch_per_device": batch}
+    series = RefSeries("given", "point", "given on the command line", "scaling", (point,), meta)
+    step = PublishedStep(batch, devices, nodes, batch * devices / rate)
+    said = (f"given on the command line: {rate:,.1f} img/s at {devices} device(s) of batch {batch}"
+            + (" (its own communication included)" if devices > 1 else ""))
+    return ReferenceFigure("given:point", series, (step,), fields.get("device") or "", said, "the command line",
+                           None, 4, fields.get("precision"), execution)
+
+
+def _given_number(fields: dict, key: str, kind: type) -> int | float:
+    try:
+        value = kind(fields[key])
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value <= 0 or value > (1e12 if kind is float else 2**24):
+        raise ConfigError(f"--from-reference: {key}={fields[key]!r}: {GIVEN[key]}")
+    return value
 
 
 def workload_from_reference(spec: str, *, model: str = "resnet50",
@@ -220,23 +287,40 @@ def reference_spread(series, point: dict) -> tuple[float | None, int]:
     return ci * math.sqrt(n) / (1.96 * total) * math.sqrt(steps_per_iteration), waited
 
 
+PEAK_PRECISIONS = ("bf16", "fp16", "fp32")
+"""The peak a device name stands for: its BF16 tensor peak, else FP16 (Volta, Turing), else FP32 (Pascal's P40)."""
+
+
+def device_peak_dtype(device: str) -> str:
+    """The precision whose peak --peak-tflops DEVICE takes (PEAK_PRECISIONS, the first the device has)."""
+    known = PEAK_TFLOPS.get(device)
+    if known is None:
+        raise ConfigError(f"--peak-tflops {device!r}: give a number or one of {', '.join(PEAK_TFLOPS)}")
+    return next(dtype for dtype in PEAK_PRECISIONS if dtype in known)
+
+
 def workload_from_flops(model: str, *, batch: int, peak_tflops: float | str, mfu: float, image_size: int = 224,
-                        num_classes: int = 1000, flops_dtype: str = "bf16", fixed: Fixed | None = None) -> Workload:
+                        num_classes: int = 1000, fixed: Fixed | None = None, execution: str = "eager") -> Workload:
     """Step = batch x training FLOPs per image / (peak x MFU); FLOPs from the layer table (3 x 2 x MACs).
-    The fixed part: `fixed`, else the shipped curve of the named device, else unknown."""
+    A device name takes its peak of device_peak_dtype. The fixed part: `fixed`, else the shipped curve of the
+    named device, else its first-principles model for `execution`, else unknown."""
     device = peak_tflops if isinstance(peak_tflops, str) else None
-    if isinstance(peak_tflops, str):
-        known = PEAK_TFLOPS.get(peak_tflops)
-        if known is None:
-            raise ConfigError(f"--peak-tflops {peak_tflops!r}: give a number or one of {', '.join(PEAK_TFLOPS)}")
-        peak_tflops = known[flops_dtype]
+    flops_dtype = "bf16"
+    if device is not None:
+        flops_dtype = device_peak_dtype(device)
+        peak_tflops = PEAK_TFLOPS[device][flops_dtype]
     if not 0 < mfu <= 1:
         raise ConfigError(f"--mfu {mfu} must be in (0, 1]")
+    if not 0 < float(peak_tflops) < math.inf:
+        raise ConfigError(f"--peak-tflops {peak_tflops}: a peak must be a finite number of TFLOP/s above 0 (the step "
+                          "time divides by it)")
     macs = forward_macs(model_parameters(model, num_classes=num_classes, image_size=image_size))
     flops = (1 + BACKWARD_FORWARD_RATIO) * 2 * macs
     step = batch * flops / (float(peak_tflops) * 1e12 * mfu)
-    source = f"FLOPs: {flops / 1e9:.2f} GFLOP per image at {100 * mfu:.0f}% of {float(peak_tflops):g} TFLOP/s"
-    step_time = from_one_point(batch, step, fixed or fixed_for_device(device), source)
+    peak_said = f"{device}'s {flops_dtype} peak, " if device else ""
+    source = (f"FLOPs: {flops / 1e9:.2f} GFLOP per image at {100 * mfu:.0f}% of {peak_said}"
+              f"{float(peak_tflops):g} TFLOP/s")
+    step_time = from_one_point(batch, step, fixed or fixed_for_device(device, flops_dtype, execution, model), source)
     return workload_for_model(model, batch_per_device=batch, step_time=step_time, image_size=image_size,
                               num_classes=num_classes, source=source)
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 
 from dlscale.errors import ConfigError
@@ -137,12 +137,17 @@ class Strategy:
     topology: str = "exp2"
     schedule: str = "one_peer"
     """static, one_peer or inner_outer (graphs.py)."""
+    norm_group: int = 1
+    """Devices whose BatchNorm statistics are reduced together (MXNet's BN_GROUP, a SyncBatchNorm group inside a
+    node); 1: each device's own."""
 
     def __post_init__(self) -> None:
         if self.name not in STRATEGIES:
             raise ConfigError(f"unknown strategy {self.name!r}; choose one of {', '.join(STRATEGIES)}")
         if self.overlap not in OVERLAPS:
             raise ConfigError(f"unknown overlap {self.overlap!r}; choose one of {', '.join(OVERLAPS)}")
+        if isinstance(self.norm_group, bool) or not isinstance(self.norm_group, int) or self.norm_group < 1:
+            raise ConfigError(f"a BatchNorm group is a whole number of devices >= 1, got {self.norm_group!r}")
 
     def describe(self) -> str:
         if self.name in ("allreduce", "gradient_allreduce"):
@@ -151,7 +156,8 @@ class Strategy:
             cap = f"{self.bucket_cap_bytes / (1 << 20):g} MiB"
             buckets = f"fused every {1e3 * self.fusion_cycle_s:g} ms up to {cap}" if self.fusion_cycle_s else \
                 f"{cap} buckets"
-            return f"{self.name}, {self.algorithm} algorithm, {buckets}, {where[self.overlap]}"
+            grouped = f", BatchNorm over groups of {self.norm_group}" if self.norm_group > 1 else ""
+            return f"{self.name}, {self.algorithm} algorithm, {buckets}, {where[self.overlap]}{grouped}"
         return f"{self.name} on {self.topology}, {self.schedule} exchange, overlap {self.overlap}"
 
     def communicates_as(self, other: Strategy) -> bool:
@@ -241,6 +247,12 @@ class Point:
     def img_per_s_total(self) -> float:
         return self.img_per_s_per_device * self.devices
 
+    @property
+    def busy_ms(self) -> float:
+        """The step's own time, before any input ceiling: compute, exposed communication, stragglers, input
+        waits."""
+        return self.compute_ms + self.exposed_ms + self.stragglers_ms + self.input_wait_ms
+
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         out["img_per_s_total"] = self.img_per_s_total
@@ -313,6 +325,22 @@ def _exchange_comm(n: int, size: int, strategy: Strategy, net: Network) -> float
     return total
 
 
+def norm_group_time(workload: Workload, strategy: Strategy, net: Network, n: int) -> float:
+    """BatchNorm over groups of devices: each normalisation layer reduces its statistics (a sum and a sum of
+    squares per channel, fp32) across its group before it can go on, forward and backward: an allreduce inside
+    the node per layer and pass, on the step's critical path (the group's devices share a node)."""
+    group = min(strategy.norm_group, net.per_node(n))
+    if group < 2:
+        return 0.0
+    channels = _norm_channels(workload.model)
+    return sum(2 * allreduce_time(net, 2 * 4 * c, group) for c in channels)
+
+
+@functools.lru_cache(maxsize=64)
+def _norm_channels(model: str) -> tuple[int, ...]:
+    return tuple(p.numel for p in model_parameters(model) if p.norm and p.name.endswith(".weight"))
+
+
 def waited_on(n: int, strategy: Strategy, net: Network) -> int:
     """How many devices' steps one step waits for: all of them for an allreduce; itself and its
     in-neighbours for a neighbour exchange (as many as it sends to, in these graphs); for the hierarchical
@@ -339,6 +367,8 @@ def predict_point(n: int, workload: Workload, strategy: Strategy, net: Network, 
     if not free_core:  # every core computes: communication cannot hide under backward
         strategy = replace(strategy, overlap="none")
     comm, exposed = _comm(n, workload, strategy, net, fwd, bwd)
+    grouped = norm_group_time(workload, strategy, net, n)
+    comm, exposed = comm + grouped, exposed + grouped
     stragglers = (ceilings.step_cv or 0.0) * compute * expected_max_standard_normal(waited_on(n, strategy, net))
     waiting = ceilings.epoch_start.per_step_s(n, batch) if ceilings.epoch_start else 0.0
     step = compute + exposed + stragglers + waiting
@@ -353,6 +383,8 @@ def predict_point(n: int, workload: Workload, strategy: Strategy, net: Network, 
     limit = _limit(batch / min(batch * reference, compute), rate, ceiling, losses)
     if limit == "compute" and slowdown > 1 + LIMIT_THRESHOLD:
         limit = "shared CPU cores"
+    if not workload.step_time.fixed_known and batch < workload.batch_per_device:
+        limit += " (t0 unknown)"  # a smaller batch than the figure's would lose what t0 holds: the header's range
     return Point(n, net.nodes(n), batch, 1e3 * compute, 1e3 * comm, 1e3 * exposed, 1e3 * stragglers,
                  1e3 * batch / rate, rate, ceiling, limit, fixed_share=workload.step_time.fixed_share(batch),
                  input_wait_ms=1e3 * waiting)
@@ -387,3 +419,21 @@ def predict(devices: Sequence[int], workload: Workload, strategy: Strategy, net:
         points.append(predict_point(n, workload, strategy, net, ceilings, batch))
     base = points[0].img_per_s_per_device if points else 0.0
     return [replace(p, efficiency=p.img_per_s_per_device / base if base else None) for p in points]
+
+
+def compute_for_step(step_s: float, at: Callable[[float], Point]) -> tuple[float, Point] | None:
+    """The compute step (seconds at the point's batch) whose predicted step, `at(compute_s)` without an input
+    ceiling, is `step_s`: a published step with the model's own communication, stragglers and waits taken out
+    (a bisection: the predicted step grows with the compute). None where the model's additions alone exceed it."""
+    low, high = step_s * 1e-6, step_s
+    if at(low).busy_ms / 1e3 > step_s:
+        return None
+    if at(high).busy_ms / 1e3 <= step_s * (1 + 1e-12):
+        return high, at(high)
+    for _ in range(60):
+        middle = (low + high) / 2
+        if at(middle).busy_ms / 1e3 > step_s:
+            high = middle
+        else:
+            low = middle
+    return low, at(low)

@@ -16,7 +16,12 @@ Latency terms are NCCL's own tuning model (docs/references.md#nccl-tuning-model)
 2(m-1) cross nodes (m nodes); NCCL's tree takes 2((k-1) + log2(m)) (k devices per node) and
 moves its data at 0.92 of the bus bandwidth with an algorithm bandwidth of half of it.
 `auto` takes the faster of ring and tree, as NCCL's tuner does. `hierarchical` is the two-level
-form (reduce-scatter in the node, allreduce across nodes, all-gather in the node).
+(2D) form of Jia et al. 2018 and Mikami et al. 2018: reduce-scatter in the node, an allreduce of each
+device's share across nodes (one per rail, the faster of ring and tree), all-gather in the node.
+`sharp` is in-network reduction (NCCL's CollNet Direct on SHARP switches): reduce-scatter and
+all-gather in the node, and each node sends its data to the switches once and receives the result
+once, with NCCL's CollNet latencies (docs/references.md#nccl-tuning-model); it is chosen, never
+assumed (`auto` does not take it: a fabric without SHARP switches has none).
 """
 
 from __future__ import annotations
@@ -28,7 +33,16 @@ from dataclasses import dataclass
 from dlscale.errors import ConfigError
 
 GB = 1e9
-ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
+ALGORITHMS = ("auto", "ring", "tree", "hierarchical", "sharp")
+
+SHARP_NET_US = 31.0
+"""NCCL's network latency of one CollNet Direct call (Simple protocol): tuning.cc's hwLatencies[NET]."""
+SHARP_NVLINK_US = 3.7
+"""NCCL's NVLink step latency of CollNet Direct (Simple protocol)."""
+SHARP_ARITY_US = 0.4
+"""NCCL's serialization latency per local device of CollNet Direct ("0.4 us arity serialization latency")."""
+SHARP_BANDWIDTH_FACTOR = 0.9
+"""NCCL takes 0.9 of the network's bandwidth for CollNet (tuning.cc: bwInter * 0.9f)."""
 
 TREE_BANDWIDTH_FACTOR = 0.92
 """NCCL scales the tree's allreduce bus bandwidth by .92 (docs/references.md#nccl-tuning-model)."""
@@ -93,7 +107,7 @@ def allreduce_times(net: Network, size_bytes: float, n: int) -> dict[str, float]
     """Seconds of one allreduce of size_bytes over n devices, per algorithm (0 for one device)."""
     check_size(n)
     if n == 1:
-        return {"ring": 0.0, "tree": 0.0, "hierarchical": 0.0}
+        return dict.fromkeys(ALGORITHMS[1:], 0.0)
     m, k = net.nodes(n), net.per_node(n)
     intra_hop, inter_hop = net.intra.hop_us * 1e-6, net.inter.hop_us * 1e-6
     base = net.base_us * 1e-6
@@ -102,13 +116,15 @@ def allreduce_times(net: Network, size_bytes: float, n: int) -> dict[str, float]
     tree = (base + 2 * ((k - 1) * intra_hop + _log2_floor(m) * inter_hop)
             + 2 * size_bytes / (TREE_BANDWIDTH_FACTOR * bw))
     if m == 1:
-        hierarchical = ring
-    else:
-        intra_bw, inter_bw = net.intra.bandwidth_gbs * GB, net.inter.bandwidth_gbs * GB
-        in_node = 0.0 if k == 1 else base + (k - 1) * intra_hop + (k - 1) / k * size_bytes / intra_bw
-        across = base + 2 * (m - 1) * inter_hop + 2 * (m - 1) / m * size_bytes / inter_bw
-        hierarchical = 2 * in_node + across
-    return {"ring": ring, "tree": tree, "hierarchical": hierarchical}
+        return {"ring": ring, "tree": tree, "hierarchical": ring, "sharp": ring}
+    intra_bw, inter_bw = net.intra.bandwidth_gbs * GB, net.inter.bandwidth_gbs * GB
+    in_node = 0.0 if k == 1 else base + (k - 1) * intra_hop + (k - 1) / k * size_bytes / intra_bw
+    across = base + min(2 * (m - 1) * inter_hop + 2 * (m - 1) / m * size_bytes / inter_bw,
+                        2 * _log2_floor(m) * inter_hop + 2 * size_bytes / (TREE_BANDWIDTH_FACTOR * inter_bw))
+    sharp_latency = 2 * (min(1, k - 1) * SHARP_NVLINK_US + (k - 1) * SHARP_ARITY_US) + SHARP_NET_US
+    sharp = sharp_latency * 1e-6 + max(2 * (k - 1) / k * size_bytes / intra_bw,
+                                       size_bytes / (SHARP_BANDWIDTH_FACTOR * inter_bw))
+    return {"ring": ring, "tree": tree, "hierarchical": 2 * in_node + across, "sharp": sharp}
 
 
 def allreduce_time(net: Network, size_bytes: float, n: int, algorithm: str = "auto") -> float:

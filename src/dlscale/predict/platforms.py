@@ -3,19 +3,30 @@
 A platform's network is derived from its figures and NCCL's own constants, nothing else:
 
     intra (GB/s per device) = NVLink links per device x NCCL's GB/s per link
-                              (AC922: NCCL's POWER9 inter-socket figure, which a 4-GPU ring crosses)
+                              (AC922: NCCL's POWER9 inter-socket figure, which a 4-GPU ring crosses;
+                              PCIe: lanes x NCCL's GB/s per lane of the generation, and no more than
+                              NCCL's figure for the link between two sockets where the ring crosses it)
     inter (GB/s per node)   = NICs x line rate (Gbit/s) / 8 x NCCL's 0.96 (12 GB/s per 100 Gbit/s)
-    latency                 = NCCL's base latency per call and per-step latencies (NVLink, network)
+    latency                 = NCCL's base latency per call and per-step latencies (NVLink or PCI, network)
+
+Each platform also says what kind of machine it is (`dedicated`: nodes of one job on an RDMA fabric;
+`cloud-tcp`: virtual instances on TCP over Ethernet), which chooses the default spread of step times
+(predict/spread.py), and its fabric's transport (ib, roce, tcp).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from importlib import resources
 
 from dlscale.errors import ConfigError
 from dlscale.predict.network import Level, Network
+
+TRANSPORTS = ("ib", "roce", "tcp")
+"""InfiniBand, RDMA over Converged Ethernet, TCP sockets (NCCL's socket transport)."""
+KINDS = ("dedicated", "cloud-tcp")
 
 
 @dataclass(frozen=True)
@@ -28,6 +39,13 @@ class Platform:
     constants: dict
     notes: tuple[str, ...]
     intra_kind: str
+    """nvlink, p9_xbus or pcie: what joins the devices of a node."""
+    kind: str = "dedicated"
+    """dedicated or cloud-tcp: the default spread of step times (predict/spread.py)."""
+    transport: str = "ib"
+    """ib, roce or tcp: the fabric between nodes."""
+    machine_class: str = ""
+    """The class of machine the validation reports errors per: its nodes and their fabric."""
 
     def value(self, name: str):
         return self.figures[name]["value"]
@@ -36,8 +54,16 @@ class Platform:
     def intra_gbs(self) -> float:
         if self.intra_kind == "p9_xbus":
             return self.constants["p9_xbus_gbs"]["value"]
+        if self.intra_kind == "pcie":
+            link = self.value("pcie_lanes") * self.constants["pcie_gbs_per_lane"]["value"][str(self.value("pcie_gen"))]
+            sockets = self.figures.get("socket_link", {}).get("value")
+            return min(link, self.constants["socket_gbs"]["value"][sockets]) if sockets else link
         per_link = self.constants["nvlink_gbs_per_link"]["value"][self.device]
         return self.value("nvlink_links_per_device") * per_link
+
+    @property
+    def intra_hop_us(self) -> float:
+        return self.constants["pci_hop_us" if self.intra_kind == "pcie" else "nvlink_hop_us"]["value"]
 
     @property
     def inter_gbs(self) -> float:
@@ -47,18 +73,32 @@ class Platform:
         c = self.constants
         return Network(
             name=self.id, devices_per_node=self.value("devices_per_node"),
-            intra=Level(self.intra_gbs, c["nvlink_hop_us"]["value"]),
+            intra=Level(self.intra_gbs, self.intra_hop_us),
             inter=Level(self.inter_gbs, c["net_hop_us"]["value"]),
             base_us=c["base_latency_us"]["value"], nics_per_node=self.value("nics_per_node"),
             source=f"platform {self.id} (references/platforms.json): {self.label}",
         )
 
+    def with_fabric(self, nics: int | None, nic_gbps: float | None, transport: str | None) -> Platform:
+        """The same nodes on another fabric (--nics, --nic-gbps, --transport): an Ethernet or RoCE cluster of
+        DGX-like nodes, say. The figures given are said to be given."""
+        figures = dict(self.figures)
+        given = []
+        for name, value in (("nics_per_node", nics), ("nic_gbps", nic_gbps)):
+            if value is not None:
+                figures[name] = {"value": value, "source": [], "note": "given on the command line"}
+                given.append(f"{name} {value:g}")
+        if transport is not None:
+            given.append(f"transport {transport}")
+        label = self.label + (f"; fabric given: {', '.join(given)}" if given else "")
+        return dataclasses.replace(self, label=label, figures=figures, transport=transport or self.transport)
+
     def describe(self) -> str:
         cores = self.value("cpu_cores_per_node")
-        return (f"{self.id}: {self.label}; {self.value('devices_per_node')} devices per node, "
-                f"{self.intra_gbs:.1f} GB/s per device inside the node, {self.inter_gbs:.1f} GB/s per node between "
-                f"nodes ({self.value('nics_per_node')} x {self.value('nic_gbps')} Gbit/s), "
-                f"{'?' if cores is None else cores} CPU cores per node")
+        return (f"{self.id}: {self.label}; {self.value('devices_per_node')} {self.device} per node, "
+                f"{self.intra_gbs:.1f} GB/s per device inside the node ({self.intra_kind}), {self.inter_gbs:.1f} GB/s "
+                f"per node between nodes ({self.value('nics_per_node')} x {self.value('nic_gbps')} Gbit/s "
+                f"{self.transport}), {'?' if cores is None else cores} CPU cores per node, {self.kind}")
 
 
 def _load() -> dict:
@@ -75,7 +115,8 @@ def platforms() -> dict[str, Platform]:
             if missing or (figure["value"] is not None and not figure["source"]):
                 raise ConfigError(f"platforms.json: {raw['id']}.{name} cites no known source ({missing})")
         out[raw["id"]] = Platform(raw["id"], raw["label"], raw["device"], raw["figures"], data["constants"],
-                                  tuple(raw.get("notes", ())), raw["intra"])
+                                  tuple(raw.get("notes", ())), raw["intra"], raw["kind"], raw["transport"],
+                                  raw["class"])
     return out
 
 

@@ -15,120 +15,36 @@ Points are compared in the unit the source published: total img/s, an efficiency
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from dlscale.errors import ConfigError
-from dlscale.predict.compute import fixed_for_device, from_one_point, from_points
+from dlscale.predict.cases import (
+    CASES,
+    HAL_PRINT_FREQ,
+    IMAGENET_TRAIN_IMAGES,
+    THESIS_WORKERS_PER_GPU,
+    Case,
+    case_reference,
+)
+from dlscale.predict.compute import Fixed, fit_fixed_per_image, fixed_for_device, from_one_point, from_points
+from dlscale.predict.fixed import device_key, execution_of
 from dlscale.predict.inputs import reference_spread
 from dlscale.predict.model import (
     Ceilings,
     EpochStart,
     NodeLoader,
+    Point,
     Strategy,
     Workload,
-    expected_max_standard_normal,
+    compute_for_step,
     predict_point,
     workload_for_model,
 )
+from dlscale.predict.network import Network
 from dlscale.predict.platforms import platform
+from dlscale.predict.spread import default_spread
 from dlscale.report.references import RefSeries, load_reference
-
-MIB = 1024 * 1024
-ONE_BUCKET = 1 << 40
-IMAGENET_TRAIN_IMAGES = 1_281_167
-"""ILSVRC-2012 training images (docs/references.md#imagenet-size): Marconi100 publishes epoch
-times, not rates."""
-
-TORCH_DDP = ("torch DDP, default 25 MiB buckets overlapped with backward, fp32 gradients under torch.cuda.amp "
-             "(NVIDIA/DeepLearningExamples@0107cf27 PyTorch/Classification/ConvNets/image_classification/training.py)")
-THESIS_WORKERS_PER_GPU = 16
-"""Marconi100's runs load with 16 DataLoader workers per GPU unless the workers sweep varies them
-(enricogherardi/Profiling-of-Distributed-Training@1d06109e README.md)."""
-HAL_PRINT_FREQ = 10
-"""HAL's timed windows: batch_time is updated every print_freq = 10 steps, from a timer started before the
-epoch's DataLoader iterator (richardkxu/distributed-pytorch@06f1d519 imagenet_ddp_apex.py, train())."""
-
-
-@dataclass(frozen=True)
-class Case:
-    group: str
-    reference: str
-    series: str
-    platform: str
-    strategy: Strategy
-    software: str
-    """The documented software facts behind the strategy, with their sources."""
-    grad_bytes: int = 4
-    model: str = "resnet50"
-    image_size: int = 224
-    num_classes: int = 1000
-    input_series: str | None = None
-    """Series holding the compute figure (default: this series)."""
-    input_devices: int = 1
-    devices_per_node: int | None = None
-    """Overrides the platform's when the runs used fewer devices per node."""
-    terms: tuple[str, ...] = ()
-    """Terms beyond compute and network, by name: "stragglers" (the compute figure's published interval),
-    "node_loader" (the thesis's workers sweep), "epoch_start" (a loader start-up inside HAL's timed windows)."""
-
-
-def _ngc(series: str, device: str) -> Case:
-    return Case("NVIDIA DLE", "ngc", series, "dgx1-v100" if device == "V100" else "dgx-a100", Strategy(), TORCH_DDP)
-
-
-CASES: tuple[Case, ...] = (
-    Case("HAL", "hal", "feb", "hal-ac922", Strategy("gradient_allreduce", bucket_cap_bytes=ONE_BUCKET),
-         "apex DDP(delay_allreduce=True): all gradients allreduced after backward, one call per dtype "
-         "(richardkxu/distributed-pytorch@b2a3e175 imagenet_ddp_apex.py; NVIDIA/apex@47da14a0 "
-         "apex/parallel/distributed.py allreduce_fallback); apex O2: fp16 gradients",
-         grad_bytes=2, input_devices=2, terms=("epoch_start",)),
-    Case("HAL", "hal", "may", "hal-ac922", Strategy("gradient_allreduce", bucket_cap_bytes=ONE_BUCKET),
-         "as HAL feb; compute from the feb 2-GPU point (May published none below 4 GPUs)",
-         grad_bytes=2, input_series="feb", input_devices=2, terms=("epoch_start",)),
-    *(_ngc(s, "A100" if s.startswith("a100") else "V100") for s in (
-        "a100_80gb_amp", "a100_80gb_tf32", "v100_16gb_amp", "v100_16gb_fp32", "v100_32gb_amp", "v100_32gb_fp32",
-        "a100_40gb_amp_2006", "a100_40gb_tf32_2006", "v100_16gb_amp_2006")),
-    *(Case("DLPerf", "dlperf", s, "dlperf-v100", Strategy(), TORCH_DDP + "; NGC 20.03 code not read, assumed the same")
-      for s in ("dlperf_amp", "dlperf_fp32", "dlperf_amp_static_loss_scale")),
-    *(Case("DLPerf", "dlperf", s, "dlperf-v100", Strategy(),
-           TORCH_DDP + "; PaddlePaddle Perf states no network: DLPerf's one 100 Gb/s port per node assumed")
-      for s in ("paddle_amp", "paddle_fp32")),
-    *(Case("DLPerf", "dlperf", s, "dgx-a100", Strategy(), TORCH_DDP) for s in ("paddle_a100_amp", "paddle_a100_fp32")),
-    Case("BlueFog/Horovod", "bluefog", "neighbor_allreduce", "aws-p3.16xlarge",
-         Strategy("neighbor_allreduce", overlap="step", schedule="inner_outer"),
-         "BlueFog's pytorch_benchmark.py: adapt-with-combine (exchange under forward and backward), on several "
-         "machines one rank per machine sends outside each step (Bluefog-Lib/bluefog@9ee376a7 "
-         "examples/pytorch_benchmark.py, GetInnerOuterExpo2DynamicSendRecvRanks); fp32; compute from BlueFog's "
-         "16-GPU sample on 4 machines of 4 GPUs (it publishes no 1-GPU rate); a step waits for its one peer",
-         input_series="sample_16", input_devices=16, terms=("stragglers",)),
-    Case("BlueFog/Horovod", "bluefog", "horovod", "aws-p3.16xlarge",
-         Strategy("allreduce", fusion_cycle_s=5e-3, bucket_cap_bytes=64 * MIB),
-         "Horovod's DistributedOptimizer: tensor fusion every 5 ms cycle up to 64 MiB, overlapped with backward "
-         "(horovod/horovod v0.19-v0.20 horovod/common/operations.cc defaults, the releases of BlueFog's time; the "
-         "version BlueFog ran is not stated); fp32; an allreduce waits for all 128 GPUs; compute from BlueFog's "
-         "16-GPU sample", input_series="sample_16", input_devices=16, terms=("stragglers",)),
-    Case("MLPerf", "mlperf", "h100_strong", "dgx-h100", Strategy("gradient_allreduce", bucket_cap_bytes=64 * MIB),
-         "Horovod with MXNet, 64 MiB fusion, 'no NCCL and BWD overlap' (config_DGXH100_multi_8x8x50.sh); "
-         "fp16 gradients; compute from the 1-node result",
-         grad_bytes=2, input_devices=8),
-    Case("Marconi100", "marconi100", "gpus_one_node", "marconi100", Strategy(),
-         "torch DDP (pytorch/examples' main.py, enricogherardi/Profiling-of-Distributed-Training@1d06109e "
-         "code/train.py); ResNet-50 as the README says (the code's default is ResNet-18); speedups of epoch time; "
-         "16 loader workers per GPU on the node's 32 cores", terms=("node_loader",)),
-    Case("Marconi100", "marconi100", "nodes", "marconi100", Strategy(),
-         "as marconi100 gpus_one_node; compute from its 1-GPU epoch time", input_series="gpus_one_node",
-         terms=("node_loader",)),
-    Case("SC20", "sc20", "weak_scaling", "cori-gpu", Strategy(),
-         "torch DDP, torch.cuda.amp (NERSC/sc20-dl-tutorial@5c9f83c9 train.py); ResNet-50 with the CIFAR stem on "
-         "32 px, 100 classes; rates read off a plot", model="resnet50_cifar", image_size=32, num_classes=100),
-)
-
-NOT_PREDICTED = {
-    "horovod": "TensorFlow's Inception V3, ResNet-101 and VGG-16 on Pascal GPUs: no single-device rate of that "
-               "system is shipped, and two of the models are not in dlscale's layer table",
-}
 
 
 @dataclass(frozen=True)
@@ -143,6 +59,9 @@ class Row:
     fed_by: tuple[tuple[str, str], ...] = ()
     """(parameter, published point reference:series@devices) for every point that fed a parameter of this
     prediction."""
+    point: Point | None = None
+    """The predicted point (its step, compute and rate), for the end-to-end time where the source gives one."""
+    published_point: dict | None = None
 
     @property
     def fed_points(self) -> set[str]:
@@ -229,7 +148,7 @@ def case_terms(case: Case) -> Terms:
                     f"{loader.worker_img_per_s:.1f} img/s, the rate of a loader worker on the same node type "
                     "(marconi100:workers, 1 worker per GPU; IBM AC922, POWER9)")
         elif name == "stragglers":
-            series = load_reference(case.reference).get(case.input_series or case.series)
+            series = case_reference(case).get(case.input_series or case.series)
             cv, _ = reference_spread(series, series.point(devices=case.input_devices))
             terms.ceilings = replace(terms.ceilings, step_cv=cv)
             fed = [point_id(case.reference, series.id, case.input_devices)]
@@ -239,6 +158,11 @@ def case_terms(case: Case) -> Terms:
             raise ConfigError(f"unknown term {name!r}")
         terms.fed_by += [(PARAMETERS[name], pid) for pid in fed]
         terms.texts.append(text)
+    default = default_spread(platform(case.platform).kind)
+    if terms.ceilings.step_cv is None and default is not None:
+        terms.ceilings = replace(terms.ceilings, step_cv=default.cv)
+        terms.fed_by.append(("stragglers", default.point))
+        terms.texts.append(f"stragglers: a per-step spread of {default.source}")
     return terms
 
 
@@ -248,7 +172,7 @@ def case_terms(case: Case) -> Terms:
 def _compute_points(case: Case) -> tuple[RefSeries, list[tuple[str, int, dict]]]:
     """The compute figure's series and its candidate points: per batch per device, the point with the fewest
     devices (the case's own input point first)."""
-    series = load_reference(case.reference).get(case.input_series or case.series)
+    series = case_reference(case).get(case.input_series or case.series)
     first = series.point(devices=case.input_devices)
     chosen = {_batch(series, first): first}
     for p in sorted(series.points, key=lambda p: p.get("devices", 0)):
@@ -257,36 +181,99 @@ def _compute_points(case: Case) -> tuple[RefSeries, list[tuple[str, int, dict]]]
     return series, [(point_id(case.reference, series.id, p["devices"]), b, p) for b, p in chosen.items()]
 
 
-def case_workload(case: Case, terms: Terms, predicted: str | None = None) -> tuple[Workload, list[str]]:
+def point_setting(case: Case, point: dict, net: Network) -> tuple[Strategy, Network]:
+    """The strategy and network of one published point: the case's, with the point's own algorithm (SHARP where
+    its configuration asks for it) and its own devices per node."""
+    strategy = replace(case.strategy, algorithm=point.get("algorithm") or case.strategy.algorithm,
+                       norm_group=int(point.get("bn_group") or case.strategy.norm_group))
+    if point.get("nodes"):
+        net = replace(net, devices_per_node=max(point["devices"] // point["nodes"], 1))
+    return strategy, net
+
+
+def anchored_step(case: Case, point: dict, batch: int, step_s: float, terms: Terms, net: Network) -> float:
+    """A published step with what the model adds there in the case's setting taken out (its communication,
+    stragglers and loader start-up: model.compute_for_step), so that the point's own devices give it back;
+    as published where the model's additions alone exceed it."""
+    strategy, here = point_setting(case, point, net)
+    base = workload_for_model(case.model, batch_per_device=batch, step_s=step_s, grad_bytes_per_element=case.grad_bytes,
+                              image_size=case.image_size, num_classes=case.num_classes)
+
+    def at(compute_s: float) -> Point:
+        work = replace(base, step_time=from_one_point(batch, compute_s))
+        return predict_point(point["devices"], work, strategy, here, terms.ceilings, batch=batch)
+
+    solved = compute_for_step(step_s, at)
+    return solved[0] if solved else step_s
+
+
+def case_workload(case: Case, terms: Terms, predicted: str | None = None) -> tuple[Workload, list[str], list[str]]:
     """The compute of a case, never from the point `predicted` (reference:series@devices): the fit over
-    the series' batch sizes without it, else the input point with the shipped fixed part of the device (or
-    an unknown one). Each figure's own stragglers and loader start-up are taken out."""
+    the series' batch sizes without it, else the input point with a fixed part from elsewhere (stack_fixed,
+    else the device's: its measured curve or its first-principles model, else unknown). Each figure is
+    anchored: its own communication, stragglers and loader start-up out. Also the points that fed the compute,
+    and those that fed the fixed part."""
     series, candidates = _compute_points(case)
     usable = [(pid, b, p) for pid, b, p in candidates if pid != predicted]
+    net = case_network(case)
     steps, fed = [], []
     for pid, batch, p in usable:
-        step = batch * p["devices"] / _rate(series, p)
-        start = terms.ceilings.epoch_start
-        if start is not None:
-            step -= start.per_step_s(p["devices"], batch)
-        if terms.ceilings.step_cv:
-            _, waited = reference_spread(series, p)
-            step /= 1 + terms.ceilings.step_cv * expected_max_standard_normal(waited)
-        steps.append((batch, step))
+        steps.append((batch, anchored_step(case, p, batch, batch * p["devices"] / _rate(series, p), terms, net)))
         fed.append(pid)
-    device = series.meta.get("device") or load_reference(case.reference).hardware.get("device")
+    ref = case_reference(case)
+    device = series.meta.get("device") or ref.hardware.get("device")
     text = f"{case.reference}:{series.id} at {case.input_devices} device(s)"
+    fixed_fed: list[str] = []
     if len(steps) >= 2:
         step_time = from_points(steps, text)
-        step_time = replace(step_time, fixed_source=f"fitted to {', '.join(fed)}")
+        step_time = replace(step_time, fixed_source=f"fitted to {', '.join(fed)}", fixed_kind="published")
     else:
         batch, step = steps[0]
-        step_time = from_one_point(batch, step, fixed_for_device(device), text)
+        fixed, fixed_fed = stack_fixed(case, predicted)
+        fixed = fixed or fixed_for_device(device, series.meta.get("precision"), execution_of(ref.recipe_of(series)),
+                                          case.model)
+        step_time = from_one_point(batch, step, fixed, text)
         fed = fed[:1]
     workload = workload_for_model(case.model, batch_per_device=steps[0][0], step_time=step_time,
                                   grad_bytes_per_element=case.grad_bytes, image_size=case.image_size,
                                   num_classes=case.num_classes)
-    return workload, fed
+    return workload, fed, fixed_fed
+
+
+def case_network(case: Case) -> Network:
+    net = platform(case.platform).network()
+    return replace(net, devices_per_node=case.devices_per_node) if case.devices_per_node else net
+
+
+def stack_fixed(case: Case, predicted: str | None = None) -> tuple[Fixed | None, list[str]]:
+    """The fixed part fitted to another shipped series of the same device and software stack that publishes two
+    batch sizes per device or more (MLPerf's DGX A100 runs for Azure's, of the same NGC container), anchored in
+    that series' own setting, never from the point `predicted`; (None, []) where there is none. The series with
+    the most points is taken."""
+    series = case_reference(case).get(case.input_series or case.series)
+    stack, device = series.meta.get("stack"), device_key(series.meta.get("device"))
+    if not stack or device is None:
+        return None, []
+    best = None
+    for other in CASES:
+        if other is case or other.input_series:
+            continue
+        them = case_reference(other).get(other.series)
+        if them.id == series.id or them.meta.get("stack") != stack or device_key(them.meta.get("device")) != device:
+            continue
+        _, candidates = _compute_points(other)
+        usable = [(pid, b, p) for pid, b, p in candidates if pid != predicted]
+        if len({b for _, b, _ in usable}) >= 2 and (best is None or len(usable) > len(best[1])):
+            best = (other, usable)
+    if best is None:
+        return None, []
+    other, usable = best
+    them, terms, net = case_reference(other).get(other.series), case_terms(other), case_network(other)
+    steps = [(b, anchored_step(other, p, b, b * p["devices"] / _rate(them, p), terms, net)) for _, b, p in usable]
+    t0, _ = fit_fixed_per_image(steps)
+    fed = [pid for pid, _, _ in usable]
+    return Fixed(t0, f"{1e3 * t0:.2f} ms, fitted to {', '.join(fed)} (the same {device} and {stack}; their own "
+                     "communication out)", kind="published"), fed
 
 
 def _inputs_text(case: Case, workload: Workload, fed: list[str], terms: Terms) -> str:
@@ -303,11 +290,9 @@ def _inputs_text(case: Case, workload: Workload, fed: list[str], terms: Terms) -
 
 
 def run_case(case: Case) -> tuple[list[Row], str]:
-    net = platform(case.platform).network()
-    if case.devices_per_node:
-        net = replace(net, devices_per_node=case.devices_per_node)
+    net = case_network(case)
     terms = case_terms(case)
-    series = load_reference(case.reference).get(case.series)
+    series = case_reference(case).get(case.series)
     same = (case.input_series or case.series) == case.series
     rows, text = [], ""
     base_point = min(series.points, key=lambda p: p.get("devices", 0))
@@ -316,18 +301,19 @@ def run_case(case: Case) -> tuple[list[Row], str]:
         if same and n == case.input_devices:
             continue
         own = point_id(case.reference, case.series, n)
-        workload, fed = case_workload(case, terms, predicted=own)
+        workload, fed, fixed_fed = case_workload(case, terms, predicted=own)
         text = text or _inputs_text(case, workload, fed, terms)
-        fed_by = tuple([("compute", pid) for pid in fed] + terms.fed_by)
+        fed_by = tuple([("compute", pid) for pid in fed] + [("fixed part", pid) for pid in fixed_fed] + terms.fed_by)
         batch = int(point.get("batch_per_device") or series.meta.get("batch_per_device") or workload.batch_per_device)
-        predicted = predict_point(n, workload, case.strategy, net, terms.ceilings, batch=batch)
+        strategy, here = point_setting(case, point, net)
+        predicted = predict_point(n, workload, strategy, here, terms.ceilings, batch=batch)
         if series.kind == "efficiency":
             single = workload.batch_per_device / workload.compute_s(workload.batch_per_device)
             rows.append(Row(case, n, "efficiency", point["efficiency"], predicted.img_per_s_per_device / single,
                             predicted.limit, point.get("bound", ""), fed_by))
         elif series.value(point, "img_per_s") is not None:
             rows.append(Row(case, n, "img/s", series.value(point, "img_per_s"), predicted.img_per_s_total,
-                            predicted.limit, fed_by=fed_by))
+                            predicted.limit, fed_by=fed_by, point=predicted, published_point=point))
         elif "speedup" in point and n != base_point["devices"]:
             base = predict_point(base_point["devices"], workload, case.strategy, net, terms.ceilings, batch=batch)
             rows.append(Row(case, n, "speedup", point["speedup"], predicted.img_per_s_total / base.img_per_s_total,
@@ -342,26 +328,3 @@ def validate_references(cases: Sequence[Case] = CASES) -> tuple[list[Row], dict[
         rows += case_rows
         inputs[f"{case.reference}:{case.series}"] = text
     return rows, inputs
-
-
-def statistics_of(rows: Sequence[Row]) -> dict:
-    errors = [abs(r.error) for r in rows]
-    if not errors:
-        return {"points": 0}
-    worst = max(rows, key=lambda r: abs(r.error))
-    return {"points": len(errors), "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
-            "worst": f"{worst.case.reference}:{worst.case.series} at {worst.devices}",
-            "within_25pct": sum(e <= 0.25 for e in errors), "within_10pct": sum(e <= 0.10 for e in errors)}
-
-
-def format_rows(rows: Sequence[Row]) -> list[str]:
-    head = f"{'group':<16} {'series':<36} {'devices':>7}  {'metric':<10} {'published':>10} {'predicted':>10} " \
-           f"{'error':>7}  {'limited by':<24} parameters from"
-    lines = [head]
-    for r in rows:
-        fmt = "{:,.0f}" if r.metric == "img/s" else "{:.3f}"
-        bound = {"lower": " (published: at least)", "approximate": " (published: about)"}.get(r.bound, "")
-        lines.append(f"{r.case.group:<16} {r.case.reference + ':' + r.case.series:<36} {r.devices:>7}  {r.metric:<10} "
-                     f"{fmt.format(r.published):>10} {fmt.format(r.predicted):>10} {100 * r.error:>+6.1f}%  "
-                     f"{r.limit + bound:<24} {r.fed_text()}")
-    return lines

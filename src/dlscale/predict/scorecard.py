@@ -1,0 +1,132 @@
+"""The validation's scorecard: its table of rows, the statistics over every shipped point and per class of machine,
+and the published times to train set beside their end-to-end predictions. Pure text and arithmetic on
+validate.py's rows (no torch)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from dlscale.predict.cases import NOT_PREDICTED
+from dlscale.predict.endtoend import Schedule, end_to_end
+from dlscale.predict.output import duration
+from dlscale.predict.platforms import platform
+from dlscale.predict.validate import Row
+
+
+def statistics_of(rows: Sequence[Row]) -> dict:
+    errors = [abs(r.error) for r in rows]
+    if not errors:
+        return {"points": 0}
+    worst = max(rows, key=lambda r: abs(r.error))
+    return {"points": len(errors), "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
+            "worst": f"{worst.case.reference}:{worst.case.series} at {worst.devices}",
+            "within_25pct": sum(e <= 0.25 for e in errors), "within_10pct": sum(e <= 0.10 for e in errors)}
+
+
+def machine_class(row: Row) -> str:
+    """The class of machine a row's system belongs to (platforms.json's class)."""
+    return platform(row.case.platform).machine_class
+
+
+def statistics_per_class(rows: Sequence[Row]) -> dict[str, dict]:
+    """statistics_of over the rows of each class of machine, in the order the rows first name them."""
+    classes: dict[str, list[Row]] = {}
+    for row in rows:
+        classes.setdefault(machine_class(row), []).append(row)
+    return {name: statistics_of(members) for name, members in classes.items()}
+
+
+def format_rows(rows: Sequence[Row]) -> list[str]:
+    head = f"{'group':<16} {'series':<36} {'devices':>7}  {'metric':<10} {'rate':<23} {'published':>10} " \
+           f"{'predicted':>10} {'error':>7}  {'limited by':<24} parameters from"
+    lines = [head]
+    for r in rows:
+        fmt = "{:,.0f}" if r.metric == "img/s" else "{:.3f}"
+        bound = {"lower": " (published: at least)", "approximate": " (published: about)"}.get(r.bound, "")
+        lines.append(f"{r.case.group:<16} {r.case.reference + ':' + r.case.series:<36} {r.devices:>7}  {r.metric:<10} "
+                     f"{r.case.rate:<23} {fmt.format(r.published):>10} {fmt.format(r.predicted):>10} "
+                     f"{100 * r.error:>+6.1f}%  {r.limit + bound:<24} {r.fed_text()}")
+    return lines
+
+
+def format_classes(rows: Sequence[Row]) -> list[str]:
+    """One line per class of machine: its points, median and largest |error|."""
+    lines = []
+    for name, stats in statistics_per_class(rows).items():
+        median, worst = 100 * stats["median_abs_error"], 100 * stats["max_abs_error"]
+        lines.append(f"  {name:<42} {stats['points']:>3} points, median |error| {median:4.1f}%, max {worst:4.1f}% "
+                     f"({stats['worst']}), {stats['within_25pct']} within 25%")
+    return lines
+
+
+MLPERF_EVAL_EVERY = 4
+"""MLPerf's ResNet-50 evaluates every 4 epochs (EVAL_PERIOD="4" in every configuration of
+references/mlperf_scale.json's series)."""
+
+
+def end_to_end_rows(rows: Sequence[Row]) -> list[tuple[Row, float, float]]:
+    """(row, published time to train, predicted) for every row whose point publishes a time to train and its
+    epochs: the predicted step rate for the epochs plus the evaluations (predict/endtoend.py), no start-up (MLPerf's
+    clock starts after initialisation). Not part of the goals: the shipped rates are step rates."""
+    found = []
+    for row in rows:
+        published = row.published_point or {}
+        if row.point is None or not published.get("train_time_s") or not published.get("epochs"):
+            continue
+        schedule = Schedule(float(published["epochs"]), MLPERF_EVAL_EVERY, 0.0)
+        found.append((row, float(published["train_time_s"]), end_to_end(schedule, row.point).time_to_train_s))
+    return found
+
+
+def format_end_to_end(found: Sequence[tuple[Row, float, float]]) -> list[str]:
+    lines = [f"{'series':<36} {'devices':>7} {'epochs':>6} {'published':>10} {'predicted':>10} {'error':>7}  "
+             "step rate's error"]
+    for row, published, predicted in found:
+        lines.append(f"{row.case.reference + ':' + row.case.series:<36} {row.devices:>7} "
+                     f"{row.published_point['epochs']:>6g} {duration(published):>10} {duration(predicted):>10} "
+                     f"{100 * (predicted / published - 1):>+6.1f}%  {100 * row.error:+.1f}%")
+    return lines
+
+
+def lines(rows: Sequence[Row], texts: dict[str, str], file: object = None) -> list[str]:
+    """The validation as printed: the table, the goals over every shipped point, a reference file's points apart,
+    the published times to train, the errors per class of machine, what is not predicted, every case's inputs."""
+    shipped = [r for r in rows if r.case.path is None]
+    every = statistics_of(shipped)
+    out = ["Published scaling points, predicted from each system's smallest published figure and documented hardware",
+           "(docs/prediction.md; error = predicted / published - 1; parameters from: the published points that fed a",
+           "parameter of the prediction, never the point itself)", "", *format_rows(rows), "",
+           f"All {every['points']} shipped points: median |error| {100 * every['median_abs_error']:.1f}% (goal <= "
+           f"10%), max {100 * every['max_abs_error']:.1f}% ({every['worst']}; goal <= 25%), {every['within_25pct']} "
+           f"of {every['points']} within 25%"]
+    own = [r for r in rows if r.case.path is not None]
+    if own:
+        stats = statistics_of(own)
+        out.append(f"Your {stats['points']} points ({file}): median |error| {100 * stats['median_abs_error']:.1f}%, "
+                   f"max {100 * stats['max_abs_error']:.1f}% ({stats['worst']}), {stats['within_25pct']} of "
+                   f"{stats['points']} within 25%")
+    timed = end_to_end_rows(shipped)
+    if timed:
+        errors = sorted(abs(predicted / published - 1) for _, published, predicted in timed)
+        out += ["", f"Time to train (end-to-end, MLPerf's run_start to run_stop) of the {len(timed)} predicted MLPerf "
+                "points that publish one: the step rate above for their epochs plus an evaluation every 4 epochs (a "
+                "third of a step per image), no start-up: not in the goals (the rows above are step rates); median "
+                f"|error| {100 * errors[len(errors) // 2]:.1f}%", *format_end_to_end(timed)]
+    out += ["", "Errors per class of machine (references/platforms.json's class):", *format_classes(shipped)]
+    out += [f"Not predicted: {name}: {reason}" for name, reason in NOT_PREDICTED.items()]
+    return [*out, "", "Inputs:", *(f"  {key}: {text}" for key, text in texts.items())]
+
+
+def as_json(rows: Sequence[Row], texts: dict[str, str]) -> dict:
+    """--validate's --json: the goals' statistics, per class, a reference file's apart, every row and input."""
+    shipped = [r for r in rows if r.case.path is None]
+    own = [r for r in rows if r.case.path is not None]
+    return {"kind": "predict_validation", "all": statistics_of(shipped), "classes": statistics_per_class(shipped),
+            "file": statistics_of(own) if own else None,
+            "rows": [{"group": r.case.group, "reference": r.case.reference, "series": r.case.series,
+                      "class": machine_class(r), "rate": r.case.rate, "devices": r.devices, "metric": r.metric,
+                      "published": r.published, "predicted": r.predicted, "error": r.error, "limit": r.limit,
+                      "bound": r.bound, "fed_by": [{"parameter": k, "point": v} for k, v in r.fed_by]}
+                     for r in rows],
+            "inputs": texts}
