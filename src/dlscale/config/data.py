@@ -9,6 +9,8 @@ from dlscale.errors import ConfigError
 
 DATASET_NAMES = ("synthetic", "digits", "cifar10", "cifar100", "imagefolder")
 ON_BAD_SAMPLE = ("skip", "error")
+WORKERS_KINDS = ("thread", "process", "auto")
+"""data.workers_kind: loader threads in the training process, DataLoader worker processes, or by the data set."""
 DECODE_MODES = ("fast", "plain", "gpu", "auto")
 DECODE_PATHS = ("fast", "plain", "gpu")
 """The paths a data set is built for: DECODE_MODES once "auto" is resolved for a device."""
@@ -86,8 +88,16 @@ class DataConfig:
     the training process. The receiving runs in a background thread, as with device_ahead."""
 
     num_workers: int = 2
-    """DataLoader worker processes per rank; 0 loads in the training process.
+    """Loader workers per rank (threads or processes: workers_kind); 0 loads in the training process.
     Two suits a small CPU machine; on a GPU node use about cores / GPUs."""
+
+    workers_kind: str = "auto"
+    """What a loader worker is. "thread": a thread of the training process that decodes, crops and flips each
+    sample straight into its row of the batch (dlscale.data.threads): no pickling, shared-memory copies or
+    collation, which Pillow's decode and resize and torch's uint8 kernels allow since they release the GIL.
+    "process": a DataLoader worker process, for transforms that hold the GIL. "auto": threads for imagefolder
+    (JPEGs), processes for the data sets held as arrays, whose small images spend their time in Python
+    (docs/profiling.md, "Threads or processes"). Both make the same batches from the same seed."""
 
     pin_memory: bool = True
     """Page-lock host batches so host-to-device copies can be asynchronous. Takes effect
@@ -148,6 +158,8 @@ class DataConfig:
         if self.device_decode_process and self.decode in ("fast", "plain"):
             raise ConfigError(f"data.device_decode_process decodes on the device; with data.decode={self.decode} "
                               "the loader workers decode every file: set data.decode=gpu (or auto), or drop it")
+        if self.workers_kind not in WORKERS_KINDS:
+            raise ConfigError(f"data.workers_kind={self.workers_kind!r}; use one of {', '.join(WORKERS_KINDS)}")
         if self.on_bad_sample not in ON_BAD_SAMPLE:
             raise ConfigError(f"data.on_bad_sample={self.on_bad_sample!r}; use 'skip' or 'error'")
         for key in ("image_size", "val_image_size", "val_resize"):
@@ -171,6 +183,12 @@ class DataConfig:
         if self.download and self.name not in ("cifar10", "cifar100"):
             raise ConfigError(f"data.download fetches CIFAR-10 and CIFAR-100 only, not data.name={self.name}; drop "
                               "--download (`dlscale data make-jpegs` writes a JPEG tree to try imagefolder)")
+
+    @property
+    def worker_threads(self) -> bool:
+        """Whether the loader workers are threads (workers_kind resolved: "auto" takes threads for imagefolder)."""
+        kind = self.workers_kind
+        return kind == "thread" or (kind == "auto" and self.name == "imagefolder")
 
     def on_path(self, decode: str) -> DataConfig:
         """This configuration on the decode path `decode` (data.decode resolved for a device: "auto" taken

@@ -41,14 +41,28 @@ DRAFT_REDUCTIONS = (8, 4, 2)
 """The reduced scales, 1/r, that Pillow's JPEG draft() asks libjpeg's scaled DCT for."""
 
 
-def to_uint8_chw(img: Image.Image | torch.Tensor) -> torch.Tensor:
-    """An RGB PIL image (or a uint8 CHW tensor, passed through) as a contiguous uint8 (3, H, W)."""
+def to_uint8_chw(img: Image.Image | torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """An RGB PIL image (or a uint8 CHW tensor, passed through) as a contiguous uint8 (3, H, W); with out (a
+    batch's row), copied into it (one copy of the pixels) and out returned."""
     if isinstance(img, torch.Tensor):
-        return img.contiguous()
+        return img.contiguous() if out is None else out.copy_(img)
     if img.mode != "RGB":
         img = img.convert("RGB")
+    if out is not None:
+        return out.copy_(_shared_hwc(img).permute(2, 0, 1))
     array = np.array(img, dtype=np.uint8)  # a writable copy that torch may share
     return torch.from_numpy(array).permute(2, 0, 1).contiguous()
+
+
+# torch warns that an array sharing Pillow's read-only bytes is not writable; they are only read here. One filter
+# set at import for this module's calls: warnings.catch_warnings() around each call is not safe in threads.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning,
+                        module=__name__)
+
+
+def _shared_hwc(img: Image.Image) -> torch.Tensor:
+    """An RGB image's pixels as a uint8 (H, W, 3) tensor sharing the bytes Pillow hands numpy (no other copy)."""
+    return torch.from_numpy(np.asarray(img))
 
 
 def _uniform(low: float, high: float, generator: torch.Generator) -> float:
@@ -61,15 +75,16 @@ def _randint(low: int, high: int, generator: torch.Generator) -> int:
 
 
 class Compose:
-    """Apply transforms in order, passing the same generator to each, then convert to uint8 CHW."""
+    """Apply transforms in order, passing the same generator to each, then convert to uint8 CHW (into out, a
+    batch's row, when given: the thread pipeline's)."""
 
     def __init__(self, transforms: Sequence[Transform]):
         self.transforms = list(transforms)
 
-    def __call__(self, img: Image.Image, generator: torch.Generator) -> torch.Tensor:
+    def __call__(self, img: Image.Image, generator: torch.Generator, out: torch.Tensor | None = None) -> torch.Tensor:
         for transform in self.transforms:
             img = transform(img, generator)
-        return to_uint8_chw(img)
+        return to_uint8_chw(img, out)
 
     def __repr__(self) -> str:
         return f"Compose({self.transforms!r})"
@@ -170,11 +185,7 @@ def decode_at(img: Image.Image, reduction: int) -> tuple[Image.Image, float]:
 def resize_uint8(img: Image.Image, size: int) -> torch.Tensor:
     """An RGB image resized to size x size by antialiased bilinear interpolation on uint8 (no
     float copy of the image), as a contiguous uint8 (3, size, size) tensor."""
-    with warnings.catch_warnings():
-        # np.asarray shares Pillow's bytes, which are read-only; torch only reads them here.
-        warnings.simplefilter("ignore", UserWarning)
-        hwc = torch.from_numpy(np.asarray(img))
-    nchw = hwc.permute(2, 0, 1).unsqueeze(0)  # a channels-last view: torch's fast uint8 kernel
+    nchw = _shared_hwc(img).permute(2, 0, 1).unsqueeze(0)  # a channels-last view: torch's fast uint8 kernel
     out = F.interpolate(nchw, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
     return out[0].contiguous()
 
