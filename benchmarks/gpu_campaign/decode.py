@@ -93,8 +93,8 @@ def decode_stage(f: Features) -> Stage:
     for path in ("fast", "gpu"):
         # 4x the batches the workers hold in flight (2 each), so that what they made before the timer is a quarter
         batches = 8 * max(workers[path]) if device == "cuda" else shape.loader_batches
-        argv = ["-m", "dlscale", "loader", "--data", "{work}/jpegs", "--decode", path, "--workers",
-                ",".join(map(str, workers[path])), "--batch-size", str(batch), "--batches", str(batches),
+        argv = ["-m", "dlscale", "loader", "--data", "{work}/jpegs", "--decode", path, "--workers-kind", "thread",
+                "--workers", ",".join(map(str, workers[path])), "--batch-size", str(batch), "--batches", str(batches),
                 "--image-size", size, "--device", device, "--prewarm", "--out", f"{{work}}/loader-{path}"]
         rate = LOADER_RATES[path] if device == "cuda" else LOADER_RATE[device] * (2.0 if path == "gpu" else 1.0)
         estimate = STARTUP_S[device] + len(workers[path]) * (batches + 2 * max(workers[path])) * batch / rate

@@ -59,7 +59,7 @@ def test_loader_prints_cpu_time_per_image_and_device_time_per_batch_on_each_path
     for decode, path in (("cpu", "fast"), ("gpu", "gpu")):
         summary, printed = _loader(tree, tmp_path / decode, decode, capsys)
         assert summary["decode"] == path and summary["decode_asked"] == decode
-        header = next(line for line in printed.splitlines() if line.split()[:2] == ["workers", "img/s"])
+        header = next(line for line in printed.splitlines() if line.split()[:3] == ["workers", "kind", "img/s"])
         assert "CPU ms/img" in header and "dev ms/batch" in header
         assert f"decode {'gpu (pillow on cpu)' if path == 'gpu' else 'fast'}," in printed
         assert "CPU-ms per image (main process and workers)" in printed and "device-ms per batch" in printed
