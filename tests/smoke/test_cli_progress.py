@@ -67,5 +67,5 @@ def test_loader_on_a_terminal(tmp_path):
     assert [line.split()[0] for line in shown if re.match(r"^ +\d+ +\w+ +[\d.]+ +[\d.]+x ", line)] == ["0", "1", "2"]
     assert not any("settings" in line for line in shown)  # the bar is gone at the end
     drawn = frames(text)
-    assert any(re.search(r"^loader .* 2/3 settings, 1 worker process: [\d.]+ img/s, 0:00:\d\d elapsed, 0:00:\d\d left$", f)
-               for f in drawn), drawn
+    bar = r"^loader .* 2/3 settings, 1 worker process: [\d.]+ img/s, 0:00:\d\d elapsed, 0:00:\d\d left$"
+    assert any(re.search(bar, f) for f in drawn), drawn
