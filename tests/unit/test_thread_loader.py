@@ -136,3 +136,28 @@ def test_the_digits_threads_make_the_processes_batches(tmp_path):
         train, val, _ = build_loaders(cfg, rank=0, world_size=1, batch_size=256, seed=4)
         made[kind] = list(train) + list(val)
     _same(made["thread"], made["process"])
+
+
+def test_each_loader_thread_runs_torch_on_one_thread_and_the_consumers_threads_stay(tmp_path):
+    root = _tree_with_bad_files(tmp_path)
+    train, _, _ = _loaders(root, "thread")
+    seen, transform = [], train.dataset.transform
+
+    def recording(image, generator, out=None):
+        seen.append(torch.get_num_threads())
+        return transform(image, generator, out=out)
+
+    train.dataset.transform = recording
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        list(train)
+        assert seen and set(seen) == {1}  # as DataLoader workers: no team of intra-op threads per resize
+        assert torch.get_num_threads() == 2
+        later = []
+        thread = threading.Thread(target=lambda: later.append(torch.get_num_threads()))
+        thread.start()
+        thread.join()
+        assert later == [2]  # torch's default for new threads is the consumer's count again
+    finally:
+        torch.set_num_threads(before)

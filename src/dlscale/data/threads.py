@@ -155,6 +155,9 @@ class _Epoch:
         return _Pending(keys, images, [None] * len(keys), left=len(keys))
 
     def _work(self, number: int, started: threading.Barrier) -> None:
+        # torch sets a thread's intra-op threads from its default at the thread's first parallel op unless that
+        # was done already: done here first (get_num_threads), so that restoring the default keeps this one's.
+        torch.get_num_threads()
         torch.set_num_threads(1)
         reads_as(number)
         started.wait()
