@@ -14,6 +14,8 @@ WORKERS_KINDS = ("thread", "process", "auto")
 DECODE_MODES = ("fast", "plain", "gpu", "auto")
 DECODE_PATHS = ("fast", "plain", "gpu")
 """The paths a data set is built for: DECODE_MODES once "auto" is resolved for a device."""
+DECODERS = ("auto", "nvimgcodec", "nvjpeg", "pillow")
+"""data.decoder: the device decode path's decoders (dlscale.data.decoders), or auto."""
 DECODE_ALIASES = {"cpu": "fast"}
 """Other names of decode modes: "cpu" is the fast CPU path (`dlscale loader --decode cpu|gpu`)."""
 
@@ -58,6 +60,13 @@ class DataConfig:
     the fast path. "auto": "gpu" on a CUDA device where torchvision's nvJPEG decoder is installed,
     else "fast". Every path draws the same crop boxes and flips from the same seeds
     (docs/profiling.md has the measured speeds)."""
+
+    decoder: str = "auto"
+    """decode=gpu: which decoder decodes on the device. "nvimgcodec": NVIDIA's nvImageCodec (`pip install
+    'dlscale[gpu]'`), on the GPU's hardware JPEG engines where there are some (A100, H100, H200), nvJPEG's CUDA
+    decode elsewhere, only the training crop of each file; on the CPU device its CPU backend. "nvjpeg": nvJPEG
+    through torchvision's decode_jpeg, whole images. "pillow": libjpeg on the CPU device (the tests' stand-in).
+    "auto": nvimgcodec on CUDA where it imports, else nvjpeg; pillow on the CPU."""
 
     decode_chunk: int = 64
     """decode=gpu: images per nvJPEG call. Each decoded image holds 3 bytes per pixel on the device until
@@ -158,6 +167,8 @@ class DataConfig:
         if self.device_decode_process and self.decode in ("fast", "plain"):
             raise ConfigError(f"data.device_decode_process decodes on the device; with data.decode={self.decode} "
                               "the loader workers decode every file: set data.decode=gpu (or auto), or drop it")
+        if self.decoder not in DECODERS:
+            raise ConfigError(f"data.decoder={self.decoder!r}; use one of {', '.join(DECODERS)}")
         if self.workers_kind not in WORKERS_KINDS:
             raise ConfigError(f"data.workers_kind={self.workers_kind!r}; use one of {', '.join(WORKERS_KINDS)}")
         if self.on_bad_sample not in ON_BAD_SAMPLE:

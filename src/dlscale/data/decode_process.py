@@ -287,7 +287,7 @@ def _serve(plan: DevicePlan, device: str, ahead: int, requests, replies, parent:
         torch.cuda.set_device(where)
     else:
         torch.set_num_threads(1)  # the CPU stand-in: the loader workers and the training have the cores
-    stage = DeviceDecodeStage(plan, build_decoder(where))
+    stage = DeviceDecodeStage(plan, build_decoder(where, plan.decoder))
     slots: dict[int, torch.Tensor] = {}
     while True:
         try:

@@ -88,7 +88,7 @@ class DevicePrefetcher:
         self.ahead = max(ahead, 1) if process is not None else ahead
         plan = getattr(getattr(loader, "dataset", None), "device_plan", None)
         self.stage = None if plan is None or process is not None else \
-            DeviceDecodeStage(plan, decoder or build_decoder(self.device))
+            DeviceDecodeStage(plan, decoder or build_decoder(self.device, plan.decoder))
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]

@@ -75,34 +75,42 @@ class DeviceDecodeStage:
         return Batch(images, labels, tuple(path for path in first_bad if path is not None))
 
     def _decode_rows(self, batch: EncodedBatch, images: torch.Tensor) -> list[int]:
-        """Decode the encoded rows into images, chunk by chunk; the rows the decoder refused."""
-        lengths, sizes = batch.lengths.tolist(), batch.sizes.tolist()
+        """Decode the encoded rows into images, chunk by chunk; the rows the decoder refused. A decoder that
+        decodes regions (decoder.regions) is given each training row's crop box and decodes only that."""
+        lengths = batch.lengths.tolist()
         ends = torch.tensor(lengths, dtype=torch.int64).cumsum(0).tolist()
-        # Rows of one shape share a chunk (sorted by height, then width: a header's size), so that a chunk
-        # pads its images to little more than each one: ImageNet mixes 500 x 375 and 375 x 500 images,
-        # which padded together to 500 x 500 waste a third.
+        cropped = getattr(self.decoder, "regions", False) and self.plan.resize is None
+        boxes = batch.boxes.tolist()
+        # what each row decodes to, (width, height): its crop box, or the whole image (its header's size)
+        sizes = [box[2:] for box in boxes] if cropped else batch.sizes.tolist()
+        # Rows of one shape share a chunk (sorted by height, then width), so that a chunk pads its images to
+        # little more than each one: ImageNet mixes 500 x 375 and 375 x 500 images, which padded together to
+        # 500 x 500 waste a third.
         rows = sorted((row for row, length in enumerate(lengths) if length > 0),
                       key=lambda row: (sizes[row][1], sizes[row][0]))
         refused = []
         for start in range(0, len(rows), self.plan.chunk):
             chunk = rows[start:start + self.plan.chunk]
             files = [batch.data[ends[row] - lengths[row]:ends[row]] for row in chunk]  # views, no copies
+            found = self.decoder.decode(files, [boxes[row] for row in chunk]) if cropped else \
+                self.decoder.decode(files)
             decoded = {}
-            # The chunk's full-size images live until the loop moves to the next chunk.
-            for row, image in zip(chunk, self.decoder.decode(files), strict=True):
+            # The chunk's decoded images live until the loop moves to the next chunk.
+            for row, image in zip(chunk, found, strict=True):
                 width, height = sizes[row]
                 if image is None or tuple(image.shape) != (3, height, width):
                     refused.append(row)
                 else:
                     decoded[row] = image
             if decoded:
-                self._make(list(decoded.values()), batch, list(decoded), images)
+                self._make(list(decoded.values()), batch, list(decoded), images, cropped=cropped)
         self.counts.device += len(rows) - len(refused)
         return sorted(refused)  # in row order, as the CPU path meets them
 
-    def _make(self, decoded: list[torch.Tensor], batch: EncodedBatch, rows: list[int], images: torch.Tensor) -> None:
+    def _make(self, decoded: list[torch.Tensor], batch: EncodedBatch, rows: list[int], images: torch.Tensor, *,
+              cropped: bool = False) -> None:
         """Put the rows' output images, uint8 (3, size, size), made from their decoded uint8 (3, h, w) images,
-        into `images` at `rows`."""
+        into `images` at `rows`. cropped: the decoded images are the rows' crop boxes already."""
         heights = [image.shape[1] for image in decoded]
         widths = [image.shape[2] for image in decoded]
         if len(set(heights)) == 1 and len(set(widths)) == 1:  # a chunk of one shape (rows are sorted): one copy
@@ -124,6 +132,8 @@ class DeviceDecodeStage:
         numbers = self._to_device(torch.stack([c.double() for c in columns], 1))
         if self.plan.resize is None:
             left, top, width, height, flip = numbers[:, 1:].unbind(1)
+            if cropped:  # the box starts at the decoded image's corner
+                left, top = torch.zeros_like(left), torch.zeros_like(top)
             rows_w = resample_weights(self.plan.size, start=top, length=height, extent=padded.shape[2])
             cols_w = resample_weights(self.plan.size, start=left, length=width, extent=padded.shape[3],
                                       mirror=flip != 0)

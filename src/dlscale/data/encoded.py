@@ -53,6 +53,8 @@ class DevicePlan:
     fallback: Any
     """The CPU path's ImageDataset of the same files, seed and bad-sample rules: it takes over a row
     whose file the device decoder refuses (ImageDataset.sample_from)."""
+    decoder: str = "auto"
+    """The decoder to decode with (data.decoder)."""
 
 
 class EncodedBatch(NamedTuple):

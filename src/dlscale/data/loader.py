@@ -178,9 +178,10 @@ def _device_plan(built: _Built, cfg: DataConfig, split: str, options: dict) -> D
     info, cpu = built.info, built.on_cpu
     fallback = ImageDataset(getattr(cpu, split), getattr(cpu, f"{split}_transform"), **options)
     if split == "train":
-        return DevicePlan(size=info.image_size, resize=None, chunk=cfg.decode_chunk, fallback=fallback)
+        return DevicePlan(size=info.image_size, resize=None, chunk=cfg.decode_chunk, fallback=fallback,
+                          decoder=cfg.decoder)
     return DevicePlan(size=info.val_image_size, resize=T.val_resize(info.val_image_size, cfg.val_resize),
-                      chunk=cfg.decode_chunk, fallback=fallback)
+                      chunk=cfg.decode_chunk, fallback=fallback, decoder=cfg.decoder)
 
 
 def build_loaders(
@@ -205,7 +206,7 @@ def build_loaders(
     if batch_size < 1 or (val_batch_size is not None and val_batch_size < 1):
         raise ConfigError(f"batch_size={batch_size}, val_batch_size={val_batch_size}; use 1 or more")
     if cfg.name == "imagefolder":
-        cfg = cfg.on_path(resolve_decode(cfg.decode, device) if device is not None else
+        cfg = cfg.on_path(resolve_decode(cfg.decode, device, cfg.decoder) if device is not None else
                           "fast" if cfg.decode == "auto" else cfg.decode)
     built = _BUILDERS[cfg.name](cfg)
     train_sampler = ShardedTrainSampler(len(built.train), rank=rank, world_size=world_size, seed=seed,

@@ -19,10 +19,11 @@ MAY_CHANGE = (
     "deterministic", "speed.", "data.num_workers", "data.pin_memory", "data.persistent_workers",
     "data.prefetch_factor", "data.max_consecutive_bad", "data.on_bad_sample", "data.path", "data.download",
     "data.val_image_size", "data.val_resize", "data.decode_chunk", "data.device_ahead", "data.device_decode_process",
-    "price_per_device_hour", "model.conv_init",
+    "data.workers_kind", "data.decoder", "price_per_device_hour", "model.conv_init",
 )
 """Settings (keys, or section prefixes ending in '.') that do not change what is trained (model.conv_init
-draws the first weights only, which a resumed run loads from its checkpoint)."""
+draws the first weights only, which a resumed run loads from its checkpoint; data.workers_kind makes the same
+batches; data.decoder the same crops and flips, its pixels within the decoders' tolerance, as a change of device)."""
 ADDED = {"data.device_decode_share": 1.0}
 """Settings that change what is trained, added after runs were checkpointed: a checkpoint without one ran with
 this value."""
