@@ -147,7 +147,7 @@ def test_the_input_bound_warning_names_the_path_and_the_cores_it_needs():
                                     cpu_s_per_image=0.0005, device_type="cuda")
     assert "decode path gpu (JPEGs decoded on the device" in on_device and ": about 3 cores per rank" in on_device
     assert "data.decode=gpu" not in on_device
-    # nvJPEG's device-wide synchronisation (H100, 2026-11-27): the process of its own comes first, until it is on
+    # the decode that waited for every stream's queued work on an H100: the process of its own comes first, until on
     assert "try the device decode in a process of its own (data.device_decode_process=true" in on_device
     assert "device_decode_process" not in input_bound_warning(0.04, 0.1, workers=4, decode="gpu", cores=16,
                                                               device_type="cuda", decode_process=True)
@@ -182,7 +182,7 @@ def test_explain_names_the_decode_path_and_the_cores_per_device_it_needs():
            "training JPEGs on the device, the workers the rest)" in found.evidence
     assert "device_decode_share" not in found.change  # a share already: which way helps is for a measurement
     (found,) = input_bound(Context(_starved("gpu")))
-    assert "--set data.device_decode_process=true (nvJPEG synchronises the whole device of its process" \
-        in found.change
+    assert "--set data.device_decode_process=true (on an H100 the device path's decode in the training process " \
+        "returned only after the work queued before it on every stream" in found.change
     (found,) = input_bound(Context(_starved("gpu", process=True)))
     assert "decoded in a process of its own)" in found.evidence and "device_decode_process" not in found.change

@@ -1,12 +1,10 @@
 """The device decode in a process of its own (data.device_decode_process).
 
-nvJPEG's batched decode synchronises the whole device of the process that calls it: on an H100
-(2026-11-27, benchmarks/decode_overlap.py, docs/benchmarks.md "third run") a decode beside 199 ms of
-queued work took 237-240 ms whether that work ran on torch's default stream or a stream of its own, and
-torch.profiler counted a cudaDeviceSynchronize per decode. In the training process each decode therefore
-waits for every step queued before it, whatever thread or stream runs it. A device-wide synchronisation
-waits only for the work of its own process's CUDA context: in a process of their own, the decodes wait for
-each other and not for the training step.
+On an H100 the device path's decode, called in the training process, returned only after the work queued
+before it, whether that work ran on torch's default stream or a stream of its own (benchmarks/decode_overlap.py,
+docs/benchmarks.md): a device-wide synchronisation, or allocations and frees that the driver serialises with
+the queued work, would both do that. Either waits only for the work of its own process's CUDA context: in a
+process of their own, the decodes wait for each other and not for the training step.
 
 DecodeProcess runs the DeviceDecodeStage of a DevicePlan in a spawned process. The training process
 sends it the loader's EncodedBatch (its tensors in shared memory, where the loader workers put them)

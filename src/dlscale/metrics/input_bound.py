@@ -20,10 +20,11 @@ DECODE_PATHS = {
     "not JPEG": "images held as arrays, nothing to decode",
 }
 """What each decode path (data.decode, resolved) does, as the warning and `dlscale explain` say it."""
-PROCESS_WHY = ("nvJPEG synchronises the whole device of its process, so in the training process each decode waits "
-               "for the queued steps")
-"""Why the device path on CUDA may decode better in a process of its own: the synchronisation was measured on an
-H100 (docs/benchmarks.md "third run"), the process's gain is for a GPU run to measure."""
+PROCESS_WHY = ("on an H100 the device path's decode in the training process returned only after the work queued "
+               "before it on every stream, and a process of its own has none of the training's work queued")
+"""Why the device path on CUDA may decode better in a process of its own: what was measured on an H100
+(docs/benchmarks.md, benchmarks/decode_overlap.py's probe), not its cause (a device-wide synchronisation, or
+allocations that the driver serialises with the queued work); the process's gain is for a GPU run to measure."""
 PROCESS_FIX = f"the device decode in a process of its own (data.device_decode_process=true: {PROCESS_WHY})"
 
 
