@@ -259,8 +259,8 @@ def describe_probe(figures: dict) -> str:
     split = (f" (the whole stage {figures['idle, stage']:.1f} ms, done after {figures['idle, batch done']:.1f} ms)"
              if "idle, stage" in figures and "idle, batch done" in figures else "")
     said = (f"decode of one batch: the decoder's calls {idle:.1f} ms idle{split}, "
-            f"{figures['beside the default stream']:.1f} ms beside {busy:.0f} ms of work on the default stream, {figures['beside a stream of its own']:.1f} ms "
-            "beside it on a stream of its own: ")
+            f"{figures['beside the default stream']:.1f} ms beside {busy:.0f} ms of work on the default stream, "
+            f"{figures['beside a stream of its own']:.1f} ms beside it on a stream of its own: ")
     if waits["beside a stream of its own"]:
         return said + ("they return only after the work queued on every stream (a device-wide synchronisation, or "
                        "an allocation or free the driver serialises with it: `calls` counts them)")
