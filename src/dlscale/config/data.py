@@ -92,8 +92,9 @@ class DataConfig:
     """decode=gpu: decode the training batches on the device in a process of its own (its own CUDA
     context), keeping max(device_ahead, 2) batches in it, instead of in the training process. On an H100 a
     batch's decode in the training process returned only after the steps queued before it, on any stream; in a
-    process of its own only the decodes are queued (dlscale.data.decode_process; docs/profiling.md). The batches are the same either way; validation decodes in
-    the training process. The receiving runs in a background thread, as with device_ahead."""
+    process of its own only the decodes are queued (dlscale.data.decode_process; docs/profiling.md). The batches
+    are the same either way; validation decodes in the training process. The receiving runs in a background
+    thread, as with device_ahead."""
 
     num_workers: int = 2
     """Loader workers per rank (threads or processes: workers_kind); 0 loads in the training process.
