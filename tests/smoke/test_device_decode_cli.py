@@ -154,7 +154,7 @@ def test_the_input_bound_warning_names_the_path_and_the_cores_it_needs():
     assert "data.decode=gpu" not in input_bound_warning(0.04, 0.1, workers=2, decode="fast", cores=8)  # CPU run
 
 
-def _starved(decode: str, share: float | None = None, process: bool = False) -> Run:
+def _starved(decode: str, share: float | None = None, process: bool = False, kind: str | None = None) -> Run:
     windows = [{"record": "train", "epoch": 0, "step": step, "throughput_img_per_s": 3600.0,
                 "compute_img_per_s": 5600.0, "host_cpu_ms_per_image": 3.2 if decode == "fast" else 0.8,
                 "window_s": 5.0} for step in range(1, 6)]
@@ -162,7 +162,8 @@ def _starved(decode: str, share: float | None = None, process: bool = False) -> 
                "total_ips": 3600.0, "decode": decode}
     config = {"data": {"name": "imagefolder", "num_workers": 15, "decode": "auto",
                        **({"device_decode_share": share} if share else {}),
-                       **({"device_decode_process": True} if process else {})}}
+                       **({"device_decode_process": True} if process else {}),
+                       **({"workers_kind": kind} if kind else {})}}
     return Run(Path("r"), summary, config, {"cpu_count": 16}, tuple(windows))
 
 
@@ -186,3 +187,23 @@ def test_explain_names_the_decode_path_and_the_cores_per_device_it_needs():
         "returned only after the work queued before it on every stream" in found.change
     (found,) = input_bound(Context(_starved("gpu", process=True)))
     assert "decoded in a process of its own)" in found.evidence and "device_decode_process" not in found.change
+
+
+def test_the_warning_and_explain_name_the_kind_of_workers_and_offer_threads_for_the_processes_tax():
+    kwargs = {"decode": "fast", "cores": 16, "batch_size": 256, "cpu_s_per_image": 0.003, "device_type": "cuda"}
+    processes = input_bound_warning(0.04, 0.1, workers=4, workers_kind="process", **kwargs)
+    assert "with 4 loader worker processes, keeping up" in processes
+    assert "loader threads instead of worker processes (data.workers_kind=thread: the same batches at about " \
+           "1/1.13 of the CPU time per image" in processes
+    threads = input_bound_warning(0.04, 0.1, workers=1, workers_kind="thread", **kwargs)
+    assert "with 1 loader worker thread, keeping up" in threads and "workers_kind" not in threads
+    on_device = input_bound_warning(0.04, 0.1, workers=4, workers_kind="thread", **{**kwargs, "decode": "gpu"})
+    assert "more loader workers" not in on_device  # on the device path they only read files
+    # a run recorded before data.workers_kind had worker processes; "auto" took threads for a JPEG tree
+    (found,) = input_bound(Context(_starved("fast")))
+    assert "15 loader worker processes per rank deliver" in found.evidence
+    assert "--set data.workers_kind=thread (loader threads make the same batches" in found.change
+    (found,) = input_bound(Context(_starved("fast", kind="auto")))
+    assert "15 loader worker threads per rank deliver" in found.evidence and "workers_kind" not in found.change
+    (found,) = input_bound(Context(_starved("gpu")))
+    assert "data.num_workers" not in found.change and "workers_kind" not in found.change

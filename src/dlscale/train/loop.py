@@ -355,7 +355,8 @@ def _warn_if_input_bound(run: Run, epoch: int, record: dict) -> None:
         record["data_time_ms"] / 1000, record["step_time_ms"] / 1000, workers=run.cfg.data.num_workers,
         decode=run.info.decode or "not JPEG", cores=max(available_cores() // run.env.local_world_size, 1),
         batch_size=run.plan.per_rank_batch, cpu_s_per_image=record["host_cpu_ms_per_image"] / 1000,
-        device_type=run.device.type, decode_process=run.decoding is not None)
+        device_type=run.device.type, decode_process=run.decoding is not None,
+        workers_kind="thread" if run.cfg.data.worker_threads else "process")
     if warning:
         run.warned_epoch = epoch
         run.records.message(warning)
