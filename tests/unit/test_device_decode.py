@@ -24,7 +24,7 @@ from dlscale.data.dataset import EXCLUDED_LABEL, BadSampleError
 from dlscale.data.decoders import PillowDecoder, nvjpeg, resolve_decode
 from dlscale.data.device_decode import crop_resize
 from dlscale.data.encoded import Encoded
-from dlscale.data.imagefolder import device_decodable, jpeg_header
+from dlscale.data.jpeg import device_decodable, jpeg_header
 from dlscale.errors import ConfigError
 
 SIZE = 64

@@ -1,7 +1,7 @@
 """What a data set holds before a long run reads it (`dlscale data check DIR`).
 
 An ImageFolder tree (train/<class>/*, val/<class>/*) is surveyed file by file from each file's first
-HEAD_BYTES and last TAIL_BYTES: the JPEG header (imagefolder.jpeg_header: frame, colour, size) or, for
+HEAD_BYTES and last TAIL_BYTES: the JPEG header (data.jpeg.jpeg_header: frame, colour, size) or, for
 other images, Pillow's lazy open; a JPEG without an end-of-image marker in its tail is read whole and
 checked as the loader checks it (jpeg_is_complete). So a check reads a small part of each file and
 finds empty, unidentifiable and truncated files; a file corrupt in the middle of its scan data is found
@@ -28,13 +28,8 @@ from torch.utils.data import DataLoader
 
 from dlscale.data.cifar import CIFAR10, CIFAR100, CifarLayout, cifar_folder, load_pickle, read_batch
 from dlscale.data.dataset import ImageDataset, collate_samples, seeded_generator
-from dlscale.data.imagefolder import (
-    IMAGE_EXTENSIONS,
-    ImageFolderSource,
-    device_decodable,
-    jpeg_header,
-    jpeg_is_complete,
-)
+from dlscale.data.imagefolder import IMAGE_EXTENSIONS, ImageFolderSource
+from dlscale.data.jpeg import device_decodable, jpeg_header, jpeg_is_complete
 from dlscale.data.loader import seed_worker
 from dlscale.data.source import BadSample
 from dlscale.data.threads import ThreadLoader
