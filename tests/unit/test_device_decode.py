@@ -22,10 +22,10 @@ from dlscale.data import DevicePrefetcher, build_loaders, seeded_generator
 from dlscale.data import transforms as T
 from dlscale.data.dataset import EXCLUDED_LABEL, BadSampleError
 from dlscale.data.decoders import PillowDecoder, nvjpeg, resolve_decode
-from dlscale.data.device_decode import crop_resize
 from dlscale.data.encoded import Encoded
 from dlscale.data.jpeg import device_decodable, jpeg_header
 from dlscale.errors import ConfigError
+from tests.unit.device_reference import crop_resize, resize_center_crop
 
 SIZE = 64
 
@@ -437,12 +437,14 @@ def test_the_batched_crops_equal_torchs_own_resize_one_image_at_a_time():
     # validation: the shorter side to 36, the central 32 x 32 (the 20 x 70 image's crop is taller than
     # its resized height: zeros there, as Pillow pads)
     widths, heights = torch.tensor([w for _, w in shapes]), torch.tensor([h for h, _ in shapes])
-    (left, top), (new_w, new_h) = dd._center_crop_geometry(widths, heights, 36, size)
+    geometry = torch.tensor([T.center_crop_geometry(w, h, resize=36, size=size) for w, h in
+                             zip(widths.tolist(), heights.tolist(), strict=True)], dtype=torch.float64)
+    new_w, new_h, left, top = geometry.unbind(1)
     zero = torch.zeros(len(images), dtype=torch.float64)
     rows = dd.resample_weights(size, start=zero, length=heights.double(), extent=90, offset=top, resized=new_h)
     cols = dd.resample_weights(size, start=zero, length=widths.double(), extent=70, offset=left, resized=new_w)
     batched = dd.apply_weights(padded, rows, cols).int()
-    single = torch.stack([dd.resize_center_crop(image, 36, size) for image in images]).int()
+    single = torch.stack([resize_center_crop(image, 36, size) for image in images]).int()
     diff = (batched - single).abs()
     assert diff.max() <= 1 and (diff > 0).float().mean() < 0.01, (diff > 0).float().mean()
     assert single[4, :, 0].eq(0).all() == batched[4, :, 0].eq(0).all()  # the padded rows stay zero

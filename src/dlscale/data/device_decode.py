@@ -27,11 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch.nn import functional as F
 
 from dlscale.data.dataset import Batch
 from dlscale.data.decoders import ImageDecoder
 from dlscale.data.encoded import DevicePlan, EncodedBatch
+from dlscale.data.transforms import center_crop_geometry
 
 
 @dataclass
@@ -126,8 +126,9 @@ class DeviceDecodeStage:
         if self.plan.resize is None:  # row, box (left, top, width, height), flip
             columns = [index, *batch.boxes[index].unbind(1), batch.flips[index]]
         else:  # row, height, width, the centre crop's top and left, the resized height and width
-            (left, top), (new_w, new_h) = _center_crop_geometry(torch.tensor(widths), torch.tensor(heights),
-                                                                self.plan.resize, self.plan.size)
+            geometry = torch.tensor([center_crop_geometry(w, h, resize=self.plan.resize, size=self.plan.size)
+                                     for w, h in zip(widths, heights, strict=True)], dtype=torch.float64)
+            new_w, new_h, left, top = geometry.reshape(-1, 4).unbind(1)
             columns = [index, torch.tensor(heights), torch.tensor(widths), top, left, new_h, new_w]
         numbers = self._to_device(torch.stack([c.double() for c in columns], 1))
         if self.plan.resize is None:
@@ -191,62 +192,5 @@ def apply_weights(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) 
     return _to_uint8(out)
 
 
-def _center_crop_geometry(widths: torch.Tensor, heights: torch.Tensor, resize: int,
-                          size: int) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    """Per row: the centre crop's (left, top) in the resized image and the resized (width, height), as
-    resize_center_crop computes them."""
-    lefts, tops, new_ws, new_hs = [], [], [], []
-    for width, height in zip(widths.tolist(), heights.tolist(), strict=True):
-        if width <= height:
-            new_w, new_h = resize, int(resize * height / width)
-        else:
-            new_w, new_h = int(resize * width / height), resize
-        lefts.append(int(round((new_w - size) / 2.0)))
-        tops.append(int(round((new_h - size) / 2.0)))
-        new_ws.append(new_w)
-        new_hs.append(new_h)
-    as_tensor = lambda values: torch.tensor(values, dtype=torch.float64)  # noqa: E731
-    return (as_tensor(lefts), as_tensor(tops)), (as_tensor(new_ws), as_tensor(new_hs))
-
-
-def _resize(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """A uint8 (3, h, w) image (a view is fine) as float (3, height, width), bilinear and antialiased
-    (torch's filter for Pillow's BILINEAR; CUDA has no uint8 kernel for it, so the float copy)."""
-    batch = image.unsqueeze(0).float()
-    if tuple(image.shape[1:]) == (height, width):
-        return batch[0]
-    return F.interpolate(batch, size=(height, width), mode="bilinear", antialias=True, align_corners=False)[0]
-
-
 def _to_uint8(image: torch.Tensor) -> torch.Tensor:
     return image.round_().clamp_(0, 255).to(torch.uint8)
-
-
-def crop_resize(image: torch.Tensor, box: list[int], size: int, flip: bool) -> torch.Tensor:
-    """The training crop of one image, with torch's own resize: box (left, top, width, height) of a uint8
-    (3, H, W) image, resized to size x size and mirrored if flip, as uint8. The reference the batched
-    weights (resample_weights) are tested against."""
-    left, top, width, height = box
-    out = _resize(image[:, top:top + height, left:left + width], size, size)
-    return _to_uint8(out.flip(-1) if flip else out)
-
-
-def resize_center_crop(image: torch.Tensor, resize: int, size: int) -> torch.Tensor:
-    """The validation view of one image, with torch's own resize (the batched weights' reference): the
-    shorter side resized to `resize` (the longer one scaled and truncated as transforms.ResizeShorter does),
-    then the central size x size (transforms.CenterCrop's offsets;
-    zeros where the crop is larger than the image, as Pillow pads), as uint8."""
-    height, width = image.shape[1:]
-    if width <= height:
-        new_width, new_height = resize, int(resize * height / width)
-    else:
-        new_width, new_height = int(resize * width / height), resize
-    resized = _resize(image, new_height, new_width)
-    left, top = int(round((new_width - size) / 2.0)), int(round((new_height - size) / 2.0))
-    out = resized.new_zeros((3, size, size))
-    # The part of the crop box inside the resized image, in crop and in image coordinates.
-    x0, y0 = max(left, 0), max(top, 0)
-    x1, y1 = min(left + size, new_width), min(top + size, new_height)
-    if x1 > x0 and y1 > y0:
-        out[:, y0 - top:y1 - top, x0 - left:x1 - left] = resized[:, y0:y1, x0:x1]
-    return _to_uint8(out)

@@ -250,6 +250,20 @@ class RandomRotation:
         return f"RandomRotation({self.degrees})"
 
 
+def center_crop_geometry(width: int, height: int, *, resize: int | None = None,
+                         size: int | None = None) -> tuple[int, int, int, int]:
+    """The validation view's geometry, the one the CPU path (ResizeShorter, CenterCrop) and the device path share:
+    (width, height) of the image with its shorter side resized to `resize` (the longer one scaled and truncated,
+    torchvision's Resize; unchanged without resize), and the (left, top) of its central size x size crop
+    (torchvision's rounding; 0, 0 without size). A crop larger than the image has negative offsets."""
+    if resize is not None:
+        width, height = (resize, int(resize * height / width)) if width <= height else \
+            (int(resize * width / height), resize)
+    if size is None:
+        return width, height, 0, 0
+    return width, height, int(round((width - size) / 2.0)), int(round((height - size) / 2.0))
+
+
 class ResizeShorter:
     """Resize (bilinear) so that the shorter side is `size`, keeping the aspect ratio."""
 
@@ -257,11 +271,7 @@ class ResizeShorter:
         self.size = size
 
     def __call__(self, img: Image.Image, generator: torch.Generator | None = None) -> Image.Image:
-        width, height = img.size
-        if width <= height:
-            new_size = (self.size, int(self.size * height / width))
-        else:
-            new_size = (int(self.size * width / height), self.size)
+        new_size = center_crop_geometry(*img.size, resize=self.size)[:2]
         if new_size == img.size:
             return img
         return img.resize(new_size, Image.Resampling.BILINEAR)
@@ -277,8 +287,7 @@ class CenterCrop:
         self.size = size
 
     def __call__(self, img: Image.Image, generator: torch.Generator | None = None) -> Image.Image:
-        left = int(round((img.width - self.size) / 2.0))
-        top = int(round((img.height - self.size) / 2.0))
+        _, _, left, top = center_crop_geometry(img.width, img.height, size=self.size)
         return img.crop((left, top, left + self.size, top + self.size))
 
     def __repr__(self) -> str:
