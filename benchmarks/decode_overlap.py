@@ -13,8 +13,8 @@ probe   the host time of the decoder's calls for one batch (inside DeviceDecodeS
         legacy default stream (a blocking stream or a synchronous copy inside the decoder): the training step on
         a stream of its own (speed.step_stream) lets the two overlap. One that waits for (b) too waits for work
         on every stream of the process: a device-wide synchronisation, or an allocation or free that the driver
-        serialises with the queued work; only a decode in another thread (data.device_ahead) or process
-        (data.device_decode_process) lets the next step be enqueued first. One that waits for neither runs beside
+        serialises with the queued work; only a decode in another thread (data.device_feed=thread) or process
+        (data.device_feed=process) lets the next step be enqueued first. One that waits for neither runs beside
         the step and shares the GPU with it.
 calls   torch.profiler's count of the CUDA runtime and driver calls that can make the host or a stream wait
         (synchronisations, allocations and frees, copies, waits on events) made inside the decoder's calls over
@@ -22,7 +22,7 @@ calls   torch.profiler's count of the CUDA runtime and driver calls that can mak
 steps   a training step (eager, bf16 autocast, channels_last, fused SGD) fed in turns, round after round,
         by a pool of synthetic batches on the device and by the device decode path in each arrangement:
         the decode in the training thread (today's default), the step on a stream of its own, the decode
-        in a background thread, both, and the decode in a process of its own (data.device_decode_process:
+        in a background thread, both, and the decode in a process of its own (data.device_feed=process:
         its own CUDA context, which a device-wide synchronisation in the decode does not hold up); img/s
         of each and the arrangement to train with ("best").
 
@@ -45,8 +45,8 @@ import torch
 from torch.nn import functional as F
 
 from dlscale.config import DataConfig
-from dlscale.data import DeviceNormalizer, DevicePrefetcher, build_loaders
-from dlscale.data.decode_process import DecodeProcess
+from dlscale.data import build_loaders
+from dlscale.data.device import DecodeProcess, DeviceNormalizer, DevicePrefetcher, for_device
 from dlscale.errors import DlscaleError
 from dlscale.models import build_model
 from dlscale.speed import SpeedOptions
@@ -55,9 +55,9 @@ ARRANGEMENTS = {
     "synthetic": None,
     "inline": {},
     "step stream": {"speed.step_stream": "true"},
-    "thread": {"data.device_ahead": "2"},
-    "thread + step stream": {"data.device_ahead": "2", "speed.step_stream": "true"},
-    "process": {"data.device_ahead": "2", "data.device_decode_process": "true"},
+    "thread": {"data.device_feed": "thread"},
+    "thread + step stream": {"data.device_feed": "thread", "speed.step_stream": "true"},
+    "process": {"data.device_feed": "process"},
 }
 """Each way of feeding the step: the `dlscale train` settings it corresponds to (None: synthetic batches)."""
 SYNC_CALLS = ("cudaFree", "cudaFreeHost", "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
@@ -101,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = DataConfig(name="imagefolder", path=args.data, image_size=setup["image_size"], decode="gpu",
                          num_workers=args.workers)
         # on the CPU the device path runs with the Pillow decoder (no device given: nvJPEG is not asked for)
-        loader, _, info = build_loaders(cfg, rank=0, world_size=1, batch_size=setup["batch_size"], seed=0,
-                                        device=device if cuda else None)
+        loader, _, info = build_loaders(for_device(cfg, device if cuda else None), rank=0, world_size=1,
+                                        batch_size=setup["batch_size"], seed=0)
     except DlscaleError as error:
         p.error(str(error))
     normalizer = DeviceNormalizer(info.mean, info.std, device, channels_last=True)
@@ -365,9 +365,9 @@ def feed_steps(step, loader, normalizer, device: torch.device, batch: int, size:
                 loader.sampler.set_epoch(epoch)
                 epoch += 1
                 speed = SpeedOptions(step_stream=settings.get("speed.step_stream") == "true")
-                apart = process if settings.get("data.device_decode_process") else None
-                prefetcher = DevicePrefetcher(loader, device, normalizer, process=apart,
-                                              ahead=int(settings.get("data.device_ahead", 0)))
+                feed = settings.get("data.device_feed", "inline")
+                prefetcher = DevicePrefetcher(loader, device, normalizer, feed=feed,
+                                              process=process if feed == "process" else None)
                 try:
                     with speed.training_stream(device), contextlib.closing(iter(prefetcher)) as batches:
                         rates[name].append(_rate(step, batches, device, batch=batch, steps=steps, warmup=warmup))

@@ -57,10 +57,9 @@ def device_share(workers_ips: float | None, device_ms_per_image: float | None, m
     return min(max(on_device / (workers_ips + on_device), 0.05), 1.0)
 
 
-ARRANGED = {"data.device_ahead": "{device_ahead}", "speed.step_stream": "{step_stream}",
-            "data.device_decode_process": "{decode_process}"}
+ARRANGED = {"data.device_feed": "{device_feed}", "speed.step_stream": "{step_stream}"}
 """The device path's train runs take the arrangement the overlap probe found fastest (read_overlap fills these)."""
-UNARRANGED = {"device_ahead": "0", "step_stream": "false", "decode_process": "false"}
+UNARRANGED = {"device_feed": "inline", "step_stream": "false"}
 """The placeholders' values where the probe did not run: the defaults."""
 
 
@@ -145,5 +144,5 @@ def decode_stage(f: Features) -> Stage:
                          ("train JPEG fast", "train synthetic")], values=dict(UNARRANGED),
                  note="`dlscale train`, 3 epochs (the first not counted), data.num_workers the loader's fastest "
                       "setting per path; the GPU decode's loader workers only read files and draw the crops; its "
-                      "train runs take data.device_ahead, speed.step_stream and data.device_decode_process from the "
+                      "train runs take data.device_feed and speed.step_stream from the "
                       "decode overlap probe")

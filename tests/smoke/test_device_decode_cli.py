@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from dlscale import cli
-from dlscale.data.decoders import nvjpeg
+from dlscale.data.device.decoders import nvjpeg
 from dlscale.explain.context import Context
 from dlscale.explain.measured import input_bound
 from dlscale.metrics.input_bound import input_bound_warning
@@ -148,8 +148,8 @@ def test_the_input_bound_warning_names_the_path_and_the_cores_it_needs():
     assert "decode path gpu (JPEGs decoded on the device" in on_device and ": about 3 cores per rank" in on_device
     assert "data.decode=gpu" not in on_device
     # the decode that waited for every stream's queued work on an H100: the process of its own comes first, until on
-    assert "try the device decode in a process of its own (data.device_decode_process=true" in on_device
-    assert "device_decode_process" not in input_bound_warning(0.04, 0.1, workers=4, decode="gpu", cores=16,
+    assert "try the device decode in a process of its own (data.device_feed=process" in on_device
+    assert "device_feed" not in input_bound_warning(0.04, 0.1, workers=4, decode="gpu", cores=16,
                                                               device_type="cuda", decode_process=True)
     assert "data.decode=gpu" not in input_bound_warning(0.04, 0.1, workers=2, decode="fast", cores=8)  # CPU run
 
@@ -162,7 +162,7 @@ def _starved(decode: str, share: float | None = None, process: bool = False, kin
                "total_ips": 3600.0, "decode": decode}
     config = {"data": {"name": "imagefolder", "num_workers": 15, "decode": "auto",
                        **({"device_decode_share": share} if share else {}),
-                       **({"device_decode_process": True} if process else {}),
+                       **({"device_feed": "process"} if process else {}),
                        **({"workers_kind": kind} if kind else {})}}
     return Run(Path("r"), summary, config, {"cpu_count": 16}, tuple(windows))
 
@@ -183,10 +183,10 @@ def test_explain_names_the_decode_path_and_the_cores_per_device_it_needs():
            "training JPEGs on the device, the workers the rest)" in found.evidence
     assert "device_decode_share" not in found.change  # a share already: which way helps is for a measurement
     (found,) = input_bound(Context(_starved("gpu")))
-    assert "--set data.device_decode_process=true (on an H100 the device path's decode in the training process " \
+    assert "--set data.device_feed=process (on an H100 the device path's decode in the training process " \
         "returned only after the work queued before it on every stream" in found.change
     (found,) = input_bound(Context(_starved("gpu", process=True)))
-    assert "decoded in a process of its own)" in found.evidence and "device_decode_process" not in found.change
+    assert "decoded in a process of its own)" in found.evidence and "device_feed" not in found.change
 
 
 def test_the_warning_and_explain_name_the_kind_of_workers_and_offer_threads_for_the_processes_tax():

@@ -75,7 +75,7 @@ def test_the_device_paths_train_runs_take_the_arrangement_the_probe_picked(tmp_p
     for key, value in stage.values.items():  # as run_stage does when the stage starts
         ctx.values.setdefault(key, value)
     filled = lambda name: [ctx.fill(arg, 0) for arg in runs[name].argv]  # noqa: E731
-    assert {"data.device_ahead=0", "speed.step_stream=false", "data.device_decode_process=false"} \
+    assert {"data.device_feed=inline", "speed.step_stream=false"} \
         <= set(filled("train JPEG gpu"))  # no probe: the defaults
     (tmp_path / "overlap.json").write_text(json.dumps({
         "setup": {"model": "resnet50", "batch_size": 256}, "steps": {"synthetic": [5000.0], "thread + step stream":
@@ -86,17 +86,17 @@ def test_the_device_paths_train_runs_take_the_arrangement_the_probe_picked(tmp_p
     got = runner.read_overlap(None, out, tmp_path / "overlap.json", ctx)
     assert got["value"] == 0.92 and got["details"]["verdict"] == [out.splitlines()[0]]
     for name in ("train JPEG gpu", "train JPEG shared"):
-        assert {"data.device_ahead=2", "speed.step_stream=true", "data.device_decode_process=false"} \
+        assert {"data.device_feed=thread", "speed.step_stream=true"} \
             <= set(filled(name)), name
     (tmp_path / "overlap.json").write_text(json.dumps({
         "setup": {}, "steps": {"synthetic": [5000.0], "process": [4700.0]},
         "best": {"name": "process", "settings": decode_overlap.ARRANGEMENTS["process"], "img_per_s": 4700.0,
                  "of_synthetic": 0.94}}))
     runner.read_overlap(None, out, tmp_path / "overlap.json", ctx)
-    assert {"data.device_ahead=2", "speed.step_stream=false", "data.device_decode_process=true"} \
+    assert {"data.device_feed=process", "speed.step_stream=false"} \
         <= set(filled("train JPEG gpu"))
-    assert not any("device_ahead" in arg or "step_stream" in arg for arg in filled("train JPEG fast"))
-    assert not any("device_ahead" in arg for arg in filled("train synthetic"))
+    assert not any("device_feed" in arg or "step_stream" in arg for arg in filled("train JPEG fast"))
+    assert not any("device_feed" in arg for arg in filled("train synthetic"))
 
 
 def test_the_probe_times_the_decoders_calls_alone_in_its_three_cases(tmp_path, monkeypatch):
@@ -124,7 +124,7 @@ def test_the_probe_times_the_decoders_calls_alone_in_its_three_cases(tmp_path, m
             return True
 
     monkeypatch.setattr(decode_overlap, "_busy", lambda device, ms: (lambda: queued.append(ms) or Ended(), ms))
-    from dlscale.data.device_decode import DeviceDecodeStage
+    from dlscale.data.device.stage import DeviceDecodeStage
 
     slow_crops = DeviceDecodeStage._make
 
@@ -180,13 +180,14 @@ def test_an_arrangement_that_fails_is_left_out_and_named_and_the_others_still_pi
     import torch
 
     from dlscale.config import DataConfig
-    from dlscale.data import DeviceNormalizer, build_loaders
+    from dlscale.data import build_loaders
+    from dlscale.data.device import DeviceNormalizer
     from dlscale.errors import DataError
     from tests.unit.test_device_decode import SIZE, _tree
 
     class Refused(decode_overlap.DecodeProcess):
         def start(self):
-            raise DataError("the decode process (data.device_decode_process) ended with exit code 1")
+            raise DataError("the decode process (data.device_feed=process) ended with exit code 1")
 
     monkeypatch.setattr(decode_overlap, "DecodeProcess", Refused)
     cpu = torch.device("cpu")
@@ -198,6 +199,6 @@ def test_an_arrangement_that_fails_is_left_out_and_named_and_the_others_still_pi
     rates = decode_overlap.feed_steps(step, loader, normalizer, cpu, 4, SIZE, info.num_classes, steps=1, warmup=0,
                                       rounds=2, failed=failed)
     assert rates["process"] == [] and failed == {
-        "process": "DataError: the decode process (data.device_decode_process) ended with exit code 1"}
+        "process": "DataError: the decode process (data.device_feed=process) ended with exit code 1"}
     assert [len(rates[name]) for name in ("synthetic", "inline", "thread")] == [2, 2, 2]
     assert decode_overlap.best(rates)["name"] in ("inline", "thread")

@@ -7,15 +7,16 @@ import torch
 from PIL import Image
 
 from dlscale.config import DataConfig
-from dlscale.data import DevicePrefetcher, build_loaders, seeded_generator
+from dlscale.data import build_loaders, seeded_generator
 from dlscale.data import transforms as T
-from dlscale.data.decoders import PillowDecoder, decoder_name, resolve_decode
+from dlscale.data.device import DevicePrefetcher
+from dlscale.data.device.decoders import PillowDecoder, decoder_name, resolve_decode
 from dlscale.errors import ConfigError
 from tests.unit.test_device_decode import SIZE, _jpeg, _smooth, _tree
 
 pytest.importorskip("nvidia.nvimgcodec", reason="nvImageCodec's wheel (nvidia-nvimgcodec-cu13) is not installed")
 
-from dlscale.data.decoders.nvimgcodec import NvimgcodecDecoder  # noqa: E402
+from dlscale.data.device.decoders.nvimgcodec import NvimgcodecDecoder  # noqa: E402
 
 DEVICE_TOLERANCE = {"max": 12.0, "mean": 0.5}
 """As tests/gpu/test_gpu_decode.py allows nvJPEG against libjpeg, both at full scale with the same crop code."""

@@ -38,6 +38,7 @@ def _loader_threads() -> list[threading.Thread]:
 @pytest.mark.slow
 def test_threads_make_the_worker_processes_batches_bit_for_bit_with_bad_files_for_two_seeds_and_epochs(tmp_path):
     root = _tree_with_bad_files(tmp_path)
+    others = set(_loader_threads())  # another test's loader, in the same process, is not this one's
     for seed in (0, 5):
         threads, processes = _loaders(root, "thread", seed=seed), _loaders(root, "process", seed=seed)
         assert isinstance(threads[0], ThreadLoader) and not isinstance(processes[0], ThreadLoader)
@@ -48,7 +49,7 @@ def test_threads_make_the_worker_processes_batches_bit_for_bit_with_bad_files_fo
             _same(made, list(processes[0]))
             assert len([path for batch in made for path in batch.skipped]) == 2  # the truncated and the garbage file
         _same(list(threads[1]), list(processes[1]))  # validation: placeholders where the files are unreadable
-    assert not _loader_threads()
+    assert not set(_loader_threads()) - others
 
 
 @pytest.mark.slow
@@ -87,24 +88,26 @@ def test_an_error_in_a_transform_is_raised_in_the_consumers_thread_as_itself_and
         raise ValueError("the transform broke")
 
     train.dataset.transform = broken
+    others = set(_loader_threads())
     with pytest.raises(ValueError) as raised:
         list(train)
     assert str(raised.value) == "the transform broke"  # one line, the exception itself
     assert calls and all(name.startswith(THREAD_NAME) for name in calls)
-    assert not _loader_threads()
+    assert not set(_loader_threads()) - others
 
 
 def test_an_epoch_cut_short_leaves_no_thread_running(tmp_path):
     root = _tree_with_bad_files(tmp_path)
     train, _, _ = _loaders(root, "thread", workers=3)
+    others = set(_loader_threads())  # another test's loader, in the same process, is not this one's
     with contextlib.closing(iter(train)) as batches:
         next(batches)
-        assert len(_loader_threads()) == 3
-    assert not _loader_threads()
+        assert len(set(_loader_threads()) - others) == 3
+    assert not set(_loader_threads()) - others
     batches = iter(train)
     next(batches)
     del batches  # an iterator dropped unclosed ends its threads too
-    assert not _loader_threads()
+    assert not set(_loader_threads()) - others
 
 
 def test_the_threads_files_and_bytes_are_counted_exactly(tmp_path):

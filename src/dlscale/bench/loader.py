@@ -43,8 +43,9 @@ from dataclasses import replace
 import torch
 
 from dlscale.config import DataConfig
-from dlscale.data import DeviceNormalizer, DevicePrefetcher, build_loaders
+from dlscale.data import build_loaders
 from dlscale.data.counting import count_reads
+from dlscale.data.device import DeviceNormalizer, DevicePrefetcher, for_device
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.proc_io import sum_counters
 from dlscale.metrics.timing import DeviceTimer, device_synchronizer
@@ -84,7 +85,7 @@ def worker_kind(cfg: DataConfig) -> str:
 
 
 def _measure(cfg: DataConfig, *, batch_size: int, batches: int, warmup: int, device, seed: int) -> dict:
-    loader, _, info = build_loaders(cfg, rank=0, world_size=1, batch_size=batch_size, seed=seed, device=device)
+    loader, _, info = build_loaders(for_device(cfg, device), rank=0, world_size=1, batch_size=batch_size, seed=seed)
     counting = count_reads(loader)
     normalizer = DeviceNormalizer(info.mean, info.std, device) if device is not None else None
     timer, prefetchers = (DeviceTimer(device) if device is not None else None), []

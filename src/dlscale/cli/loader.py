@@ -85,14 +85,14 @@ def _check_memory(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlscale.data.decoders import resolve_decode  # torch: loaded when the command runs, not for --help
+    from dlscale.data.device import resolve_decode  # torch: loaded when the command runs, not for --help
 
     workers = list(args.workers)
     device = _check(args)
     cfg = DataConfig(name=args.dataset, path=args.data, image_size=args.image_size, decode=args.decode,
                      device_decode_share=args.device_share)
     if args.dataset == "imagefolder":  # refused here, in one line, where the device decoder cannot run
-        cfg = cfg.on_path(resolve_decode(cfg.decode, device))
+        cfg = cfg.on_path(resolve_decode(cfg.decode, device, cfg.decoder))
     out = RunDir(args.out) if args.out else RunDir(Path("runs") / default_run_name("loader", args.dataset))
     with out.claim("--out"):  # before the work: a run directory that cannot be written is one line now
         rows, table = _measure(args, cfg, workers, device)
@@ -179,7 +179,7 @@ def _prewarm(root: Path) -> None:
 
 
 def _said(decode: str, device: torch.device | None, share: float = 1.0) -> str:
-    from dlscale.data.decoders import decoder_name
+    from dlscale.data.device import decoder_name
 
     if decode != "gpu" or device is None:
         return decode

@@ -10,12 +10,14 @@ from dlscale.errors import ConfigError
 DATASET_NAMES = ("synthetic", "digits", "cifar10", "cifar100", "imagefolder")
 ON_BAD_SAMPLE = ("skip", "error")
 WORKERS_KINDS = ("thread", "process", "auto")
+DEVICE_FEEDS = ("inline", "thread", "process")
+"""data.device_feed: where batches are brought to the device (dlscale.data.device.feeds)."""
 """data.workers_kind: loader threads in the training process, DataLoader worker processes, or by the data set."""
 DECODE_MODES = ("fast", "plain", "gpu", "auto")
 DECODE_PATHS = ("fast", "plain", "gpu")
 """The paths a data set is built for: DECODE_MODES once "auto" is resolved for a device."""
 DECODERS = ("auto", "nvimgcodec", "nvjpeg", "pillow")
-"""data.decoder: the device decode path's decoders (dlscale.data.decoders), or auto."""
+"""data.decoder: the device decode path's decoders (dlscale.data.device.decoders), or auto."""
 DECODE_ALIASES = {"cpu": "fast"}
 """Other names of decode modes: "cpu" is the fast CPU path (`dlscale loader --decode cpu|gpu`)."""
 
@@ -81,20 +83,19 @@ class DataConfig:
     side by side (docs/profiling.md, "Sharing the decode"). A file goes the same way in every epoch (by
     its index), so a run is reproducible."""
 
-    device_ahead: int = 0
-    """Training batches a background thread of the training process brings to the device ahead of the
-    step (that many wait ready, one more is being made: each holds a batch's images on the device): copied,
-    and with decode=gpu decoded, cropped and normalised there, on a CUDA stream of its own.
-    0: the training thread does it between two steps, one batch ahead; while nvJPEG decodes, that thread
-    waits and enqueues no step. The batches are the same either way (docs/profiling.md)."""
+    device_feed: str = "inline"
+    """Where the work of bringing a batch to the device runs (the copy; with decode=gpu the decode, crop and
+    resize; the normalisation), on a CUDA stream of its own (dlscale.data.device). "inline": the training
+    thread, one batch ahead, between two steps (while nvJPEG decodes, that thread waits and enqueues no step).
+    "thread": a background thread of the training process, device_feed_depth batches ahead. "process": with
+    decode=gpu, the training batches decoded in a process of its own (its own CUDA context) and received by a
+    background thread; on an H100 a batch's decode in the training process returned only after the steps queued
+    before it, on any stream, and in a process of its own only the decodes are queued (docs/profiling.md).
+    Validation decodes in the training process. The batches are the same whatever the feed; a feed stays while a
+    GPU run measures it winning."""
 
-    device_decode_process: bool = False
-    """decode=gpu: decode the training batches on the device in a process of its own (its own CUDA
-    context), keeping max(device_ahead, 2) batches in it, instead of in the training process. On an H100 a
-    batch's decode in the training process returned only after the steps queued before it, on any stream; in a
-    process of its own only the decodes are queued (dlscale.data.decode_process; docs/profiling.md). The batches
-    are the same either way; validation decodes in the training process. The receiving runs in a background
-    thread, as with device_ahead."""
+    device_feed_depth: int = 2
+    """device_feed=thread or process: batches made ahead of the step (each holds a batch's images on the device)."""
 
     num_workers: int = 2
     """Loader workers per rank (threads or processes: workers_kind); 0 loads in the training process.
@@ -162,11 +163,12 @@ class DataConfig:
             raise ConfigError(f"data.device_decode_share={share} splits the device decode path's work; with "
                               f"data.decode={self.decode} the loader workers decode every file: set data.decode=gpu "
                               "(or auto), or leave the share at 1")
-        if not isinstance(self.device_decode_process, bool):
-            raise ConfigError(f"data.device_decode_process={self.device_decode_process!r}; use true or false")
-        if self.device_decode_process and self.decode in ("fast", "plain"):
-            raise ConfigError(f"data.device_decode_process decodes on the device; with data.decode={self.decode} "
-                              "the loader workers decode every file: set data.decode=gpu (or auto), or drop it")
+        if self.device_feed not in DEVICE_FEEDS:
+            raise ConfigError(f"data.device_feed={self.device_feed!r}; use one of {', '.join(DEVICE_FEEDS)}")
+        if self.device_feed == "process" and self.decode in ("fast", "plain"):
+            raise ConfigError(f"data.device_feed=process decodes on the device in a process of its own; with "
+                              f"data.decode={self.decode} the loader workers decode every file: set data.decode=gpu "
+                              "(or auto), or use data.device_feed=thread")
         if self.decoder not in DECODERS:
             raise ConfigError(f"data.decoder={self.decoder!r}; use one of {', '.join(DECODERS)}")
         if self.workers_kind not in WORKERS_KINDS:
@@ -177,10 +179,9 @@ class DataConfig:
             value = getattr(self, key)
             if value is not None and not 1 <= value <= IMAGE_SIDE_MAX:
                 raise ConfigError(f"data.{key}={value}; use 1 to {IMAGE_SIDE_MAX:,} pixels or leave it unset")
-        if isinstance(self.device_ahead, bool) or not isinstance(self.device_ahead, int) \
-                or not 0 <= self.device_ahead <= 64:
-            raise ConfigError(f"data.device_ahead={self.device_ahead!r}; use 0 (the training thread brings each "
-                              "batch over) to 64 batches brought over ahead by a background thread")
+        if isinstance(self.device_feed_depth, bool) or not isinstance(self.device_feed_depth, int) \
+                or not 1 <= self.device_feed_depth <= 64:
+            raise ConfigError(f"data.device_feed_depth={self.device_feed_depth!r}; use 1 to 64 batches made ahead")
         for key, most in (("prefetch_factor", 1024), ("max_consecutive_bad", SYNTHETIC_MAX), ("decode_chunk", 65_536),
                           ("synthetic_size", SYNTHETIC_MAX), ("synthetic_val_size", SYNTHETIC_MAX),
                           ("synthetic_classes", 10**6)):
@@ -203,7 +204,9 @@ class DataConfig:
 
     def on_path(self, decode: str) -> DataConfig:
         """This configuration on the decode path `decode` (data.decode resolved for a device: "auto" taken
-        as "gpu" or "fast"); device_decode_share and device_decode_process stay only on the device path."""
+        as "gpu" or "fast"); device_decode_share and the process feed stay only on the device path (elsewhere
+        the thread feed brings the batches over)."""
         on_device = decode == "gpu"
+        feed = "thread" if self.device_feed == "process" and not on_device else self.device_feed
         return replace(self, decode=decode, device_decode_share=self.device_decode_share if on_device else 1.0,
-                       device_decode_process=self.device_decode_process and on_device)
+                       device_feed=feed)

@@ -22,7 +22,6 @@ from dlscale.data.cifar import (
     cifar_sources,
 )
 from dlscale.data.dataset import ImageDataset, collate_samples
-from dlscale.data.decoders import resolve_decode
 from dlscale.data.digits import DIGITS_CLASSES, digits_sources
 from dlscale.data.download import ensure_cifar
 from dlscale.data.encoded import DevicePlan, collate_encoded
@@ -151,7 +150,7 @@ def _loader(dataset, sampler, batch_size: int, cfg: DataConfig, *, drop_last: bo
             to_process: bool = False) -> DataLoader | ThreadLoader:
     """The loader of a split: loader threads or DataLoader worker processes (data.workers_kind), or neither."""
     workers = cfg.num_workers
-    # files for a decode process (data.device_decode_process) go there through shared memory, not to the device
+    # files for a decode process (data.device_feed=process) go there through shared memory, not to the device
     pin = cfg.pin_memory and torch.cuda.is_available() and not (to_process and dataset.device_plan)
     if workers > 0 and cfg.worker_threads:
         return ThreadLoader(dataset, sampler, batch_size, threads=workers, image_shape=(3, side, side),
@@ -192,7 +191,6 @@ def build_loaders(
     batch_size: int,
     val_batch_size: int | None = None,
     seed: int = 0,
-    device: torch.device | str | None = None,
 ) -> tuple[DataLoader | ThreadLoader, DataLoader | ThreadLoader, DatasetInfo]:
     """This rank's (train_loader, val_loader, info).
 
@@ -205,9 +203,8 @@ def build_loaders(
     """
     if batch_size < 1 or (val_batch_size is not None and val_batch_size < 1):
         raise ConfigError(f"batch_size={batch_size}, val_batch_size={val_batch_size}; use 1 or more")
-    if cfg.name == "imagefolder":
-        cfg = cfg.on_path(resolve_decode(cfg.decode, device, cfg.decoder) if device is not None else
-                          "fast" if cfg.decode == "auto" else cfg.decode)
+    if cfg.name == "imagefolder" and cfg.decode == "auto":  # resolved for a device by data.device.for_device
+        cfg = cfg.on_path("fast")
     built = _BUILDERS[cfg.name](cfg)
     train_sampler = ShardedTrainSampler(len(built.train), rank=rank, world_size=world_size, seed=seed,
                                         drop_last=cfg.drop_last)
@@ -226,7 +223,7 @@ def build_loaders(
     val_sampler = ExactShardSampler(len(built.val), rank=rank, world_size=world_size)
     info = built.info
     train_loader = _loader(train_set, train_sampler, batch_size, cfg, drop_last=cfg.drop_last, seed=seed,
-                           side=info.image_size, to_process=cfg.device_decode_process)
+                           side=info.image_size, to_process=cfg.device_feed == "process")
     val_loader = _loader(val_set, val_sampler, val_batch_size or batch_size, cfg, drop_last=False, seed=seed,
                          side=info.val_image_size)
     return train_loader, val_loader, built.info

@@ -15,7 +15,7 @@ and flips from the same generator: "plain" resizes a fully decoded image with Pi
 (FastRandomResizedCrop) decodes a JPEG at 1/2, 1/4 or 1/8 scale when the box allows it and
 resizes a uint8 tensor with torch's antialiased bilinear kernel. See docs/profiling.md. "gpu"
 (DeviceRandomResizedCrop, DeviceCenterCrop) draws the same boxes and flips, and leaves the decoding,
-cropping and resizing to the device (data.device_decode).
+cropping and resizing to the device (data.device.stage).
 """
 
 from __future__ import annotations

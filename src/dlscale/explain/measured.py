@@ -67,8 +67,8 @@ def input_bound(ctx: Context) -> Result:
     if path in ("fast", "plain") and run.device == "cuda":
         fixes.append("--set data.decode=gpu (nvJPEG decodes on the device; the loader workers only read files: "
                      "`dlscale loader --decode gpu --device cuda` measures the CPU time per image it takes)")
-    if path == "gpu" and run.device == "cuda" and not run.data_settings.get("device_decode_process"):
-        fixes.append(f"--set data.device_decode_process=true ({PROCESS_WHY})")
+    if path == "gpu" and run.device == "cuda" and not _decode_process(run):
+        fixes.append(f"--set data.device_feed=process ({PROCESS_WHY})")
     if path == "gpu" and workers and _device_share(run) == 1:
         fixes.append("--set data.device_decode_share=0.5 (the device decodes half the training JPEGs, the loader "
                      "workers the rest beside it; `dlscale loader --decode gpu --device cuda --device-share 0.5` "
@@ -86,6 +86,12 @@ def _workers_kind(run) -> str:
     if kind == "auto":
         return "thread" if run.data_settings.get("name") == "imagefolder" else "process"
     return kind if kind in ("thread", "process") else "process"
+
+
+def _decode_process(run) -> bool:
+    """Whether the run decoded its training batches in a process of their own (data.device_feed=process; before
+    that setting, data.device_decode_process)."""
+    return run.data_settings.get("device_feed") == "process" or bool(run.data_settings.get("device_decode_process"))
 
 
 def _decode_path(run) -> str | None:
@@ -109,7 +115,7 @@ def _path_cores(run, path: str | None, per_device: float) -> list[str]:
     said = f"decode path {path} ({DECODE_PATHS.get(path, path)})"
     if path == "gpu" and _device_share(run) < 1:
         said = f"{said[:-1]}; {_device_share(run):.0%} of the training JPEGs on the device, the workers the rest)"
-    if path == "gpu" and run.data_settings.get("device_decode_process"):
+    if path == "gpu" and _decode_process(run):
         said = f"{said[:-1]}; decoded in a process of its own)"
     windows = [w for w in run.steady_windows() if number(w.get("host_cpu_ms_per_image")) is not None]
     if not windows:

@@ -31,7 +31,7 @@ memory, collation and the main process's side of the queue (benchmarks/input_thr
 work, threads / processes 1.13 in images per CPU-second; docs/benchmarks.md)."""
 THREADS_FIX = (f"loader threads instead of worker processes (data.workers_kind=thread: the same batches at about "
                f"1/{PROCESS_TAX:.2f} of the CPU time per image, benchmarks/input_threads.py)")
-PROCESS_FIX = f"the device decode in a process of its own (data.device_decode_process=true: {PROCESS_WHY})"
+PROCESS_FIX = f"the device decode in a process of its own (data.device_feed=process: {PROCESS_WHY})"
 
 
 def input_bound_warning(data_wait_s: float, step_s: float, *, workers: int, decode: str,
@@ -43,7 +43,7 @@ def input_bound_warning(data_wait_s: float, step_s: float, *, workers: int, deco
     cores this rank's loader may use (default: all this process may). cpu_s_per_image: CPU seconds per image
     of the training process and its loader workers (the cores a path needs per image/s). device_type: where
     the model runs. decode_process: the device path decodes in a process of its own
-    (data.device_decode_process). workers_kind: "thread" or "process" (data.workers_kind, resolved)."""
+    (data.device_feed=process). workers_kind: "thread" or "process" (data.workers_kind, resolved)."""
     if step_s <= 0 or data_wait_s < INPUT_BOUND_SHARE * step_s:
         return None
     cores = cores or available_cores()

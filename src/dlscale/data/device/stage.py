@@ -1,6 +1,6 @@
 """The device decode path's device side: an EncodedBatch in, a uint8 Batch on the device out.
 
-DevicePrefetcher calls a DeviceDecodeStage on each EncodedBatch (on CUDA inside its side stream,
+The device feed (loop.py) calls a DeviceDecodeStage on each EncodedBatch (on CUDA on its feed's stream,
 while the device still runs the step before). The stage decodes the encoded rows in chunks of
 DevicePlan.chunk files, then makes each chunk's images in plain torch on the device:
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from dlscale.data.dataset import Batch
-from dlscale.data.decoders import ImageDecoder
+from dlscale.data.device.decoders import ImageDecoder
 from dlscale.data.encoded import DevicePlan, EncodedBatch
 from dlscale.data.transforms import center_crop_geometry
 

@@ -1,4 +1,4 @@
-"""The device decode in a process of its own (data.device_decode_process).
+"""The device decode in a process of its own (data.device_feed=process).
 
 On an H100 the device path's decode, called in the training process, returned only after the work queued
 before it, whether that work ran on torch's default stream or a stream of its own (benchmarks/decode_overlap.py,
@@ -45,8 +45,8 @@ import torch
 import torch.multiprocessing as mp
 
 from dlscale.data.dataset import Batch
-from dlscale.data.decoders import build_decoder
-from dlscale.data.device_decode import DecodeCounts, DeviceDecodeStage
+from dlscale.data.device.decoders import build_decoder
+from dlscale.data.device.stage import DecodeCounts, DeviceDecodeStage
 from dlscale.data.encoded import DevicePlan, EncodedBatch
 from dlscale.errors import DataError
 
@@ -134,7 +134,7 @@ class DecodeProcess:
         while True:
             process = self._process
             if process is None:
-                raise DataError("the decode process (data.device_decode_process) was closed while batches were "
+                raise DataError("the decode process (data.device_feed=process) was closed while batches were "
                                 "still asked of it")
             try:
                 seq, payload = self._replies.get(timeout=POLL_S)
@@ -148,7 +148,7 @@ class DecodeProcess:
                 if not process.is_alive():
                     raise self._ended(process) from None
                 if time.monotonic() - waited_since > REPLY_TIMEOUT_S:
-                    raise DataError(f"the decode process (data.device_decode_process) sent no batch for "
+                    raise DataError(f"the decode process (data.device_feed=process) sent no batch for "
                                     f"{REPLY_TIMEOUT_S:.0f} s while batch {self._expected} was in it") from None
                 continue
             if isinstance(payload, _Slot):  # a slot made (or made anew, larger): kept mapped from now on
@@ -159,7 +159,7 @@ class DecodeProcess:
             if seq < self._expected:  # an earlier map's batch, closed before it arrived
                 continue
             if seq > self._expected:  # the queue drops a message it cannot send: never take another batch for it
-                raise DataError(f"the decode process (data.device_decode_process) sent batch {seq} where batch "
+                raise DataError(f"the decode process (data.device_feed=process) sent batch {seq} where batch "
                                 f"{self._expected} was due: a reply was lost (its output says why)")
             self._expected = seq + 1
             if isinstance(payload, _Failed):
@@ -167,16 +167,16 @@ class DecodeProcess:
             return self._copy(payload)
 
     def _ended(self, process) -> DataError:
-        return DataError(f"the decode process (data.device_decode_process) ended with exit code {process.exitcode} "
+        return DataError(f"the decode process (data.device_feed=process) ended with exit code {process.exitcode} "
                          f"while batch {self._expected} was in it (its own output says why; a GPU in "
-                         "exclusive-process compute mode admits one process: drop data.device_decode_process there)")
+                         "exclusive-process compute mode admits one process: use data.device_feed=thread there)")
 
     def _copy(self, decoded: _Decoded) -> Batch:
         """The batch's images copied out of their slot on the current stream, the copy complete: the request
         that reuses the slot may go."""
         slot = self._slots.get(decoded.index)
         if slot is None or slot.shape[0] < decoded.rows:  # its _Slot message was lost
-            raise DataError(f"the decode process (data.device_decode_process) made batch {self._expected - 1} in "
+            raise DataError(f"the decode process (data.device_feed=process) made batch {self._expected - 1} in "
                             f"slot {decoded.index}, which did not reach this process whole (its output says why)")
         for name, value in decoded.counts.items():
             setattr(self.counts, name, getattr(self.counts, name) + value)
@@ -228,15 +228,6 @@ def _indexed(device: torch.device) -> torch.device:
     if device.type == "cuda" and device.index is None:
         return torch.device("cuda", torch.cuda.current_device())
     return device
-
-
-def decode_process_for(loader, device: torch.device | str, *, enabled: bool, ahead: int) -> DecodeProcess | None:
-    """The decode process for a loader of encoded batches when data.device_decode_process asks for one (None for
-    other loaders: nothing is decoded on the device there)."""
-    plan = getattr(getattr(loader, "dataset", None), "device_plan", None)
-    if not enabled or plan is None:
-        return None
-    return DecodeProcess(plan, device, ahead=max(ahead, 2))
 
 
 @dataclasses.dataclass

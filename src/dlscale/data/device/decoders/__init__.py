@@ -15,10 +15,10 @@ from collections.abc import Callable
 import torch
 
 from dlscale.config.data import DECODERS as DECODER_NAMES
-from dlscale.data.decoders.base import ImageDecoder
-from dlscale.data.decoders.nvimgcodec import NvimgcodecDecoder
-from dlscale.data.decoders.nvjpeg import NvjpegDecoder
-from dlscale.data.decoders.pillow import PillowDecoder
+from dlscale.data.device.decoders.base import ImageDecoder
+from dlscale.data.device.decoders.nvimgcodec import NvimgcodecDecoder
+from dlscale.data.device.decoders.nvjpeg import NvjpegDecoder
+from dlscale.data.device.decoders.pillow import PillowDecoder
 from dlscale.errors import ConfigError
 
 DECODERS: dict[str, Callable[[torch.device], ImageDecoder]] = {
