@@ -98,7 +98,9 @@ def test_an_error_in_a_transform_is_raised_in_the_consumers_thread_as_itself_and
 
 def test_an_epoch_cut_short_leaves_no_thread_running(tmp_path):
     root = _tree_with_bad_files(tmp_path)
-    train, _, _ = _loaders(root, "thread", workers=3)
+    made, _, _ = _loaders(root, "thread", workers=3)
+    # batches of one: 12 of them, of which the threads may make only 2 ahead, so that they are still there
+    train = ThreadLoader(made.dataset, made.sampler, 1, threads=3, image_shape=(3, 16, 16), drop_last=True)
     others = set(_loader_threads())  # another test's loader, in the same process, is not this one's
     with contextlib.closing(iter(train)) as batches:
         next(batches)
