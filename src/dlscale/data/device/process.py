@@ -53,8 +53,8 @@ from dlscale.errors import DataError
 POLL_S = 1.0
 """How often a waiting side looks whether the other one is still there, or asked to stop."""
 REPLY_TIMEOUT_S = 600.0
-"""The longest wait for one batch from a live decode process (a batch of 512 full-size ImageNet JPEGs decodes
-in well under a second on an H100; its CPU fallback rows in seconds)."""
+"""The longest wait for one batch from a live decode process (a batch of full-size ImageNet JPEGs decodes in
+well under a second on a GPU; its CPU fallback rows in seconds): longer is a decode process that is stuck."""
 IGNORED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2")
                         if hasattr(signal, name))
 """Signals the decode process ignores: they are the training process's to act on (dlscale.train.signals)."""

@@ -12,11 +12,11 @@ and rounds them to uint8, so that DeviceNormalizer treats the batch as any other
 a mirror are each linear in the pixels, one axis at a time: a chunk's rows become two batched matrix
 products, (size x H) @ image @ (W x size), with the filter's weights (Pillow's antialiased bilinear
 triangle, as torch's interpolate(antialias=True)) placed at each row's box and mirrored where drawn
-(resample_weights). A few kernels per chunk, where a resize per image took about eight (2026-11-27, H100:
-53.6 device-ms per batch of 256 that way, more than the 45 ms training step it was to feed). Device
-memory per chunk: the chunk's images padded to its largest (1 byte per pixel and channel, 4 as float)
-and the weights (4 x size x (H + W) bytes per image; while one axis's are made, 8 x size x H or W more,
-made on the device: made on the host they held the H200's device loader at 129 img/s). Rows a worker decoded
+(resample_weights). A few kernels per chunk, where a resize per image takes about eight small ones
+(docs/profiling.md has what each cost on a GPU). Device memory per chunk: the chunk's images padded to its
+largest (1 byte per pixel and channel, 4 as float) and the weights (4 x size x (H + W) bytes per image;
+while one axis's are made, 8 x size x H or W more, made on the device from a few numbers per row: made on
+the host in float64 they cost more than the decode). Rows a worker decoded
 on the CPU are copied in. A row whose file the decoder refuses is picked up by the CPU path in this
 process (ImageDataset.sample_from of the plan's fallback data set) at that very file: decoded there
 if libjpeg can, else skipped and counted as the CPU path would (the next file, the same crop draw).
@@ -119,9 +119,8 @@ class DeviceDecodeStage:
             padded = torch.zeros((len(decoded), 3, max(heights), max(widths)), dtype=torch.uint8, device=self.device)
             for k, image in enumerate(decoded):
                 padded[k, :, :image.shape[1], :image.shape[2]] = image
-        # The weights are made on the device from a few numbers per row, sent in one copy. Made on the host they
-        # held the H200's device loader at 129 img/s (2026-11-27); on the 2-core VM they take 1.0-1.6 s per
-        # batch of 256 rows of 500 x 375 images.
+        # The weights are made on the device from a few numbers per row, sent in one copy: made on the host (in
+        # float64, in the training process) they cost more than the decode (docs/profiling.md).
         index = torch.tensor(rows)
         if self.plan.resize is None:  # row, box (left, top, width, height), flip
             columns = [index, *batch.boxes[index].unbind(1), batch.flips[index]]
