@@ -199,7 +199,8 @@ def train_rounds(tree: Path, scratch: Path, rounds: int, workers: int) -> dict:
         for kind in (("thread", "process") if k % 2 == 0 else ("process", "thread")):
             runs[kind].append(train_once(tree, out, kind, workers))
             said = runs[kind][-1]
-            print(f"train, {workers} {kind}{'es' if kind == 'process' else 's'}: {said['data_ms_per_step']:.1f} ms data wait of a {said['step_ms']:.1f} "
+            kinds = f"{kind}es" if kind == "process" else f"{kind}s"
+            print(f"train, {workers} {kinds}: {said['data_ms_per_step']:.1f} ms data wait of a {said['step_ms']:.1f} "
                   f"ms step, {said['img_per_s']:.1f} img/s", flush=True)
     ratio = [t["img_per_s"] / p["img_per_s"] for t, p in zip(runs["thread"], runs["process"], strict=True)]
     print(f"train: threads / processes, img/s: {statistics.median(ratio):.3f}", flush=True)
