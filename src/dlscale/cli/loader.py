@@ -142,7 +142,7 @@ def _measure(args: argparse.Namespace, cfg: DataConfig, workers: list[int],
         _prewarm(Path(args.data) / "train" if args.dataset == "imagefolder" else Path(args.data))
     cores = available_cores()
     print(f"{args.dataset} {args.data or ''}: batch {args.batch_size}, {args.batches} timed batches per setting, "
-          f"workers as {' and '.join(k + 's' for k in _kinds(args))}, "
+          f"workers as {' and '.join('processes' if k == 'process' else 'threads' for k in _kinds(args))}, "
           f"decode {_said(cfg.decode, device, cfg.device_decode_share)}, {pillow_build()}, {cores} cores", flush=True)
     if max(workers) > cores:
         print(f"note: settings of more than {cores} workers oversubscribe this machine's {cores} cores", flush=True)
