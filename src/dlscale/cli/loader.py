@@ -120,15 +120,20 @@ def loader_bench_label(row: dict) -> str:
 
 
 def kinds_compared(rows: list[dict]) -> list[str]:
-    """Per worker count measured both ways: the threads' images per CPU-second and per second over the processes'."""
+    """Per worker count measured both ways: the threads' images per CPU-second and per second over the processes'
+    (the CPU time of a few batches can be too short for /proc's clock ticks: then only the images per second)."""
     lines = []
     for count in sorted({row["workers"] for row in rows if row["workers"] > 0}):
         kinds = {row["workers_kind"]: row for row in rows if row["workers"] == count}
         thread, process = kinds.get("thread"), kinds.get("process")
-        if thread and process and thread["images_per_cpu_s"] and process["images_per_cpu_s"]:
-            per_cpu = thread["images_per_cpu_s"] / process["images_per_cpu_s"]
-            lines.append(f"{count} workers: threads {per_cpu:.2f}x the processes' images per CPU-second, "
-                         f"{thread['images_per_s'] / process['images_per_s']:.2f}x their images per second")
+        if not thread or not process:
+            continue
+        per_cpu = ("too little CPU time to compare per CPU-second" if not thread["images_per_cpu_s"]
+                   or not process["images_per_cpu_s"] else
+                   f"{thread['images_per_cpu_s'] / process['images_per_cpu_s']:.2f}x the processes' images per "
+                   "CPU-second")
+        lines.append(f"{count} workers: threads {per_cpu}, {thread['images_per_s'] / process['images_per_s']:.2f}x "
+                     "their images per second")
     return lines
 
 
