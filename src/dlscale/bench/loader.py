@@ -1,4 +1,4 @@
-"""The input pipeline alone: images/s, bytes and files read, CPU use, per DataLoader setting.
+"""The input pipeline alone: images/s, bytes and files read, CPU use, per loader setting.
 
 `dlscale loader` runs a data set's train loader (decode, augment, collate and, if asked, the
 copy to the device and normalisation there) with no model, once per setting (a worker count and kind:
@@ -10,7 +10,8 @@ processes did from the kernel's counters:
                       read_bytes  bytes the process caused to be fetched from storage (page-cache
                                   misses); 0 when the data are cached
                       syscr       read system calls
-    /proc/<pid>/stat  utime+stime CPU seconds
+    /proc/<pid>/stat  utime+stime CPU seconds of the worker processes (this process's, its loader threads
+                                  included, from its own clock: time.process_time, finer than /proc's ticks)
 
 summed over the main process and its workers (read while the workers are alive: they are
 persistent; dlscale.metrics.proc_io). No kernel counter gives file opens, so the data set counts
@@ -97,6 +98,8 @@ def _measure(cfg: DataConfig, *, batch_size: int, batches: int, warmup: int, dev
         timer.reset()
     pids = _pids(loader)
     before, counted, start = sum_counters(pids), counting.totals(), time.perf_counter()
+    # this process's CPU time (its loader threads' too) from its clock, in ns; /proc's is in 10 ms ticks
+    own_cpu, workers_cpu = time.process_time(), sum_counters(pids[1:])["cpu_s"]
     images = skipped = 0
     for _ in range(batches):
         batch = next(stream)
@@ -107,8 +110,10 @@ def _measure(cfg: DataConfig, *, batch_size: int, batches: int, warmup: int, dev
     elapsed = time.perf_counter() - start
     pids = _pids(loader)  # workers start on the first batch when warmup is 0
     after, (files, size) = sum_counters(pids), counting.totals()
+    own_cpu, workers_cpu = time.process_time() - own_cpu, sum_counters(pids[1:])["cpu_s"] - workers_cpu
     del stream, loader  # the persistent workers exit with the loader
     delta = {key: after[key] - before.get(key, 0.0) for key in after}
+    delta["cpu_s"] = own_cpu + workers_cpu
     files, size = files - counted[0], size - counted[1]
     busy = delta["cpu_s"] / elapsed
     return {
