@@ -7,18 +7,22 @@ possible causes apart in about a minute of GPU time:
 
     python benchmarks/decode_overlap.py --data JPEG_TREE --json overlap.json
 
-probe   the host time of one batch's decode (DeviceDecodeStage on an EncodedBatch) with the GPU idle, and
-        with a queue of matrix products running (a) on torch's default stream, (b) on a stream of their own.
-        A decode that waits for (a) only waits for the legacy default stream (a blocking stream or a
-        synchronous copy inside the decoder): the training step on a stream of its own (speed.step_stream)
-        lets the two overlap. One that waits for (b) too waits for the whole device (cudaFree and the
-        like): only a decode in another thread (data.device_ahead) lets the next step be enqueued first.
-        One that waits for neither runs beside the step and shares the GPU with it.
-calls   torch.profiler's count of the CUDA runtime calls that synchronise, over two decodes beside (b).
+probe   the host time of the decoder's calls for one batch (inside DeviceDecodeStage on an EncodedBatch; the
+        stage's whole time beside it) with the GPU idle, and with a queue of matrix products running (a) on
+        torch's default stream, (b) on a stream of their own. A decode that waits for (a) only waits for the
+        legacy default stream (a blocking stream or a synchronous copy inside the decoder): the training step on
+        a stream of its own (speed.step_stream) lets the two overlap. One that waits for (b) too waits for work
+        on every stream of the process: a device-wide synchronisation, or an allocation or free that the driver
+        serialises with the queued work; only a decode in another thread (data.device_feed=thread) or process
+        (data.device_feed=process) lets the next step be enqueued first. One that waits for neither runs beside
+        the step and shares the GPU with it.
+calls   torch.profiler's count of the CUDA runtime and driver calls that can make the host or a stream wait
+        (synchronisations, allocations and frees, copies, waits on events) made inside the decoder's calls over
+        two decodes beside (b): the probe's own calls (its products, its synchronisations) are left out.
 steps   a training step (eager, bf16 autocast, channels_last, fused SGD) fed in turns, round after round,
         by a pool of synthetic batches on the device and by the device decode path in each arrangement:
         the decode in the training thread (today's default), the step on a stream of its own, the decode
-        in a background thread, both, and the decode in a process of its own (data.device_decode_process:
+        in a background thread, both, and the decode in a process of its own (data.device_feed=process:
         its own CUDA context, which a device-wide synchronisation in the decode does not hold up); img/s
         of each and the arrangement to train with ("best").
 
@@ -41,8 +45,8 @@ import torch
 from torch.nn import functional as F
 
 from dlscale.config import DataConfig
-from dlscale.data import DeviceNormalizer, DevicePrefetcher, build_loaders
-from dlscale.data.decode_process import DecodeProcess
+from dlscale.data import build_loaders
+from dlscale.data.device import DecodeProcess, DeviceNormalizer, DevicePrefetcher, for_device
 from dlscale.errors import DlscaleError
 from dlscale.models import build_model
 from dlscale.speed import SpeedOptions
@@ -51,15 +55,22 @@ ARRANGEMENTS = {
     "synthetic": None,
     "inline": {},
     "step stream": {"speed.step_stream": "true"},
-    "thread": {"data.device_ahead": "2"},
-    "thread + step stream": {"data.device_ahead": "2", "speed.step_stream": "true"},
-    "process": {"data.device_ahead": "2", "data.device_decode_process": "true"},
+    "thread": {"data.device_feed": "thread"},
+    "thread + step stream": {"data.device_feed": "thread", "speed.step_stream": "true"},
+    "process": {"data.device_feed": "process"},
 }
 """Each way of feeding the step: the `dlscale train` settings it corresponds to (None: synthetic batches)."""
 SYNC_CALLS = ("cudaFree", "cudaFreeHost", "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-              "cudaMemcpy", "cudaMemcpy2D", "cudaMemset", "cudaMalloc", "cudaHostAlloc", "cudaMallocHost",
-              "cuMemFree_v2", "cuCtxSynchronize", "cuStreamSynchronize", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2")
-"""Runtime and driver calls that can make the host, or the whole device, wait."""
+              "cudaMemcpy", "cudaMemcpy2D", "cudaMemcpyAsync", "cudaMemset", "cudaMalloc", "cudaMallocAsync",
+              "cudaFreeAsync", "cudaHostAlloc", "cudaMallocHost", "cudaStreamWaitEvent", "cuMemFree_v2",
+              "cuCtxSynchronize", "cuStreamSynchronize", "cuStreamWaitEvent", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2",
+              "cuMemcpyAsync", "cuMemFreeAsync")
+"""Runtime and driver calls that can make the host, a stream or the whole device wait (also every call whose name
+starts with one of SYNC_PREFIXES)."""
+SYNC_PREFIXES = ("cuMemAlloc",)
+"""The driver's allocations (cuMemAlloc_v2, cuMemAllocAsync, cuMemAllocHost_v2, cuMemAllocPitch_v2, ...)."""
+DECODER_RANGE = "decode_overlap: decoder call"
+"""The profiler range around each of the decoder's calls: the calls counted are those inside one."""
 WAITS = 0.5
 """A decode 'waits' for the busy queue when it returns at least this share of the queue's time later than idle."""
 
@@ -90,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = DataConfig(name="imagefolder", path=args.data, image_size=setup["image_size"], decode="gpu",
                          num_workers=args.workers)
         # on the CPU the device path runs with the Pillow decoder (no device given: nvJPEG is not asked for)
-        loader, _, info = build_loaders(cfg, rank=0, world_size=1, batch_size=setup["batch_size"], seed=0,
-                                        device=device if cuda else None)
+        loader, _, info = build_loaders(for_device(cfg, device if cuda else None), rank=0, world_size=1,
+                                        batch_size=setup["batch_size"], seed=0)
     except DlscaleError as error:
         p.error(str(error))
     normalizer = DeviceNormalizer(info.mean, info.std, device, channels_last=True)
@@ -101,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         print(describe_probe(result["probe"]), flush=True)
         try:  # the profiler's CUDA activity needs CUPTI; the steps below are measured without it
             result["calls"] = sync_calls(loader, device, args.busy_ms)
-            print("synchronising calls over two decodes beside a busy stream: "
+            print("synchronising calls (and allocations, copies, event waits) inside the decoder's calls over two "
+                  "decodes beside a busy stream: "
                   + (", ".join(f"{name} x{count}" for name, count in result["calls"].items()) or "none seen"),
                   flush=True)
         except Exception as error:  # noqa: BLE001 - recorded; the probe and the steps stand without it
@@ -173,92 +185,121 @@ def _stage_and_batches(loader, device: torch.device, epoch: int) -> tuple:
     return stage, [next(batches) for _ in range(2)]
 
 
+CASES = ("idle", "beside the default stream", "beside a stream of its own")
+
+
 def probe(loader, device: torch.device, busy_ms: float) -> dict:
-    """The decode's host time idle and beside a busy default stream and a busy stream of its own (median of 3)."""
+    """The host time of the decoder's calls for a batch, idle and beside a busy default stream and a busy stream of
+    its own, and the stage's whole time around them (median of 3 each); idle, when the batch is done too."""
     stage, encoded = _stage_and_batches(loader, device, epoch=0)
     side, own = torch.cuda.Stream(device), torch.cuda.Stream(device)
     busy, measured_busy_ms = _busy(device, busy_ms)
     figures = {"busy_ms": measured_busy_ms}
-    for where in ("idle", "beside the default stream", "beside a stream of its own"):
-        times, finished = [], []
-        for k in range(3):
-            torch.cuda.synchronize(device)
-            queued = None
-            if where == "beside the default stream":
-                queued = busy()
-            elif where == "beside a stream of its own":
-                with torch.cuda.stream(own):
-                    queued = busy()
-            times.append(_decode_host_ms(stage, encoded[k % 2], side))
-            if queued is not None:  # had the products ended when the decode returned?
-                finished.append(queued.query())
-        torch.cuda.synchronize(device)
-        figures[where] = statistics.median(times)
-        if finished:
-            figures[f"{where}, products done at its return"] = sum(finished) / len(finished)
-    # idle again: how much of it is the decoder's own call, and when the crops queued after it are done
     timed = stage.decoder = _TimedDecoder(stage.decoder)
-    decoder_ms, done_ms = [], []
-    for k in range(3):
-        torch.cuda.synchronize(device)
-        timed.seconds, started = 0.0, time.perf_counter()
-        _decode_host_ms(stage, encoded[k % 2], side)
-        torch.cuda.synchronize(device)
-        done_ms.append(1000 * (time.perf_counter() - started))
-        decoder_ms.append(1000 * timed.seconds)
-    stage.decoder = timed.decoder
-    figures["idle, decoder calls"] = statistics.median(decoder_ms)
-    figures["idle, batch done"] = statistics.median(done_ms)
+    try:
+        for where in CASES:
+            decoder_ms, stage_ms, done_ms, finished = [], [], [], []
+            for k in range(3):
+                torch.cuda.synchronize(device)
+                queued = None
+                if where == "beside the default stream":
+                    queued = busy()
+                elif where == "beside a stream of its own":
+                    with torch.cuda.stream(own):
+                        queued = busy()
+                timed.queued, timed.seconds, started = queued, 0.0, time.perf_counter()
+                stage_ms.append(_decode_host_ms(stage, encoded[k % 2], side))
+                decoder_ms.append(1000 * timed.seconds)
+                if queued is not None:  # had the products ended when the decoder's calls returned?
+                    finished.append(timed.done_at_return)
+                else:
+                    torch.cuda.synchronize(device)
+                    done_ms.append(1000 * (time.perf_counter() - started))
+            torch.cuda.synchronize(device)
+            figures[where] = statistics.median(decoder_ms)  # the decoder's calls alone: what waits or not
+            figures[f"{where}, stage"] = statistics.median(stage_ms)
+            if finished:
+                figures[f"{where}, products done at its return"] = sum(finished) / len(finished)
+            if done_ms:
+                figures["idle, batch done"] = statistics.median(done_ms)
+    finally:
+        stage.decoder = timed.decoder
     return figures
 
 
 class _TimedDecoder:
-    """The stage's decoder, its calls' host time summed (nvJPEG's call returns when its decode is done)."""
+    """The stage's decoder, its calls' host time summed, each inside a profiler range (DECODER_RANGE); whether the
+    products queued before were done when its last call returned (nvJPEG's call returns when its decode is done)."""
 
     def __init__(self, decoder):
         self.decoder, self.name, self.device, self.seconds = decoder, decoder.name, decoder.device, 0.0
+        self.regions = getattr(decoder, "regions", False)
+        self.queued = None
+        self.done_at_return = False
 
-    def decode(self, files):
+    def decode(self, files, *regions):
+        from torch.profiler import record_function
+
         started = time.perf_counter()
         try:
-            return self.decoder.decode(files)
+            with record_function(DECODER_RANGE):
+                return self.decoder.decode(files, *regions)
         finally:
             self.seconds += time.perf_counter() - started
+            self.done_at_return = self.queued is not None and self.queued.query()
 
 
 def describe_probe(figures: dict) -> str:
-    idle, busy = figures["idle"], figures["busy_ms"]
+    idle, busy = figures["idle"], figures["busy_ms"]  # the decoder's calls alone
     # it waited when it returned that much later and (where recorded) after the products had ended, most times:
     # a decode merely slowed by sharing the multiprocessors with them returns before they end
     waits = {where: figures[where] - idle >= WAITS * busy
              and figures.get(f"{where}, products done at its return", 1.0) >= 0.5
              for where in ("beside the default stream", "beside a stream of its own")}
-    split = (f" (the decoder's calls {figures['idle, decoder calls']:.1f} ms, done after "
-             f"{figures['idle, batch done']:.1f} ms)" if "idle, decoder calls" in figures else "")
-    said = (f"decode of one batch: {idle:.1f} ms idle{split}, {figures['beside the default stream']:.1f} ms beside "
-            f"{busy:.0f} ms of work on the default stream, {figures['beside a stream of its own']:.1f} ms beside it "
-            "on a stream of its own: ")
+    split = (f" (the whole stage {figures['idle, stage']:.1f} ms, done after {figures['idle, batch done']:.1f} ms)"
+             if "idle, stage" in figures and "idle, batch done" in figures else "")
+    said = (f"decode of one batch: the decoder's calls {idle:.1f} ms idle{split}, "
+            f"{figures['beside the default stream']:.1f} ms beside {busy:.0f} ms of work on the default stream, "
+            f"{figures['beside a stream of its own']:.1f} ms beside it on a stream of its own: ")
     if waits["beside a stream of its own"]:
-        return said + "it waits for the whole device (a device-wide synchronisation inside the decode)"
+        return said + ("they return only after the work queued on every stream (a device-wide synchronisation, or "
+                       "an allocation or free the driver serialises with it: `calls` counts them)")
     if waits["beside the default stream"]:
         return said + "it waits for torch's default stream (speed.step_stream lets the step overlap it)"
     return said + "it waits for neither (a slower step shares the GPU with it)"
 
 
 def sync_calls(loader, device: torch.device, busy_ms: float) -> dict[str, int]:
-    """The synchronising CUDA calls torch.profiler sees over two decodes beside a busy stream."""
+    """The CUDA calls that can make the host or a stream wait, as torch.profiler sees them inside the decoder's calls
+    over two decodes beside a busy stream (the probe's own calls, outside those, are not counted)."""
     from torch.profiler import ProfilerActivity, profile
 
     stage, encoded = _stage_and_batches(loader, device, epoch=1)
     side, own = torch.cuda.Stream(device), torch.cuda.Stream(device)
     busy, _ = _busy(device, busy_ms)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
-        for batch in encoded:
-            with torch.cuda.stream(own):
-                busy()
-            _decode_host_ms(stage, batch, side)
+    stage.decoder = _TimedDecoder(stage.decoder)
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
+            for batch in encoded:
+                with torch.cuda.stream(own):
+                    busy()
+                _decode_host_ms(stage, batch, side)
         torch.cuda.synchronize(device)
-    counts = {event.key: event.count for event in trace.key_averages() if event.key in SYNC_CALLS}
+    finally:
+        stage.decoder = stage.decoder.decoder
+    return calls_inside(trace.events(), DECODER_RANGE)
+
+
+def calls_inside(events, range_name: str) -> dict[str, int]:
+    """Counts of the waiting calls (SYNC_CALLS, SYNC_PREFIXES) among `events` (torch.profiler's FunctionEvents) that
+    start inside a range named range_name on the same thread."""
+    ranges = [(e.thread, e.time_range.start, e.time_range.end) for e in events if e.name == range_name]
+    counts: dict[str, int] = {}
+    for event in events:
+        if event.name not in SYNC_CALLS and not event.name.startswith(SYNC_PREFIXES):
+            continue
+        if any(thread == event.thread and start <= event.time_range.start <= end for thread, start, end in ranges):
+            counts[event.name] = counts.get(event.name, 0) + 1
     return dict(sorted(counts.items()))
 
 
@@ -324,9 +365,9 @@ def feed_steps(step, loader, normalizer, device: torch.device, batch: int, size:
                 loader.sampler.set_epoch(epoch)
                 epoch += 1
                 speed = SpeedOptions(step_stream=settings.get("speed.step_stream") == "true")
-                apart = process if settings.get("data.device_decode_process") else None
-                prefetcher = DevicePrefetcher(loader, device, normalizer, process=apart,
-                                              ahead=int(settings.get("data.device_ahead", 0)))
+                feed = settings.get("data.device_feed", "inline")
+                prefetcher = DevicePrefetcher(loader, device, normalizer, feed=feed,
+                                              process=process if feed == "process" else None)
                 try:
                     with speed.training_stream(device), contextlib.closing(iter(prefetcher)) as batches:
                         rates[name].append(_rate(step, batches, device, batch=batch, steps=steps, warmup=warmup))

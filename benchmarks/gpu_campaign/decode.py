@@ -55,10 +55,9 @@ def device_share(workers_ips: float | None, device_ms_per_image: float | None, m
     return min(max(on_device / (workers_ips + on_device), 0.05), 1.0)
 
 
-ARRANGED = {"data.device_ahead": "{device_ahead}", "speed.step_stream": "{step_stream}",
-            "data.device_decode_process": "{decode_process}"}
+ARRANGED = {"data.device_feed": "{device_feed}", "speed.step_stream": "{step_stream}"}
 """The device path's train runs take the arrangement the overlap probe found fastest (read_overlap fills these)."""
-UNARRANGED = {"device_ahead": "0", "step_stream": "false", "decode_process": "false"}
+UNARRANGED = {"device_feed": "inline", "step_stream": "false"}
 """The placeholders' values where the probe did not run: the defaults."""
 
 
@@ -91,8 +90,8 @@ def decode_stage(f: Features) -> Stage:
     for path in ("fast", "gpu"):
         # 4x the batches the workers hold in flight (2 each), so that what they made before the timer is a quarter
         batches = 8 * max(workers[path]) if device == "cuda" else shape.loader_batches
-        argv = ["-m", "dlscale", "loader", "--data", "{work}/jpegs", "--decode", path, "--workers",
-                ",".join(map(str, workers[path])), "--batch-size", str(batch), "--batches", str(batches),
+        argv = ["-m", "dlscale", "loader", "--data", "{work}/jpegs", "--decode", path, "--workers-kind", "thread",
+                "--workers", ",".join(map(str, workers[path])), "--batch-size", str(batch), "--batches", str(batches),
                 "--image-size", size, "--device", device, "--prewarm", "--out", f"{{work}}/loader-{path}"]
         rate = LOADER_RATES[path] if device == "cuda" else LOADER_RATE[device] * (2.0 if path == "gpu" else 1.0)
         estimate = STARTUP_S[device] + len(workers[path]) * (batches + 2 * max(workers[path])) * batch / rate
@@ -143,5 +142,5 @@ def decode_stage(f: Features) -> Stage:
                          ("train JPEG fast", "train synthetic")], values=dict(UNARRANGED),
                  note="`dlscale train`, 3 epochs (the first not counted), data.num_workers the loader's fastest "
                       "setting per path; the GPU decode's loader workers only read files and draw the crops; its "
-                      "train runs take data.device_ahead, speed.step_stream and data.device_decode_process from the "
+                      "train runs take data.device_feed and speed.step_stream from the "
                       "decode overlap probe")

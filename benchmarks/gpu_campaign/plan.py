@@ -388,9 +388,9 @@ def data_stage(f: Features) -> Stage:
     tree = Run("JPEG tree", ["benchmarks/gpu_campaign/jpeg_tree.py", "{work}/jpegs", "--unique", str(shape.unique),
                              "--train", str(shape.train), "--val", str(shape.val)], "none",
                15.0 if device == "cuda" else 6.0, settings=f"{shape.train} train JPEGs of 500x375 (~100 KiB)")
-    loader = Run("dlscale loader", ["-m", "dlscale", "loader", "--data", "{work}/jpegs", "--workers",
-                                    ",".join(map(str, shape.workers)), "--batch-size", str(batch), "--batches",
-                                    str(shape.loader_batches), "--image-size", size, "--device", device,
+    loader = Run("dlscale loader", ["-m", "dlscale", "loader", "--data", "{work}/jpegs", "--workers-kind", "thread",
+                                    "--workers", ",".join(map(str, shape.workers)), "--batch-size", str(batch),
+                                    "--batches", str(shape.loader_batches), "--image-size", size, "--device", device,
                                     "--prewarm", "--out", "{work}/loader"], "loader",
                  STARTUP_S[device] + len(shape.workers) * (shape.loader_batches + 2 * max(shape.workers)) * batch
                  / LOADER_RATE[device], output="{work}/loader/summary.json",

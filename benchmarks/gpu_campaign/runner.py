@@ -126,9 +126,8 @@ def read_overlap(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
     """benchmarks/decode_overlap.py's figures; the arrangement it found fastest goes to the train runs after it."""
     figures = json.loads(path.read_text())
     settings = figures["best"]["settings"]
-    ctx.values["device_ahead"] = settings.get("data.device_ahead", "0")
+    ctx.values["device_feed"] = settings.get("data.device_feed", "inline")
     ctx.values["step_stream"] = settings.get("speed.step_stream", "false")
-    ctx.values["decode_process"] = settings.get("data.device_decode_process", "false")
     lines = [line for line in out.splitlines() if line.startswith(("decode of one batch", "synchronising calls"))]
     return {"value": figures["best"]["of_synthetic"], "unit": "of synthetic",
             "details": {**figures, "verdict": lines}}
@@ -174,7 +173,7 @@ def _data_settings(path: Path) -> dict:
     placeholders: the device path's runs take other workers than the CPU path's)."""
     config = path / "config.json"
     data = json.loads(config.read_text()).get("data", {}) if config.exists() else {}
-    keys = ("num_workers", "decode", "device_decode_share", "device_ahead", "device_decode_process")
+    keys = ("num_workers", "workers_kind", "decode", "device_decode_share", "device_feed", "device_feed_depth")
     return {key: data[key] for key in keys if key in data}
 
 

@@ -9,7 +9,8 @@ import torch
 
 from dlscale import cli
 from dlscale.config import DataConfig
-from dlscale.data import DeviceNormalizer, DevicePrefetcher, build_loaders
+from dlscale.data import build_loaders
+from dlscale.data.device import DeviceNormalizer, DevicePrefetcher
 
 pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore:Unable to enable fault handler")]
 

@@ -21,8 +21,9 @@ from test_gpu_train import SETTINGS, STEPS_PER_EPOCH, _final_state, assert_resum
 
 from dlscale import cli
 from dlscale.config import DataConfig
-from dlscale.data import DeviceNormalizer, DevicePrefetcher, build_loaders
-from dlscale.data.decoders import PillowDecoder
+from dlscale.data import build_loaders
+from dlscale.data.device import DeviceNormalizer, DevicePrefetcher, for_device
+from dlscale.data.device.decoders import PillowDecoder
 
 pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore:Unable to enable fault handler")]
 pytest.importorskip("torchvision")
@@ -65,7 +66,7 @@ def smooth_tree(tmp_path_factory):
 def _loaders(root, decode: str, device, **options):
     cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode=decode, num_workers=2,
                      drop_last=False, **options)
-    return build_loaders(cfg, rank=0, world_size=1, batch_size=8, seed=5, device=device)
+    return build_loaders(for_device(cfg, device), rank=0, world_size=1, batch_size=8, seed=5)
 
 
 def _epoch(loader, device, epoch: int = 1, **options):
@@ -188,7 +189,7 @@ def test_train_with_decode_gpu_records_the_path_and_resumes_exactly(jpeg_tree, t
 def test_batches_decoded_ahead_by_a_thread_are_the_inline_ones(smooth_tree, cuda):
     train, _, _ = _loaders(smooth_tree, "gpu", cuda)
     inline, _ = _epoch(train, cuda)
-    ahead, prefetcher = _epoch(train, cuda, ahead=2)
+    ahead, prefetcher = _epoch(train, cuda, feed="thread")
     assert prefetcher.stage.counts.device == 16
     for a, b in zip(inline, ahead, strict=True):
         assert torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels) and a.skipped == b.skipped
@@ -196,7 +197,7 @@ def test_batches_decoded_ahead_by_a_thread_are_the_inline_ones(smooth_tree, cuda
 
 def test_batches_decoded_in_a_process_of_their_own_are_the_inline_ones(smooth_tree, cuda):
     """The decode process's images come through CUDA IPC, are copied, and the shared blocks go back to it."""
-    from dlscale.data.decode_process import DecodeProcess
+    from dlscale.data.device.process import DecodeProcess
 
     train, _, _ = _loaders(smooth_tree, "gpu", cuda)
     inline, _ = _epoch(train, cuda)
@@ -213,16 +214,16 @@ def test_batches_decoded_in_a_process_of_their_own_are_the_inline_ones(smooth_tr
 
 
 def test_training_on_a_stream_of_its_own_from_batches_decoded_ahead_ends_as_the_default_run(jpeg_tree, tmp_path):
-    """speed.step_stream and data.device_ahead change where the work runs, not what is trained."""
+    """speed.step_stream and data.device_feed change where the work runs, not what is trained."""
     torch.backends.cudnn.deterministic = True  # put back by the restore_torch_switches fixture
     assert _train(jpeg_tree, tmp_path, "default") == 0
-    assert _train(jpeg_tree, tmp_path, "overlapped", "data.device_ahead=2", "speed.step_stream=true") == 0
+    assert _train(jpeg_tree, tmp_path, "overlapped", "data.device_feed=thread", "speed.step_stream=true") == 0
     summary = json.loads((tmp_path / "overlapped" / "summary.json").read_text())
     assert summary["decode"] == "gpu" and summary["steps"] == 2 * STEPS_PER_EPOCH and summary["skipped_samples"] == 0
     assert_resumed_as_uninterrupted(_final_state(tmp_path / "default"), _final_state(tmp_path / "overlapped"),
                                     lambda: _train(jpeg_tree, tmp_path, "again"), tmp_path / "again",
                                     "the training stream or the decoding thread changes the batches or their order")
-    assert _train(jpeg_tree, tmp_path, "apart", "data.device_decode_process=true") == 0
+    assert _train(jpeg_tree, tmp_path, "apart", "data.device_feed=process") == 0
     apart = json.loads((tmp_path / "apart" / "summary.json").read_text())
     assert apart["decode"] == "gpu" and apart["decode_process"] and not summary["decode_process"]
     assert_resumed_as_uninterrupted(_final_state(tmp_path / "default"), _final_state(tmp_path / "apart"),

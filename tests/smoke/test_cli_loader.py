@@ -46,14 +46,19 @@ def test_sweep_reports_rates_bytes_and_files_that_match_the_tree(tmp_path):
                           env={"DLSCALE_PROGRESS_EVERY": "0"})
     assert out.returncode == 0, out.stderr
     # In a pipe, progress is plain lines (here after every setting, DLSCALE_PROGRESS_EVERY=0).
-    assert re.search(r"^progress: loader 2/2 settings, 2 workers: [\d.]+ img/s, ", out.stdout, re.M)
+    assert re.search(r"^progress: loader 3/3 settings, 2 worker processes: [\d.]+ img/s, ", out.stdout, re.M)
+    assert "workers as threads and processes, decode fast" in out.stdout
+    assert re.search(r"^2 workers: threads ([\d.]+x the processes' images per CPU-second|too little CPU time to "
+                     r"compare per CPU-second), [\d.]+x their images per second$", out.stdout, re.M)
     # 2 workers hold up to 2 x 2 batches in flight: 4 timed batches are fewer than 4 x 4
     assert "note: 2 workers hold up to 4 batches in flight" in out.stdout and "--batches 16 or more" in out.stdout
     run = tmp_path / "runs" / "sweep"
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["kind"] == "loader" and summary["workers"] == [0, 2]
+    assert summary["kind"] == "loader" and summary["workers"] == [0, 2, 2]
+    assert summary["workers_kinds"] == ["thread", "process"]
     rows = summary["settings"]
-    assert [row["workers"] for row in rows] == [0, 2] and rows[0]["speedup"] == 1.0
+    assert [(row["workers"], row["workers_kind"]) for row in rows] == [(0, "main"), (2, "thread"), (2, "process")]
+    assert rows[0]["speedup"] == 1.0
     for row in rows:
         assert row["images"] == files and row["files_opened"] == files and row["file_bytes"] == size
         assert row["images_per_s"] == pytest.approx(files / row["seconds"])
@@ -61,10 +66,10 @@ def test_sweep_reports_rates_bytes_and_files_that_match_the_tree(tmp_path):
         assert row["file_read_gb_per_s"] == pytest.approx(size / row["seconds"] / 1e9)
         assert row["rchar_bytes"] >= size  # every read, the files' bytes among them
         assert row["read_calls"] >= files and row["cpu_s"] > 0
-        assert row["processes"] == 1 + row["workers"]
+        assert row["processes"] == 1 + (row["workers"] if row["workers_kind"] == "process" else 0)
     assert rows[1]["speedup"] == pytest.approx(rows[1]["images_per_s"] / rows[0]["images_per_s"])
     table = (run / "loader.txt").read_text().splitlines()
-    assert table[0].split()[:3] == ["workers", "img/s", "speedup"] and len(table) == 3
+    assert table[0].split()[:4] == ["workers", "kind", "img/s", "speedup"] and len(table) == 4
     assert (run / "loader.png").stat().st_size > 0
     assert json.loads((run / "config.json").read_text())["kind"] == "loader"
     assert "Run directory:" in out.stdout and table[1] in out.stdout
@@ -75,6 +80,7 @@ def test_sweep_reports_rates_bytes_and_files_that_match_the_tree(tmp_path):
     with open(tmp_path / "report" / "loader.csv") as f:
         table_rows = list(csv.DictReader(f))
     assert [float(r["speedup"]) for r in table_rows] == pytest.approx([row["speedup"] for row in rows])
+    assert [r["workers_kind"] for r in table_rows] == ["main", "thread", "process"]
     assert [float(r["images_per_s"]) for r in table_rows] == pytest.approx([row["images_per_s"] for row in rows])
     assert Image.open(tmp_path / "report" / "loader_workers.png").size == (800, 500)
     assert "## Input pipeline (dlscale loader)" in (tmp_path / "report" / "report.md").read_text()

@@ -60,11 +60,12 @@ def test_train_on_a_terminal(tmp_path):
 
 
 def test_loader_on_a_terminal(tmp_path):
-    text = _pty(["loader", "--dataset", "synthetic", "--workers", "0,1,2", "--batch-size", "4", "--batches", "4",
-                 "--warmup-batches", "1", "--image-size", "32"], tmp_path, output=("--out", "runs/loader"))
+    text = _pty(["loader", "--dataset", "synthetic", "--workers", "0,1,2", "--workers-kind", "process", "--batch-size",
+                 "4", "--batches", "4", "--warmup-batches", "1", "--image-size", "32"], tmp_path,
+                output=("--out", "runs/loader"))
     shown = screen(text)
-    assert [line.split()[0] for line in shown if re.match(r"^ +\d+ +[\d.]+ +[\d.]+x ", line)] == ["0", "1", "2"]
+    assert [line.split()[0] for line in shown if re.match(r"^ +\d+ +\w+ +[\d.]+ +[\d.]+x ", line)] == ["0", "1", "2"]
     assert not any("settings" in line for line in shown)  # the bar is gone at the end
     drawn = frames(text)
-    assert any(re.search(r"^loader .* 2/3 settings, 1 workers: [\d.]+ img/s, 0:00:\d\d elapsed, 0:00:\d\d left$", f)
-               for f in drawn), drawn
+    bar = r"^loader .* 2/3 settings, 1 worker process: [\d.]+ img/s, 0:00:\d\d elapsed, 0:00:\d\d left$"
+    assert any(re.search(bar, f) for f in drawn), drawn

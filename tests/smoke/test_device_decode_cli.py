@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from dlscale import cli
-from dlscale.data.decoders import nvjpeg
+from dlscale.data.device.decoders import nvjpeg
 from dlscale.explain.context import Context
 from dlscale.explain.measured import input_bound
 from dlscale.metrics.input_bound import input_bound_warning
@@ -59,7 +59,7 @@ def test_loader_prints_cpu_time_per_image_and_device_time_per_batch_on_each_path
     for decode, path in (("cpu", "fast"), ("gpu", "gpu")):
         summary, printed = _loader(tree, tmp_path / decode, decode, capsys)
         assert summary["decode"] == path and summary["decode_asked"] == decode
-        header = next(line for line in printed.splitlines() if line.split()[:2] == ["workers", "img/s"])
+        header = next(line for line in printed.splitlines() if line.split()[:3] == ["workers", "kind", "img/s"])
         assert "CPU ms/img" in header and "dev ms/batch" in header
         assert f"decode {'gpu (pillow on cpu)' if path == 'gpu' else 'fast'}," in printed
         assert "CPU-ms per image (main process and workers)" in printed and "device-ms per batch" in printed
@@ -106,8 +106,9 @@ def test_decode_gpu_without_torchvision_is_one_line_in_loader_and_train(tree, tm
                      "--set", "device=cpu", "--output-dir", str(tmp_path / "runs")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 2, lines
-    for line in lines:
-        assert "data.decode=gpu: torchvision is not installed: pip install 'dlscale[gpu]'" in line
+    for line in lines:  # each decoder auto may take, and why it cannot
+        assert line.split(": error: ")[1].startswith("data.decode=gpu: nvImageCodec ")
+        assert "; torchvision is not installed: pip install 'dlscale[gpu]'" in line
 
 
 SMALL = ["--set", "model.name=resnet18", "--set", "model.width=8", "--set", "data.image_size=32",
@@ -146,14 +147,14 @@ def test_the_input_bound_warning_names_the_path_and_the_cores_it_needs():
                                     cpu_s_per_image=0.0005, device_type="cuda")
     assert "decode path gpu (JPEGs decoded on the device" in on_device and ": about 3 cores per rank" in on_device
     assert "data.decode=gpu" not in on_device
-    # nvJPEG's device-wide synchronisation (H100, 2026-11-27): the process of its own comes first, until it is on
-    assert "try the device decode in a process of its own (data.device_decode_process=true" in on_device
-    assert "device_decode_process" not in input_bound_warning(0.04, 0.1, workers=4, decode="gpu", cores=16,
+    # the decode that waited for every stream's queued work on an H100: the process of its own comes first, until on
+    assert "try the device decode in a process of its own (data.device_feed=process" in on_device
+    assert "device_feed" not in input_bound_warning(0.04, 0.1, workers=4, decode="gpu", cores=16,
                                                               device_type="cuda", decode_process=True)
     assert "data.decode=gpu" not in input_bound_warning(0.04, 0.1, workers=2, decode="fast", cores=8)  # CPU run
 
 
-def _starved(decode: str, share: float | None = None, process: bool = False) -> Run:
+def _starved(decode: str, share: float | None = None, process: bool = False, kind: str | None = None) -> Run:
     windows = [{"record": "train", "epoch": 0, "step": step, "throughput_img_per_s": 3600.0,
                 "compute_img_per_s": 5600.0, "host_cpu_ms_per_image": 3.2 if decode == "fast" else 0.8,
                 "window_s": 5.0} for step in range(1, 6)]
@@ -161,7 +162,8 @@ def _starved(decode: str, share: float | None = None, process: bool = False) -> 
                "total_ips": 3600.0, "decode": decode}
     config = {"data": {"name": "imagefolder", "num_workers": 15, "decode": "auto",
                        **({"device_decode_share": share} if share else {}),
-                       **({"device_decode_process": True} if process else {})}}
+                       **({"device_feed": "process"} if process else {}),
+                       **({"workers_kind": kind} if kind else {})}}
     return Run(Path("r"), summary, config, {"cpu_count": 16}, tuple(windows))
 
 
@@ -181,7 +183,27 @@ def test_explain_names_the_decode_path_and_the_cores_per_device_it_needs():
            "training JPEGs on the device, the workers the rest)" in found.evidence
     assert "device_decode_share" not in found.change  # a share already: which way helps is for a measurement
     (found,) = input_bound(Context(_starved("gpu")))
-    assert "--set data.device_decode_process=true (nvJPEG synchronises the whole device of its process" \
-        in found.change
+    assert "--set data.device_feed=process (on an H100 the device path's decode in the training process " \
+        "returned only after the work queued before it on every stream" in found.change
     (found,) = input_bound(Context(_starved("gpu", process=True)))
-    assert "decoded in a process of its own)" in found.evidence and "device_decode_process" not in found.change
+    assert "decoded in a process of its own)" in found.evidence and "device_feed" not in found.change
+
+
+def test_the_warning_and_explain_name_the_kind_of_workers_and_offer_threads_for_the_processes_tax():
+    kwargs = {"decode": "fast", "cores": 16, "batch_size": 256, "cpu_s_per_image": 0.003, "device_type": "cuda"}
+    processes = input_bound_warning(0.04, 0.1, workers=4, workers_kind="process", **kwargs)
+    assert "with 4 loader worker processes, keeping up" in processes
+    assert "loader threads instead of worker processes (data.workers_kind=thread: the same batches at about " \
+           "1/1.13 of the CPU time per image" in processes
+    threads = input_bound_warning(0.04, 0.1, workers=1, workers_kind="thread", **kwargs)
+    assert "with 1 loader worker thread, keeping up" in threads and "workers_kind" not in threads
+    on_device = input_bound_warning(0.04, 0.1, workers=4, workers_kind="thread", **{**kwargs, "decode": "gpu"})
+    assert "more loader workers" not in on_device  # on the device path they only read files
+    # a run recorded before data.workers_kind had worker processes; "auto" took threads for a JPEG tree
+    (found,) = input_bound(Context(_starved("fast")))
+    assert "15 loader worker processes per rank deliver" in found.evidence
+    assert "--set data.workers_kind=thread (loader threads make the same batches" in found.change
+    (found,) = input_bound(Context(_starved("fast", kind="auto")))
+    assert "15 loader worker threads per rank deliver" in found.evidence and "workers_kind" not in found.change
+    (found,) = input_bound(Context(_starved("gpu")))
+    assert "data.num_workers" not in found.change and "workers_kind" not in found.change

@@ -82,8 +82,12 @@ def test_check_counts_every_kind_and_lists_every_unreadable_file(tmp_path, capsy
     assert any("stray" in p and "not classes of train/" in p for p in report["problems"])
     assert any("empty" in p and "hold no" in p for p in report["problems"])
     assert report["decode"]["files"] == 12 and report["decode"]["images_per_cpu_s"] > 0
+    # a worker process's CPU time is read in clock ticks: on 12 tiny files it may read none
+    assert "thread" in report["decode"]["images_per_cpu_s_by_kind"]
+    assert set(report["decode"]["images_per_cpu_s_by_kind"]) <= {"thread", "process"}
     for words in ("classes: 3 in train/, 3 in val/", "unreadable files: 3", "  train/a/empty.jpg: empty file",
-                  "JPEG baseline CMYK", "cores per GPU: an H100", "takes 9 of the 15 files surveyed"):
+                  "JPEG baseline CMYK", "cores per GPU: resnet50 on an H100 at batch",
+                  "takes 9 of the 15 files surveyed"):
         assert words in out, words
 
 

@@ -8,14 +8,8 @@ import torch
 from PIL import Image
 
 from dlscale.config import DataConfig
-from dlscale.data import (
-    BadSampleError,
-    Batch,
-    DeviceNormalizer,
-    DevicePrefetcher,
-    build_loaders,
-    normalize,
-)
+from dlscale.data import BadSampleError, Batch, build_loaders
+from dlscale.data.device import DeviceNormalizer, DevicePrefetcher, normalize
 from dlscale.errors import ConfigError, DataError
 
 

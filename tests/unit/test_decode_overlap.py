@@ -4,6 +4,7 @@ that arrangement (benchmarks/gpu_campaign: the decode stage's setup)."""
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,8 @@ def test_the_fastest_arrangement_fed_by_the_decode_path_is_picked_never_syntheti
 @pytest.mark.parametrize(("default_ms", "own_ms", "said"), [
     (30.0, 31.0, "it waits for neither (a slower step shares the GPU with it)"),
     (225.0, 32.0, "it waits for torch's default stream (speed.step_stream lets the step overlap it)"),
-    (228.0, 226.0, "it waits for the whole device (a device-wide synchronisation inside the decode)"),
+    (228.0, 226.0, "they return only after the work queued on every stream (a device-wide synchronisation, or an "
+                   "allocation or free the driver serialises with it: `calls` counts them)"),
 ])
 def test_the_probe_says_what_the_decode_waits_for(default_ms, own_ms, said):
     figures = {"busy_ms": 200.0, "idle": 30.0, "beside the default stream": default_ms,
@@ -73,7 +75,7 @@ def test_the_device_paths_train_runs_take_the_arrangement_the_probe_picked(tmp_p
     for key, value in stage.values.items():  # as run_stage does when the stage starts
         ctx.values.setdefault(key, value)
     filled = lambda name: [ctx.fill(arg, 0) for arg in runs[name].argv]  # noqa: E731
-    assert {"data.device_ahead=0", "speed.step_stream=false", "data.device_decode_process=false"} \
+    assert {"data.device_feed=inline", "speed.step_stream=false"} \
         <= set(filled("train JPEG gpu"))  # no probe: the defaults
     (tmp_path / "overlap.json").write_text(json.dumps({
         "setup": {"model": "resnet50", "batch_size": 256}, "steps": {"synthetic": [5000.0], "thread + step stream":
@@ -84,20 +86,20 @@ def test_the_device_paths_train_runs_take_the_arrangement_the_probe_picked(tmp_p
     got = runner.read_overlap(None, out, tmp_path / "overlap.json", ctx)
     assert got["value"] == 0.92 and got["details"]["verdict"] == [out.splitlines()[0]]
     for name in ("train JPEG gpu", "train JPEG shared"):
-        assert {"data.device_ahead=2", "speed.step_stream=true", "data.device_decode_process=false"} \
+        assert {"data.device_feed=thread", "speed.step_stream=true"} \
             <= set(filled(name)), name
     (tmp_path / "overlap.json").write_text(json.dumps({
         "setup": {}, "steps": {"synthetic": [5000.0], "process": [4700.0]},
         "best": {"name": "process", "settings": decode_overlap.ARRANGEMENTS["process"], "img_per_s": 4700.0,
                  "of_synthetic": 0.94}}))
     runner.read_overlap(None, out, tmp_path / "overlap.json", ctx)
-    assert {"data.device_ahead=2", "speed.step_stream=false", "data.device_decode_process=true"} \
+    assert {"data.device_feed=process", "speed.step_stream=false"} \
         <= set(filled("train JPEG gpu"))
-    assert not any("device_ahead" in arg or "step_stream" in arg for arg in filled("train JPEG fast"))
-    assert not any("device_ahead" in arg for arg in filled("train synthetic"))
+    assert not any("device_feed" in arg or "step_stream" in arg for arg in filled("train JPEG fast"))
+    assert not any("device_feed" in arg for arg in filled("train synthetic"))
 
 
-def test_the_probe_runs_its_three_cases_and_splits_the_idle_decode(tmp_path, monkeypatch):
+def test_the_probe_times_the_decoders_calls_alone_in_its_three_cases(tmp_path, monkeypatch):
     """The probe's control flow on the CPU: torch.cuda's streams and synchronisation stand-ins, the Pillow
     decoder behind the stage, a busy queue that only counts its calls. What it measures needs a GPU."""
     import contextlib
@@ -116,20 +118,53 @@ def test_the_probe_runs_its_three_cases_and_splits_the_idle_decode(tmp_path, mon
     monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: object())
     monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+
     class Ended:
         def query(self):
             return True
 
     monkeypatch.setattr(decode_overlap, "_busy", lambda device, ms: (lambda: queued.append(ms) or Ended(), ms))
+    from dlscale.data.device.stage import DeviceDecodeStage
+
+    slow_crops = DeviceDecodeStage._make
+
+    def slower(self, *args, **kwargs):  # crops after the decoder's calls: in the stage's time, not the decoder's
+        time.sleep(0.02)
+        return slow_crops(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeviceDecodeStage, "_make", slower)
     figures = decode_overlap.probe(loader, torch.device("cpu"), 50.0)
     assert len(queued) == 6  # three decodes beside the default stream, three beside a stream of its own
-    assert set(figures) == {"busy_ms", "idle", "beside the default stream", "beside a stream of its own",
+    cases = ("idle", "beside the default stream", "beside a stream of its own")
+    assert set(figures) == {"busy_ms", "idle, batch done", *cases, *(f"{case}, stage" for case in cases),
                             "beside the default stream, products done at its return",
-                            "beside a stream of its own, products done at its return",
-                            "idle, decoder calls", "idle, batch done"}
+                            "beside a stream of its own, products done at its return"}
     assert figures["beside a stream of its own, products done at its return"] == 1.0
-    assert 0 < figures["idle, decoder calls"] <= figures["idle, batch done"]
-    assert "(the decoder's calls " in decode_overlap.describe_probe(figures)
+    for case in cases:  # the stage's time holds the decoder's calls and the crops after them
+        assert figures[case] > 0 and figures[f"{case}, stage"] >= figures[case] + 15, case
+    assert figures["idle, stage"] <= figures["idle, batch done"]
+    assert "(the whole stage " in decode_overlap.describe_probe(figures)
+
+
+class _Event:
+    def __init__(self, name, start, end, thread=1):
+        self.name, self.thread = name, thread
+        self.time_range = type("Range", (), {"start": start, "end": end})()
+
+
+def test_the_call_count_takes_the_calls_inside_the_decoders_calls_only_allocations_copies_and_waits_among_them():
+    inside = decode_overlap.DECODER_RANGE
+    events = [_Event(inside, 100, 200), _Event(inside, 300, 400),
+              _Event("cudaDeviceSynchronize", 150, 160), _Event("cuMemAlloc_v2", 110, 111),
+              _Event("cudaMallocAsync", 120, 121), _Event("cuMemAllocAsync", 310, 311),
+              _Event("cudaMemcpyAsync", 320, 321), _Event("cudaStreamWaitEvent", 330, 331),
+              _Event("cudaLaunchKernel", 130, 131),  # not a waiting call
+              _Event("cudaDeviceSynchronize", 450, 460),  # the probe's own, after the decodes
+              _Event("cudaLaunchKernel", 10, 11), _Event("cudaFree", 50, 51),  # the probe's products, before
+              _Event("cudaStreamSynchronize", 150, 151, thread=2)]  # another thread's
+    assert decode_overlap.calls_inside(events, inside) == {
+        "cuMemAllocAsync": 1, "cuMemAlloc_v2": 1, "cudaDeviceSynchronize": 1, "cudaMallocAsync": 1,
+        "cudaMemcpyAsync": 1, "cudaStreamWaitEvent": 1}
 
 
 def test_a_folder_that_is_no_image_tree_is_one_line(tmp_path):
@@ -145,13 +180,14 @@ def test_an_arrangement_that_fails_is_left_out_and_named_and_the_others_still_pi
     import torch
 
     from dlscale.config import DataConfig
-    from dlscale.data import DeviceNormalizer, build_loaders
+    from dlscale.data import build_loaders
+    from dlscale.data.device import DeviceNormalizer
     from dlscale.errors import DataError
     from tests.unit.test_device_decode import SIZE, _tree
 
     class Refused(decode_overlap.DecodeProcess):
         def start(self):
-            raise DataError("the decode process (data.device_decode_process) ended with exit code 1")
+            raise DataError("the decode process (data.device_feed=process) ended with exit code 1")
 
     monkeypatch.setattr(decode_overlap, "DecodeProcess", Refused)
     cpu = torch.device("cpu")
@@ -163,6 +199,6 @@ def test_an_arrangement_that_fails_is_left_out_and_named_and_the_others_still_pi
     rates = decode_overlap.feed_steps(step, loader, normalizer, cpu, 4, SIZE, info.num_classes, steps=1, warmup=0,
                                       rounds=2, failed=failed)
     assert rates["process"] == [] and failed == {
-        "process": "DataError: the decode process (data.device_decode_process) ended with exit code 1"}
+        "process": "DataError: the decode process (data.device_feed=process) ended with exit code 1"}
     assert [len(rates[name]) for name in ("synthetic", "inline", "thread")] == [2, 2, 2]
     assert decode_overlap.best(rates)["name"] in ("inline", "thread")

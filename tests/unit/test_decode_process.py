@@ -1,4 +1,4 @@
-"""The device decode in a process of its own (data.device_decode_process), on the CPU: the Pillow decoder in a
+"""The device decode in a process of its own (data.device_feed=process), on the CPU: the Pillow decoder in a
 spawned process, shared memory in place of CUDA IPC. The batches must be the in-process stage's, bit for bit,
 in order, with the same counts; errors and a dead process surface in the receiver in one line."""
 
@@ -17,9 +17,11 @@ import pytest
 import torch
 
 from dlscale.config import DataConfig
-from dlscale.data import DevicePrefetcher, build_loaders, decode_process
+from dlscale.data import build_loaders
 from dlscale.data.dataset import BadSampleError
-from dlscale.data.decode_process import DecodeProcess, decode_process_for
+from dlscale.data.device import DeviceFeed, DevicePrefetcher
+from dlscale.data.device import process as decode_process
+from dlscale.data.device.process import DecodeProcess
 from dlscale.errors import ConfigError, DataError
 from tests.unit.test_device_decode import SIZE, _bad_files, _scan_corrupt, _tree
 
@@ -47,7 +49,7 @@ def _same(a_batches, b_batches):
 
 def test_batches_decoded_in_a_process_of_their_own_are_the_in_process_batches_with_the_same_counts(tmp_path):
     loader = _train_loader(_tree(tmp_path, _bad_files()))  # refused, skipped and worker-decoded rows too
-    process = decode_process_for(loader, "cpu", enabled=True, ahead=0)
+    process = DeviceFeed("cpu", feed="process", depth=1).decode_process(loader)
     assert process.ahead == 2  # at least two batches in the process
     try:
         for epoch in (0, 1):  # one process serves every epoch
@@ -163,8 +165,9 @@ def test_a_program_that_never_closes_its_decode_process_still_exits(tmp_path):
     _tree(tmp_path / "tree")
     script = textwrap.dedent(f"""
         from dlscale.config import DataConfig
-        from dlscale.data import DevicePrefetcher, build_loaders
-        from dlscale.data.decode_process import DecodeProcess
+        from dlscale.data import build_loaders
+        from dlscale.data.device import DevicePrefetcher
+        from dlscale.data.device.process import DecodeProcess
 
         if __name__ == "__main__":
             cfg = DataConfig(name="imagefolder", path={str(tmp_path / "tree")!r}, image_size=16, decode="gpu",
@@ -180,25 +183,27 @@ def test_a_program_that_never_closes_its_decode_process_still_exits(tmp_path):
     assert done.stdout.strip() == "4 batches"
 
 
-def test_the_setting_is_checked_in_one_line_and_kept_only_on_the_device_path():
-    assert DataConfig(decode="gpu", device_decode_process=True).device_decode_process
-    assert not DataConfig(decode="auto", device_decode_process=True).on_path("fast").device_decode_process
-    assert DataConfig(decode="auto", device_decode_process=True).on_path("gpu").device_decode_process
-    with pytest.raises(ConfigError, match="data.device_decode_process.*data.decode=fast"):
-        DataConfig(decode="fast", device_decode_process=True)
-    with pytest.raises(ConfigError, match="use true or false"):
-        DataConfig(decode="gpu", device_decode_process=1)
+def test_the_process_feed_is_checked_in_one_line_and_kept_only_on_the_device_path():
+    assert DataConfig(decode="gpu", device_feed="process").device_feed == "process"
+    assert DataConfig(decode="auto", device_feed="process").on_path("fast").device_feed == "thread"
+    assert DataConfig(decode="auto", device_feed="process").on_path("gpu").device_feed == "process"
+    with pytest.raises(ConfigError, match="data.device_feed=process .*data.decode=fast"):
+        DataConfig(decode="fast", device_feed="process")
 
 
-def test_only_a_loader_of_encoded_batches_gets_a_decode_process_and_it_does_not_pin_them(tmp_path):
+def test_only_a_training_loader_of_encoded_batches_gets_a_decode_process_and_it_does_not_pin_them(tmp_path):
     root = _tree(tmp_path)
-    assert decode_process_for(_train_loader(root), "cpu", enabled=False, ahead=2) is None
+    assert DeviceFeed("cpu", feed="thread").decode_process(_train_loader(root)) is None
     cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode="fast", num_workers=0)
     fast, _, _ = build_loaders(cfg, rank=0, world_size=1, batch_size=4, seed=7)
-    assert decode_process_for(fast, "cpu", enabled=True, ahead=2) is None
-    process = decode_process_for(_train_loader(root, device_decode_process=True), "cpu", enabled=True, ahead=5)
-    assert process.ahead == 5 and process.pids() == []  # started by the first epoch, not before
-    assert not _train_loader(root, device_decode_process=True).pin_memory
+    assert DeviceFeed("cpu", feed="process").decode_process(fast) is None
+    cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode="gpu", num_workers=0)
+    _, val, _ = build_loaders(cfg, rank=0, world_size=1, batch_size=4, seed=7)
+    assert DeviceFeed("cpu", feed="process").decode_process(val) is None  # validation decodes in this process
+    feed = DeviceFeed("cpu", feed="process", depth=5)
+    process = feed.decode_process(_train_loader(root, device_feed="process"))
+    assert process.ahead == 5 and process.pids() == [] and feed.pids() == []  # started by the first epoch
+    assert not _train_loader(root, device_feed="process").pin_memory
 
 
 def test_a_cuda_device_without_an_index_is_the_current_one_in_the_decode_process(tmp_path, monkeypatch):

@@ -18,14 +18,15 @@ import torch
 from PIL import Image
 
 from dlscale.config import DataConfig
-from dlscale.data import DevicePrefetcher, build_loaders, seeded_generator
+from dlscale.data import build_loaders, seeded_generator
 from dlscale.data import transforms as T
 from dlscale.data.dataset import EXCLUDED_LABEL, BadSampleError
-from dlscale.data.decoders import PillowDecoder, nvjpeg, resolve_decode
-from dlscale.data.device_decode import crop_resize
+from dlscale.data.device import DeviceFeed, DevicePrefetcher, for_device
+from dlscale.data.device.decoders import PillowDecoder, nvjpeg, resolve_decode
 from dlscale.data.encoded import Encoded
-from dlscale.data.imagefolder import device_decodable, jpeg_header
+from dlscale.data.jpeg import device_decodable, jpeg_header
 from dlscale.errors import ConfigError
+from tests.unit.device_reference import crop_resize, resize_center_crop
 
 SIZE = 64
 
@@ -66,13 +67,13 @@ def _tree(root, extra=None):
     return root
 
 
-def _epoch(root, decode, *, decoder=None, epoch=1, split="train", ahead=0, **options):
+def _epoch(root, decode, *, decoder=None, epoch=1, split="train", feed="inline", **options):
     """Every batch of one epoch of `split` through DevicePrefetcher on the CPU."""
     cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode=decode, num_workers=0, **options)
     train, val, _ = build_loaders(cfg, rank=0, world_size=1, batch_size=4, seed=7)
     loader = train if split == "train" else val
     loader.sampler.set_epoch(epoch) if split == "train" else None
-    prefetcher = DevicePrefetcher(loader, "cpu", decoder=decoder, ahead=ahead)
+    prefetcher = DevicePrefetcher(loader, "cpu", decoder=decoder, feed=feed)
     return list(prefetcher), prefetcher
 
 
@@ -294,14 +295,14 @@ def test_files_the_decoder_refuses_are_the_cpu_paths_samples_exactly(tmp_path):
     assert prefetcher.stage.counts.device == 0 and prefetcher.stage.counts.refused == 22 - 4
 
 
-@pytest.mark.parametrize("ahead", [0, 2])
-def test_a_refused_unreadable_file_stops_the_run_in_one_line_with_on_bad_sample_error(tmp_path, ahead):
+@pytest.mark.parametrize("feed", ["inline", "thread"])
+def test_a_refused_unreadable_file_stops_the_run_in_one_line_with_on_bad_sample_error(tmp_path, feed):
     root = _tree(tmp_path, {"scan.JPEG": _scan_corrupt()})
     cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode="gpu", num_workers=0,
                      on_bad_sample="error")
     train, _, _ = build_loaders(cfg, rank=0, world_size=1, batch_size=4, seed=7)
     with pytest.raises(BadSampleError) as raised:
-        list(DevicePrefetcher(train, "cpu", ahead=ahead))  # raised in the caller's thread, not lost in another
+        list(DevicePrefetcher(train, "cpu", feed=feed))  # raised in the caller's thread, not lost in another
     assert "\n" not in str(raised.value) and "scan.JPEG: cannot decode" in str(raised.value)
 
 
@@ -309,26 +310,26 @@ def test_a_refused_unreadable_file_stops_the_run_in_one_line_with_on_bad_sample_
 
 
 def _prefetch_threads():
-    return [t for t in threading.enumerate() if t.name == "dlscale-prefetch"]
+    return [t for t in threading.enumerate() if t.name == "dlscale-feed"]
 
 
 @pytest.mark.parametrize("decode", ["gpu", "fast"], ids=["device-path", "fast-path"])  # "gpu" marks a GPU test
 def test_batches_brought_over_by_a_background_thread_are_the_same_batches_in_the_same_order(tmp_path, decode):
     root = _tree(tmp_path, _bad_files())  # skipped files too: their substitutes and counts must not move
     inline, _ = _epoch(root, decode, epoch=3, drop_last=False)
-    threads, original = [], DevicePrefetcher._to_device
+    threads, original = [], DeviceFeed.load
 
-    def recording(self, batch):
+    def recording(self, batch, stage, stream):
         threads.append(threading.current_thread().name)
-        return original(self, batch)
+        return original(self, batch, stage, stream)
 
-    DevicePrefetcher._to_device = recording
+    DeviceFeed.load = recording
     try:
-        ahead, _ = _epoch(root, decode, epoch=3, drop_last=False, ahead=2)
+        ahead, _ = _epoch(root, decode, epoch=3, drop_last=False, feed="thread")
     finally:
-        DevicePrefetcher._to_device = original
+        DeviceFeed.load = original
     assert len(inline) == len(ahead) == 6
-    assert set(threads) == {"dlscale-prefetch"}  # decoded (gpu) or copied (fast) off the caller's thread
+    assert set(threads) == {"dlscale-feed"}  # decoded (gpu) or copied (fast) off the caller's thread
     for a, b in zip(inline, ahead, strict=True):
         assert torch.equal(a.images, b.images) and torch.equal(a.labels, b.labels) and a.skipped == b.skipped
     assert not _prefetch_threads()
@@ -339,12 +340,12 @@ def test_a_consumer_that_stops_early_ends_the_thread_and_the_next_epoch_is_whole
     cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode="gpu", num_workers=2)
     train, _, _ = build_loaders(cfg, rank=0, world_size=1, batch_size=4, seed=7)  # persistent workers
     train.sampler.set_epoch(0)
-    batches = iter(DevicePrefetcher(train, "cpu", ahead=1))
+    batches = iter(DevicePrefetcher(train, "cpu", feed="thread", depth=1))
     next(batches)
     batches.close()  # a preemption stops the epoch after a step
     assert not _prefetch_threads()
     train.sampler.set_epoch(1)
-    again = list(DevicePrefetcher(train, "cpu", ahead=1))
+    again = list(DevicePrefetcher(train, "cpu", feed="thread", depth=1))
     train.sampler.set_epoch(1)
     assert [b.labels.tolist() for b in again] == [b.labels.tolist() for b in DevicePrefetcher(train, "cpu")]
     assert len(again) == 4 and not _prefetch_threads()
@@ -368,17 +369,19 @@ def test_an_error_in_a_training_step_ends_the_thread_bringing_batches_ahead(tmp_
 
     monkeypatch.setattr(loop, "train_step", fails_second)
     cfg, _ = load_config("cpu:digits", ["schedule.epochs=2", "max_steps_per_epoch=6", "model.width=8",
-                                        "data.device_ahead=2"])
+                                        "data.device_feed=thread"])
     with pytest.raises(RuntimeError, match="a stand-in") as raised:
         loop.fit(cfg, DistEnv(), run_name="fails", output_dir=tmp_path)
     assert raised.traceback and not _prefetch_threads()
 
 
-def test_device_ahead_is_checked_in_one_line():
-    assert DataConfig(device_ahead=2).device_ahead == 2
-    for bad in (-1, 65, True, 1.5):
-        with pytest.raises(ConfigError, match="data.device_ahead"):
-            DataConfig(device_ahead=bad)
+def test_the_device_feed_and_its_depth_are_checked_in_one_line():
+    assert DataConfig(device_feed="thread", device_feed_depth=3).device_feed_depth == 3
+    for bad in (0, 65, True, 1.5):
+        with pytest.raises(ConfigError, match="data.device_feed_depth"):
+            DataConfig(device_feed_depth=bad)
+    with pytest.raises(ConfigError, match="^data.device_feed='ahead'; use one of inline, thread, process$"):
+        DataConfig(device_feed="ahead")
 
 # ------------------------------------------------------------------------------- choosing the path
 
@@ -407,7 +410,7 @@ def test_auto_is_fast_without_a_device_and_cpu_names_the_fast_path(tmp_path):
         DataConfig(decode_chunk=0)
     cfg = DataConfig(name="imagefolder", path=str(root), image_size=SIZE, decode="auto", num_workers=0)
     assert build_loaders(cfg, rank=0, world_size=1, batch_size=4)[2].decode == "fast"
-    assert build_loaders(cfg, rank=0, world_size=1, batch_size=4, device="cpu")[2].decode == "fast"
+    assert build_loaders(for_device(cfg, "cpu"), rank=0, world_size=1, batch_size=4)[2].decode == "fast"
 
 
 def test_the_batched_crops_equal_torchs_own_resize_one_image_at_a_time():
@@ -415,7 +418,7 @@ def test_the_batched_crops_equal_torchs_own_resize_one_image_at_a_time():
     crops, antialiased resizes, mirrors and centre crops as torch's interpolate(antialias=True) on each image
     alone (crop_resize, resize_center_crop): measured on this set, at most 1 level of 255 apart (rounding
     of a value near .5) in 0.2% (crops) and 0.5% (centre crops) of the pixels of random images."""
-    from dlscale.data import device_decode as dd
+    from dlscale.data.device import stage as dd
 
     generator = torch.Generator().manual_seed(3)
     shapes = [(37, 50), (64, 48), (24, 24), (90, 31), (20, 70)]  # (height, width): down- and upscaled crops
@@ -437,12 +440,14 @@ def test_the_batched_crops_equal_torchs_own_resize_one_image_at_a_time():
     # validation: the shorter side to 36, the central 32 x 32 (the 20 x 70 image's crop is taller than
     # its resized height: zeros there, as Pillow pads)
     widths, heights = torch.tensor([w for _, w in shapes]), torch.tensor([h for h, _ in shapes])
-    (left, top), (new_w, new_h) = dd._center_crop_geometry(widths, heights, 36, size)
+    geometry = torch.tensor([T.center_crop_geometry(w, h, resize=36, size=size) for w, h in
+                             zip(widths.tolist(), heights.tolist(), strict=True)], dtype=torch.float64)
+    new_w, new_h, left, top = geometry.unbind(1)
     zero = torch.zeros(len(images), dtype=torch.float64)
     rows = dd.resample_weights(size, start=zero, length=heights.double(), extent=90, offset=top, resized=new_h)
     cols = dd.resample_weights(size, start=zero, length=widths.double(), extent=70, offset=left, resized=new_w)
     batched = dd.apply_weights(padded, rows, cols).int()
-    single = torch.stack([dd.resize_center_crop(image, 36, size) for image in images]).int()
+    single = torch.stack([resize_center_crop(image, 36, size) for image in images]).int()
     diff = (batched - single).abs()
     assert diff.max() <= 1 and (diff > 0).float().mean() < 0.01, (diff > 0).float().mean()
     assert single[4, :, 0].eq(0).all() == batched[4, :, 0].eq(0).all()  # the padded rows stay zero
@@ -452,7 +457,7 @@ def test_the_stage_makes_its_resampling_weights_on_the_device_not_on_the_host(tm
     """Every tensor resample_weights gets is on the decoder's device, so its (rows x size x extent) weights
     are made there: made on the host, they held the H200's device loader at 129 img/s (2026-11-27).
     The meta device stands in for CUDA: a host-made tensor shows as "cpu"."""
-    from dlscale.data import device_decode as dd
+    from dlscale.data.device import stage as dd
 
     made_on = []
 
@@ -529,4 +534,4 @@ def test_a_device_share_is_refused_in_one_line_where_it_means_nothing(tmp_path):
     cfg = DataConfig(name="imagefolder", path=str(_tree(tmp_path)), image_size=SIZE, decode="auto", num_workers=0,
                      device_decode_share=0.5)
     assert cfg.on_path("gpu").device_decode_share == 0.5 and cfg.on_path("fast").device_decode_share == 1.0
-    assert build_loaders(cfg, rank=0, world_size=1, batch_size=4, device="cpu")[2].decode == "fast"
+    assert build_loaders(for_device(cfg, "cpu"), rank=0, world_size=1, batch_size=4)[2].decode == "fast"

@@ -11,7 +11,8 @@ from PIL import Image
 from dlscale.config import DataConfig
 from dlscale.data import transforms as T
 from dlscale.data.dataset import BadSampleError, ImageDataset
-from dlscale.data.imagefolder import ImageFolderSource, imagefolder_sources, jpeg_is_complete
+from dlscale.data.imagefolder import ImageFolderSource, imagefolder_sources
+from dlscale.data.jpeg import jpeg_is_complete
 from dlscale.data.source import BadSample
 from dlscale.errors import ConfigError
 

@@ -40,7 +40,7 @@ def test_dry_run_prints_both_plans_and_runs_nothing(tmp_path):
     for command in ("benchmarks/gpu_campaign/environment.py", "-m dlscale bench --json",
                     "benchmarks/gpu_campaign/jpeg_tree.py", "-m dlscale loader --data",
                     "--set speed.compile_mode=reduce-overhead", "--set data.decode=gpu",
-                    "benchmarks/decode_overlap.py --data", "--set 'data.device_ahead={device_ahead}'"):
+                    "benchmarks/decode_overlap.py --data", "--set 'data.device_feed={device_feed}'"):
         assert command in one, command
     for command in ("benchmarks/gpu_campaign/alternate.py", "--variant 'default 512=--batch-size 512'",
                     "--variant 'batch 768=--batch-size 768'", "--variant 'default 256=--batch-size 256'",
@@ -348,11 +348,12 @@ def test_train_reader_keeps_the_steady_windows(tmp_path):
     assert got["value"] == pytest.approx(3000.0) and got["details"]["windows"] == 3
     assert got["details"]["input_bound_warnings"] == ["WARNING: training is input-bound: 40% of each step ..."]
     assert "num_workers" not in got["details"]  # no config.json: nothing said, rather than the stage's guess
-    (tmp_path / "config.json").write_text(json.dumps({"data": {"num_workers": 8, "decode": "gpu", "device_ahead": 2,
-                                                               "device_decode_process": True, "path": "x"}}))
+    (tmp_path / "config.json").write_text(json.dumps({"data": {"num_workers": 8, "decode": "gpu",
+                                                               "device_feed": "process", "workers_kind": "thread",
+                                                               "path": "x"}}))
     got = runner.read_train(None, out, tmp_path, _context(tmp_path))
-    assert {k: got["details"][k] for k in ("num_workers", "decode", "device_ahead", "device_decode_process")} == \
-        {"num_workers": 8, "decode": "gpu", "device_ahead": 2, "device_decode_process": True}
+    assert {k: got["details"][k] for k in ("num_workers", "workers_kind", "decode", "device_feed")} == \
+        {"num_workers": 8, "workers_kind": "thread", "decode": "gpu", "device_feed": "process"}
 
 
 def test_pytest_reader_counts_outcomes(tmp_path):

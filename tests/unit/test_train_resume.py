@@ -69,18 +69,38 @@ def test_input_bound_training_says_so(tmp_path, monkeypatch, capsys):
     """A loader slowed to 40 ms per batch against a step of a few ms: the run names the fix."""
     import time
 
-    original = loop.DevicePrefetcher
+    original = loop.DeviceFeed
 
     class SlowBatches(original):
-        def __iter__(self):
-            for batch in super().__iter__():
+        def batches(self, loader):
+            for batch in super().batches(loader):
                 time.sleep(0.04)
                 yield batch
 
-    monkeypatch.setattr(loop, "DevicePrefetcher", SlowBatches)
+    monkeypatch.setattr(loop, "DeviceFeed", SlowBatches)
     cfg, _ = load_config("cpu:synthetic", ["schedule.epochs=1", "schedule.warmup_epochs=0", "max_steps_per_epoch=6",
                                           "log_every=2", "model.width=8"])
     loop.fit(cfg, DistEnv(), run_name="slow", output_dir=tmp_path)
     out = capsys.readouterr().out
     assert out.count("training is input-bound") == 1  # once per epoch
     assert "more loader workers (data.num_workers=" in out
+
+
+def test_a_run_builds_one_device_feed_and_trains_and_evaluates_through_it(tmp_path, monkeypatch):
+    made, fed = [], []
+
+    class Counting(loop.DeviceFeed):
+        def __init__(self, *args, **kwargs):
+            made.append(self)
+            super().__init__(*args, **kwargs)
+
+        def batches(self, loader):
+            fed.append(loader)
+            return super().batches(loader)
+
+    monkeypatch.setattr(loop, "DeviceFeed", Counting)
+    cfg, _ = load_config("cpu:synthetic", ["schedule.epochs=2", "schedule.warmup_epochs=0", "max_steps_per_epoch=2",
+                                          "model.width=8"])
+    loop.fit(cfg, DistEnv(), run_name="one", output_dir=tmp_path)
+    assert len(made) == 1  # built once per run
+    assert len(fed) == 4 and fed[0] is fed[2] and fed[1] is fed[3] and fed[0] is not fed[1]  # train, val, twice

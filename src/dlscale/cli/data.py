@@ -51,8 +51,8 @@ def add_parser(subparsers) -> None:
                        help="the CPU decode path timed (data.decode): fast (reduced-scale where the crop allows) or "
                             "plain")
     check.add_argument("--gpu-rate", type=numbers.RATE, default=None, metavar="IMG_PER_S",
-                       help="one GPU's training rate to size cores for (default: ResNet-50 on an H100 as dlscale "
-                            "measured it, 5,981 img/s); `dlscale bench` measures yours")
+                       help="one GPU's training rate to size cores for (default: the fastest ResNet-50 rate dlscale "
+                            "measured on one GPU, references/device_mfu.json); `dlscale bench` measures yours")
     check.add_argument("--json", type=paths.PATH, default=None, help="also write the survey to this file")
     check.set_defaults(run=run_check)
     make = actions.add_parser(
@@ -87,7 +87,8 @@ def add_parser(subparsers) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from dlscale.data.check import H100_RESNET50_IMG_PER_S, decode_rate, survey  # torch: at run time only
+    from dlscale.data.check import decode_rate, survey  # torch: at run time only
+    from dlscale.predict.compute import fastest_measured
 
     if args.json:  # checked before the survey: one line now, not a traceback after it
         check_output_file(args.json, "--json")
@@ -101,8 +102,10 @@ def run_check(args: argparse.Namespace) -> int:
                                    decode=args.decode)
         known = {path for path, _ in found.unreadable}
         found.unreadable += [(path, reason) for path, reason in failed if path not in known]
-    gpu_rate = args.gpu_rate or H100_RESNET50_IMG_PER_S
-    gpu = "one GPU" if args.gpu_rate else "an H100 training ResNet-50 (dlscale's fastest one-GPU figure)"
+    fastest = fastest_measured("resnet50")
+    if args.gpu_rate is None and fastest is None:
+        raise ConfigError("no ResNet-50 rate is shipped in references/device_mfu.json: give --gpu-rate IMG_PER_S")
+    gpu_rate, gpu = (args.gpu_rate, "one GPU") if args.gpu_rate else fastest
     for line in report_lines(found, rate, gpu_rate=gpu_rate, gpu=gpu):
         print(line, flush=True)
     if args.json:
@@ -136,6 +139,10 @@ def report_lines(found: Survey, rate: DecodeRate | None, *, gpu_rate: float, gpu
                      f"(decode, random resized crop, flip) in this process on one thread: "
                      f"{rate.images_per_cpu_s:,.0f} img per CPU-s ({1000 / rate.images_per_cpu_s:.2f} CPU-ms "
                      "per image)")
+        if rate.per_kind:
+            lines.append("  as training batches them: " + ", ".join(
+                f"{per:,.0f} img per CPU-s through a {'loader thread' if kind == 'thread' else 'worker process'}"
+                for kind, per in rate.per_kind.items()))
         lines.append(cores_line(rate, gpu_rate, available_cores(), gpu=gpu))
     elif found.kind != "imagefolder":
         lines.append("decode: nothing to decode (32x32 arrays held in memory); a few cores per GPU suffice")
@@ -198,7 +205,8 @@ def as_json(found: Survey, rate: DecodeRate | None) -> dict:
                         "sizes": {f"{w}x{h}": n for (w, h), n in p.sizes.most_common(10)}} for p in found.splits],
             "decode": None if rate is None else {"path": rate.decode, "image_size": rate.image_size,
                                                   "files": rate.files, "cpu_s": rate.cpu_s,
-                                                  "images_per_cpu_s": rate.images_per_cpu_s}}
+                                                  "images_per_cpu_s": rate.images_per_cpu_s,
+                                                  "images_per_cpu_s_by_kind": rate.per_kind}}
 
 
 def run_make(args: argparse.Namespace) -> int:

@@ -20,9 +20,10 @@ if TYPE_CHECKING:
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "loader", help="input pipeline alone: img/s, GB/s, files/s and CPU per number of workers",
-        description="Run a data set's train loader with no model, once per worker count, and report "
-        "img/s, speedup, bytes and files read per second (the process's I/O counters) and CPU use. "
+        "loader", help="input pipeline alone: img/s, GB/s, files/s and CPU per number and kind of workers",
+        description="Run a data set's train loader with no model, once per worker count and kind (threads or "
+        "processes), and report img/s, speedup, bytes and files read per second (the process's I/O counters) and "
+        "CPU use: img per CPU-s compares the kinds' cost per image. "
         "Writes a table, a plot and summary.json (kind: loader) to a run directory.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -30,7 +31,10 @@ def add_parser(subparsers) -> None:
                    help="data set folder (imagefolder: train/<class>/*.JPEG)")
     p.add_argument("--dataset", choices=DATASET_NAMES, default="imagefolder", help="which data set reader")
     p.add_argument("--workers", type=numbers.WORKERS, default="0,1,2,4,8,16",
-                   help="worker counts to try, comma-separated")
+                   help="worker counts to try, comma-separated (0: the main process decodes, on one thread)")
+    p.add_argument("--workers-kind", choices=("both", "thread", "process"), default="both",
+                   help="what a worker is (data.workers_kind): loader threads of the process, DataLoader worker "
+                        "processes, or each count measured both ways")
     p.add_argument("--batch-size", type=numbers.BATCH, default=64, help="images per batch")
     p.add_argument("--batches", type=numbers.BATCHES, default=50, help="timed batches per setting")
     p.add_argument("--warmup-batches", type=numbers.UNTIMED_BATCHES, default=None,
@@ -81,26 +85,56 @@ def _check_memory(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dlscale.data.decoders import resolve_decode  # torch: loaded when the command runs, not for --help
+    from dlscale.data.device import resolve_decode  # torch: loaded when the command runs, not for --help
 
     workers = list(args.workers)
     device = _check(args)
     cfg = DataConfig(name=args.dataset, path=args.data, image_size=args.image_size, decode=args.decode,
                      device_decode_share=args.device_share)
     if args.dataset == "imagefolder":  # refused here, in one line, where the device decoder cannot run
-        cfg = cfg.on_path(resolve_decode(cfg.decode, device))
+        cfg = cfg.on_path(resolve_decode(cfg.decode, device, cfg.decoder))
     out = RunDir(args.out) if args.out else RunDir(Path("runs") / default_run_name("loader", args.dataset))
     with out.claim("--out"):  # before the work: a run directory that cannot be written is one line now
         rows, table = _measure(args, cfg, workers, device)
         _write(out, args, cfg, device, rows, table)
     best = max(rows, key=lambda row: row["images_per_s"])
     device_ms = best["device_ms_per_batch"]
-    print(f"fastest: {best['workers']} workers, {best['images_per_s']:.1f} img/s ({best['speedup']:.2f}x), "
+    for line in kinds_compared(rows):
+        print(line, flush=True)
+    print(f"fastest: {loader_bench_label(best)}, {best['images_per_s']:.1f} img/s ({best['speedup']:.2f}x), "
           f"{best['cpu_ms_per_image'] or 0:.3f} CPU-ms per image (main process and workers)"
           + (f", {device_ms:.2f} device-ms per batch" if device_ms is not None else "")
           + "; rchar counts page-cache hits and worker pipes, disk GB/s only storage reads", flush=True)
     print(f"Run directory: {out.path}", flush=True)
     return 0
+
+
+def _kinds(args: argparse.Namespace) -> list[str]:
+    return ["thread", "process"] if args.workers_kind == "both" else [args.workers_kind]
+
+
+def loader_bench_label(row: dict) -> str:
+    kind = row.get("workers_kind", "process")
+    return "0 workers (the main process)" if kind == "main" else f"{row['workers']} worker {kind}" + \
+        ("es" if kind == "process" and row["workers"] != 1 else "s" if row["workers"] != 1 else "")
+
+
+def kinds_compared(rows: list[dict]) -> list[str]:
+    """Per worker count measured both ways: the threads' images per CPU-second and per second over the processes'
+    (the CPU time of a few batches can be too short for /proc's clock ticks: then only the images per second)."""
+    lines = []
+    for count in sorted({row["workers"] for row in rows if row["workers"] > 0}):
+        kinds = {row["workers_kind"]: row for row in rows if row["workers"] == count}
+        thread, process = kinds.get("thread"), kinds.get("process")
+        if not thread or not process:
+            continue
+        per_cpu = ("too little CPU time to compare per CPU-second" if not thread["images_per_cpu_s"]
+                   or not process["images_per_cpu_s"] else
+                   f"{thread['images_per_cpu_s'] / process['images_per_cpu_s']:.2f}x the processes' images per "
+                   "CPU-second")
+        lines.append(f"{count} workers: threads {per_cpu}, {thread['images_per_s'] / process['images_per_s']:.2f}x "
+                     "their images per second")
+    return lines
 
 
 def _measure(args: argparse.Namespace, cfg: DataConfig, workers: list[int],
@@ -113,6 +147,7 @@ def _measure(args: argparse.Namespace, cfg: DataConfig, workers: list[int],
         _prewarm(Path(args.data) / "train" if args.dataset == "imagefolder" else Path(args.data))
     cores = available_cores()
     print(f"{args.dataset} {args.data or ''}: batch {args.batch_size}, {args.batches} timed batches per setting, "
+          f"workers as {' and '.join('processes' if k == 'process' else 'threads' for k in _kinds(args))}, "
           f"decode {_said(cfg.decode, device, cfg.device_decode_share)}, {pillow_build()}, {cores} cores", flush=True)
     if max(workers) > cores:
         print(f"note: settings of more than {cores} workers oversubscribe this machine's {cores} cores", flush=True)
@@ -125,14 +160,15 @@ def _measure(args: argparse.Namespace, cfg: DataConfig, workers: list[int],
 
     def measured(row: dict) -> None:
         print(loader_bench.format_row(row), flush=True)
-        bar.update(advance=1, status=f"{row['workers']} workers: {row['images_per_s']:.1f} img/s", redraw=True)
+        bar.update(advance=1, status=f"{loader_bench_label(row)}: {row['images_per_s']:.1f} img/s", redraw=True)
 
     # No drawing thread: the process's CPU time is part of what is measured.
     with ProgressDisplay() as bar:
-        bar.start("loader", len(workers) * args.repeats, unit="settings")
+        settings = loader_bench.settings_of(workers, _kinds(args))
+        bar.start("loader", len(settings) * args.repeats, unit="settings")
         rows = loader_bench.sweep(cfg, workers, batch_size=args.batch_size, batches=args.batches,
                                   warmup=args.warmup_batches, device=device, seed=args.seed, repeats=args.repeats,
-                                  on_row=measured)
+                                  kinds=_kinds(args), on_row=measured)
     table = "\n".join([loader_bench.format_header(), *map(loader_bench.format_row, rows)])
     if args.repeats > 1:
         print(f"median of {args.repeats} runs per setting:\n{table}", flush=True)
@@ -148,7 +184,7 @@ def _prewarm(root: Path) -> None:
 
 
 def _said(decode: str, device: torch.device | None, share: float = 1.0) -> str:
-    from dlscale.data.decoders import decoder_name
+    from dlscale.data.device import decoder_name
 
     if decode != "gpu" or device is None:
         return decode
@@ -167,7 +203,8 @@ def _write(out: RunDir, args, cfg: DataConfig, device, rows: list[dict], table: 
     settings = {"dataset": args.dataset, "data": args.data, "batch_size": args.batch_size, "batches": args.batches,
                 "repeats": args.repeats, "warmup_batches": args.warmup_batches, "image_size": args.image_size,
                 "decode": cfg.decode, "decode_asked": args.decode, "device_decode_share": cfg.device_decode_share,
-                "device": args.device, "prewarm": args.prewarm, "workers": [row["workers"] for row in rows]}
+                "device": args.device, "prewarm": args.prewarm, "workers": [row["workers"] for row in rows],
+                "workers_kinds": _kinds(args)}
     out.write_setup({"kind": "loader", **settings}, environment_info(1, device or torch.device("cpu"),
                                                                       DistEnv().launcher))
     out.finish({"kind": "loader", **settings, "world_size": 1, "pillow": pillow_build(), "cores": available_cores(),

@@ -94,19 +94,17 @@ class PoolBatches:
 
 
 class LoaderBatches:
-    """Training batches through DevicePrefetcher, epoch after epoch (set_epoch before each)."""
+    """Training batches through the run's DeviceFeed, epoch after epoch (set_epoch before each)."""
 
-    def __init__(self, loader, device: torch.device, normalizer):
-        from dlscale.data import DevicePrefetcher
-
+    def __init__(self, loader, feed):
         self.loader = loader
-        self.prefetcher = DevicePrefetcher(loader, device, normalizer)
+        self.feed = feed
         self.epoch, self._batches, self._left = 0, None, 0
 
     def __call__(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._batches is None:
             self.loader.sampler.set_epoch(self.epoch)
-            self._batches, self._left = iter(self.prefetcher), len(self.loader)
+            self._batches, self._left = self.feed.batches(self.loader), len(self.loader)
         batch = next(self._batches)
         self._left -= 1
         if self._left == 0:  # the next batch belongs to the next epoch
@@ -172,7 +170,7 @@ def _profile_train(args, cfg, preset: str, env: DistEnv, device: torch.device) -
 
     run = build_run(cfg, env, device, RunDir(_out_dir(args, env, cfg.model.name)))
     plan, info = run.plan, run.info
-    batches = LoaderBatches(run.train_loader, device, run.normalizer)
+    batches = LoaderBatches(run.train_loader, run.feed)
     described = {"preset": preset, "model": cfg.model.name, "data": cfg.data.name,
                  "batch_size": plan.per_rank_batch, "image_size": info.image_size,
                  "precision": cfg.precision, "dist_optimizer": cfg.strategy.dist_optimizer,

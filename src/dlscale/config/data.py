@@ -9,9 +9,15 @@ from dlscale.errors import ConfigError
 
 DATASET_NAMES = ("synthetic", "digits", "cifar10", "cifar100", "imagefolder")
 ON_BAD_SAMPLE = ("skip", "error")
+WORKERS_KINDS = ("thread", "process", "auto")
+DEVICE_FEEDS = ("inline", "thread", "process")
+"""data.device_feed: where batches are brought to the device (dlscale.data.device.feeds)."""
+"""data.workers_kind: loader threads in the training process, DataLoader worker processes, or by the data set."""
 DECODE_MODES = ("fast", "plain", "gpu", "auto")
 DECODE_PATHS = ("fast", "plain", "gpu")
 """The paths a data set is built for: DECODE_MODES once "auto" is resolved for a device."""
+DECODERS = ("auto", "nvimgcodec", "nvjpeg", "pillow")
+"""data.decoder: the device decode path's decoders (dlscale.data.device.decoders), or auto."""
 DECODE_ALIASES = {"cpu": "fast"}
 """Other names of decode modes: "cpu" is the fast CPU path (`dlscale loader --decode cpu|gpu`)."""
 
@@ -57,6 +63,13 @@ class DataConfig:
     else "fast". Every path draws the same crop boxes and flips from the same seeds
     (docs/profiling.md has the measured speeds)."""
 
+    decoder: str = "auto"
+    """decode=gpu: which decoder decodes on the device. "nvimgcodec": NVIDIA's nvImageCodec (`pip install
+    'dlscale[gpu]'`), on the GPU's hardware JPEG engines where there are some (A100, H100, H200), nvJPEG's CUDA
+    decode elsewhere, only the training crop of each file; on the CPU device its CPU backend. "nvjpeg": nvJPEG
+    through torchvision's decode_jpeg, whole images. "pillow": libjpeg on the CPU device (the tests' stand-in).
+    "auto": nvimgcodec on CUDA where it imports, else nvjpeg; pillow on the CPU."""
+
     decode_chunk: int = 64
     """decode=gpu: images per nvJPEG call. Each decoded image holds 3 bytes per pixel on the device until
     its chunk is resized, and the chunk, padded to its largest image, 12 more per padded pixel as float
@@ -70,24 +83,31 @@ class DataConfig:
     side by side (docs/profiling.md, "Sharing the decode"). A file goes the same way in every epoch (by
     its index), so a run is reproducible."""
 
-    device_ahead: int = 0
-    """Training batches a background thread of the training process brings to the device ahead of the
-    step (that many wait ready, one more is being made: each holds a batch's images on the device): copied,
-    and with decode=gpu decoded, cropped and normalised there, on a CUDA stream of its own.
-    0: the training thread does it between two steps, one batch ahead; while nvJPEG decodes, that thread
-    waits and enqueues no step. The batches are the same either way (docs/profiling.md)."""
+    device_feed: str = "inline"
+    """Where the work of bringing a batch to the device runs (the copy; with decode=gpu the decode, crop and
+    resize; the normalisation), on a CUDA stream of its own (dlscale.data.device). "inline": the training
+    thread, one batch ahead, between two steps (while nvJPEG decodes, that thread waits and enqueues no step).
+    "thread": a background thread of the training process, device_feed_depth batches ahead. "process": with
+    decode=gpu, the training batches decoded in a process of its own (its own CUDA context) and received by a
+    background thread; on an H100 a batch's decode in the training process returned only after the steps queued
+    before it, on any stream, and in a process of its own only the decodes are queued (docs/profiling.md).
+    Validation decodes in the training process. The batches are the same whatever the feed; a feed stays while a
+    GPU run measures it winning."""
 
-    device_decode_process: bool = False
-    """decode=gpu: decode the training batches on the device in a process of its own (its own CUDA
-    context), keeping max(device_ahead, 2) batches in it, instead of in the training process. nvJPEG's
-    batched decode synchronises the whole device of its process, so in the training process each decode
-    waits for the steps queued before it; in a process of its own it waits only for other decodes
-    (dlscale.data.decode_process; docs/profiling.md). The batches are the same either way; validation decodes in
-    the training process. The receiving runs in a background thread, as with device_ahead."""
+    device_feed_depth: int = 2
+    """device_feed=thread or process: batches made ahead of the step (each holds a batch's images on the device)."""
 
     num_workers: int = 2
-    """DataLoader worker processes per rank; 0 loads in the training process.
+    """Loader workers per rank (threads or processes: workers_kind); 0 loads in the training process.
     Two suits a small CPU machine; on a GPU node use about cores / GPUs."""
+
+    workers_kind: str = "auto"
+    """What a loader worker is. "thread": a thread of the training process that decodes, crops and flips each
+    sample straight into its row of the batch (dlscale.data.threads): no pickling, shared-memory copies or
+    collation, which Pillow's decode and resize and torch's uint8 kernels allow since they release the GIL.
+    "process": a DataLoader worker process, for transforms that hold the GIL. "auto": threads for imagefolder
+    (JPEGs), processes for the data sets held as arrays, whose small images spend their time in Python
+    (docs/profiling.md, "Threads or processes"). Both make the same batches from the same seed."""
 
     pin_memory: bool = True
     """Page-lock host batches so host-to-device copies can be asynchronous. Takes effect
@@ -143,21 +163,25 @@ class DataConfig:
             raise ConfigError(f"data.device_decode_share={share} splits the device decode path's work; with "
                               f"data.decode={self.decode} the loader workers decode every file: set data.decode=gpu "
                               "(or auto), or leave the share at 1")
-        if not isinstance(self.device_decode_process, bool):
-            raise ConfigError(f"data.device_decode_process={self.device_decode_process!r}; use true or false")
-        if self.device_decode_process and self.decode in ("fast", "plain"):
-            raise ConfigError(f"data.device_decode_process decodes on the device; with data.decode={self.decode} "
-                              "the loader workers decode every file: set data.decode=gpu (or auto), or drop it")
+        if self.device_feed not in DEVICE_FEEDS:
+            raise ConfigError(f"data.device_feed={self.device_feed!r}; use one of {', '.join(DEVICE_FEEDS)}")
+        if self.device_feed == "process" and self.decode in ("fast", "plain"):
+            raise ConfigError(f"data.device_feed=process decodes on the device in a process of its own; with "
+                              f"data.decode={self.decode} the loader workers decode every file: set data.decode=gpu "
+                              "(or auto), or use data.device_feed=thread")
+        if self.decoder not in DECODERS:
+            raise ConfigError(f"data.decoder={self.decoder!r}; use one of {', '.join(DECODERS)}")
+        if self.workers_kind not in WORKERS_KINDS:
+            raise ConfigError(f"data.workers_kind={self.workers_kind!r}; use one of {', '.join(WORKERS_KINDS)}")
         if self.on_bad_sample not in ON_BAD_SAMPLE:
             raise ConfigError(f"data.on_bad_sample={self.on_bad_sample!r}; use 'skip' or 'error'")
         for key in ("image_size", "val_image_size", "val_resize"):
             value = getattr(self, key)
             if value is not None and not 1 <= value <= IMAGE_SIDE_MAX:
                 raise ConfigError(f"data.{key}={value}; use 1 to {IMAGE_SIDE_MAX:,} pixels or leave it unset")
-        if isinstance(self.device_ahead, bool) or not isinstance(self.device_ahead, int) \
-                or not 0 <= self.device_ahead <= 64:
-            raise ConfigError(f"data.device_ahead={self.device_ahead!r}; use 0 (the training thread brings each "
-                              "batch over) to 64 batches brought over ahead by a background thread")
+        if isinstance(self.device_feed_depth, bool) or not isinstance(self.device_feed_depth, int) \
+                or not 1 <= self.device_feed_depth <= 64:
+            raise ConfigError(f"data.device_feed_depth={self.device_feed_depth!r}; use 1 to 64 batches made ahead")
         for key, most in (("prefetch_factor", 1024), ("max_consecutive_bad", SYNTHETIC_MAX), ("decode_chunk", 65_536),
                           ("synthetic_size", SYNTHETIC_MAX), ("synthetic_val_size", SYNTHETIC_MAX),
                           ("synthetic_classes", 10**6)):
@@ -172,9 +196,17 @@ class DataConfig:
             raise ConfigError(f"data.download fetches CIFAR-10 and CIFAR-100 only, not data.name={self.name}; drop "
                               "--download (`dlscale data make-jpegs` writes a JPEG tree to try imagefolder)")
 
+    @property
+    def worker_threads(self) -> bool:
+        """Whether the loader workers are threads (workers_kind resolved: "auto" takes threads for imagefolder)."""
+        kind = self.workers_kind
+        return kind == "thread" or (kind == "auto" and self.name == "imagefolder")
+
     def on_path(self, decode: str) -> DataConfig:
         """This configuration on the decode path `decode` (data.decode resolved for a device: "auto" taken
-        as "gpu" or "fast"); device_decode_share and device_decode_process stay only on the device path."""
+        as "gpu" or "fast"); device_decode_share and the process feed stay only on the device path (elsewhere
+        the thread feed brings the batches over)."""
         on_device = decode == "gpu"
+        feed = "thread" if self.device_feed == "process" and not on_device else self.device_feed
         return replace(self, decode=decode, device_decode_share=self.device_decode_share if on_device else 1.0,
-                       device_decode_process=self.device_decode_process and on_device)
+                       device_feed=feed)

@@ -1,10 +1,10 @@
-"""Data sets, transforms, samplers and loaders; images stay uint8 until the device.
+"""Data sets, transforms, samplers and loaders; images stay uint8 until the device (data/device/, above this).
 
     train_loader, val_loader, info = build_loaders(cfg, rank=r, world_size=w, batch_size=b, seed=s)
-    normalizer = DeviceNormalizer(info.mean, info.std, device, channels_last=True)
+    feed = DeviceFeed(device, DeviceNormalizer(info.mean, info.std, device, channels_last=True))  # data.device
     for epoch in range(epochs):
         train_loader.sampler.set_epoch(epoch)
-        for images, labels, skipped in DevicePrefetcher(train_loader, device, normalizer):
+        for images, labels, skipped in feed.batches(train_loader):
             ...  # len(skipped): samples replaced because their file could not be decoded
 """
 
@@ -16,7 +16,6 @@ from dlscale.data.dataset import (
     collate_samples,
     seeded_generator,
 )
-from dlscale.data.device import DeviceNormalizer, DevicePrefetcher, normalize
 from dlscale.data.loader import DatasetInfo, build_loaders, seed_worker
 from dlscale.data.sampler import (
     EvalTotals,
@@ -29,8 +28,6 @@ __all__ = [
     "BadSampleError",
     "Batch",
     "DatasetInfo",
-    "DeviceNormalizer",
-    "DevicePrefetcher",
     "EvalTotals",
     "ExactShardSampler",
     "ImageDataset",
@@ -39,7 +36,6 @@ __all__ = [
     "all_reduce_eval_sums",
     "build_loaders",
     "collate_samples",
-    "normalize",
     "seed_worker",
     "seeded_generator",
 ]

@@ -1,7 +1,7 @@
 """What a data set holds before a long run reads it (`dlscale data check DIR`).
 
 An ImageFolder tree (train/<class>/*, val/<class>/*) is surveyed file by file from each file's first
-HEAD_BYTES and last TAIL_BYTES: the JPEG header (imagefolder.jpeg_header: frame, colour, size) or, for
+HEAD_BYTES and last TAIL_BYTES: the JPEG header (data.jpeg.jpeg_header: frame, colour, size) or, for
 other images, Pillow's lazy open; a JPEG without an end-of-image marker in its tail is read whole and
 checked as the loader checks it (jpeg_is_complete). So a check reads a small part of each file and
 finds empty, unidentifiable and truncated files; a file corrupt in the middle of its scan data is found
@@ -24,20 +24,19 @@ from pathlib import Path
 
 import torch
 from PIL import Image
+from torch.utils.data import DataLoader
 
 from dlscale.data.cifar import CIFAR10, CIFAR100, CifarLayout, cifar_folder, load_pickle, read_batch
-from dlscale.data.dataset import seeded_generator
-from dlscale.data.imagefolder import (
-    IMAGE_EXTENSIONS,
-    ImageFolderSource,
-    device_decodable,
-    jpeg_header,
-    jpeg_is_complete,
-)
+from dlscale.data.dataset import ImageDataset, collate_samples, seeded_generator
+from dlscale.data.imagefolder import IMAGE_EXTENSIONS, ImageFolderSource
+from dlscale.data.jpeg import device_decodable, jpeg_header, jpeg_is_complete
+from dlscale.data.loader import seed_worker
 from dlscale.data.source import BadSample
+from dlscale.data.threads import ThreadLoader
 from dlscale.data.transforms import imagenet_train_transform
 from dlscale.errors import DataError
 from dlscale.metrics.input_bound import cores_for_rate, cores_said
+from dlscale.metrics.proc_io import sum_counters
 
 HEAD_BYTES = 16 * 1024
 """Read first: a JPEG's header segments (EXIF included) nearly always end well before 16 KiB; a file whose
@@ -45,10 +44,6 @@ frame is not found in them is read whole."""
 TAIL_BYTES = 1024
 """Read last: where a complete JPEG's end-of-image marker is (only junk after it would push it further)."""
 SPLITS = ("train", "val")
-H100_RESNET50_IMG_PER_S = 5981.0
-"""The fastest one-GPU training rate dlscale measured: ResNet-50 on an H100, bf16, batch 512, compiled
-(`dlscale bench --batch-size 512`, 2026-11-27; docs/benchmarks.md, docs/results/gpu-2026-11-27-h100-part1.json,
-stage levers_a). The GPU a check sizes cores for unless --gpu-rate gives another."""
 FRAMES = {0xC0: "baseline", 0xC1: "extended", 0xC2: "progressive"}
 """Start-of-frame markers by name; the others (lossless, hierarchical, arithmetic-coded) are "other frame"."""
 
@@ -298,14 +293,18 @@ def median(values: list[int]) -> float:
 
 @dataclass(frozen=True)
 class DecodeRate:
-    """The training path on a sample of training files, in this process on one thread."""
+    """The training path on a sample of training files: in this process on one thread, and through each kind of
+    loader worker (one of each), as training runs it."""
 
     decode: str
     image_size: int
     files: int
     """Files tried (the unreadable ones included)."""
     cpu_s: float
-    """CPU seconds (user and system) of this process over the timed files."""
+    """CPU seconds (user and system) of this process over the timed files, on one thread."""
+    per_kind: dict = field(default_factory=dict)
+    """Images per CPU-second through one loader thread ("thread") and one worker process ("process"): the files
+    batched as training batches them, the CPU time of this process and its worker (/proc)."""
 
     @property
     def images_per_cpu_s(self) -> float:
@@ -348,14 +347,50 @@ def decode_rate(root: Path, *, files: int, image_size: int = 224, decode: str = 
         cpu_s = time.process_time() - start
     finally:
         torch.set_num_threads(threads)
-    return DecodeRate(decode, image_size, len(indices), cpu_s), failed
+    per_kind = pipeline_rates(ImageDataset(source, transform), indices, image_size)
+    return DecodeRate(decode, image_size, len(indices), cpu_s, per_kind), failed
+
+
+def pipeline_rates(dataset: ImageDataset, indices: list[int], image_size: int) -> dict[str, float]:
+    """Images per CPU-second of the samples at `indices` through one loader thread and through one DataLoader
+    worker process (their first batch untimed: the worker's start), CPU time of this process and the worker; a
+    kind is left out where the samples could not be made (too many unreadable files in a row)."""
+    keys = [(0, index) for index in indices]
+    batch = min(16, max(1, len(keys) // 8))  # at least 8 batches: the first is not timed
+    rates = {}
+    for kind in ("thread", "process"):
+        if kind == "thread":
+            loader = ThreadLoader(dataset, keys, batch, threads=1, image_shape=(3, image_size, image_size),
+                                  drop_last=False)
+        else:
+            loader = DataLoader(dataset, batch_size=batch, sampler=keys, num_workers=1, collate_fn=collate_samples,
+                                worker_init_fn=seed_worker, persistent_workers=True)  # its counters read at the end
+        batches = iter(loader)
+        try:
+            next(batches)
+            # this process's CPU time from its clock (ns), the worker's from /proc (clock ticks)
+            workers = [worker.pid for worker in getattr(batches, "_workers", [])]
+            before, images = time.process_time() + sum_counters(workers)["cpu_s"], 0
+            for made in batches:
+                images += len(made.labels)
+            cpu_s = time.process_time() + sum_counters(workers)["cpu_s"] - before
+        except (StopIteration, DataError):
+            images = cpu_s = 0
+        del batches, loader
+        if images and cpu_s > 0:
+            rates[kind] = images / cpu_s
+    return rates
 
 
 def cores_line(rate: DecodeRate, gpu_rate: float, cores: int, *, gpu: str) -> str:
-    """How many cores decode as fast as one GPU trains, and what this machine's cores feed."""
-    per_core = rate.images_per_cpu_s
-    need = cores_for_rate(1 / per_core, gpu_rate)
-    return (f"cores per GPU: {gpu} at {gpu_rate:,.0f} img/s needs about {cores_said(need)} decoding at this rate; "
-            f"this machine's {cores_said(cores)} feed about {cores * per_core:,.0f} img/s "
-            f"({cores * per_core / gpu_rate:.2f} of such a GPU). The device decode path (data.decode=gpu) leaves "
-            "the cores only reading files; `dlscale loader` measures the whole pipeline with its workers")
+    """How many cores decode as fast as one GPU trains with each kind of loader worker, and what this machine's
+    cores feed."""
+    kinds = {"loader threads": rate.per_kind.get("thread"), "worker processes": rate.per_kind.get("process")}
+    kinds = {name: per_core for name, per_core in kinds.items() if per_core} or {"one thread": rate.images_per_cpu_s}
+    needs = " and ".join(f"{cores_said(cores_for_rate(1 / per_core, gpu_rate))} with {name}"
+                         for name, per_core in kinds.items())
+    best = max(kinds.values())
+    return (f"cores per GPU: {gpu} at {gpu_rate:,.0f} img/s needs about {needs}; this machine's {cores_said(cores)} "
+            f"feed about {cores * best:,.0f} img/s ({cores * best / gpu_rate:.2f} of such a GPU). The device decode "
+            "path (data.decode=gpu) leaves the cores only reading files; `dlscale loader` measures the whole "
+            "pipeline with its workers")

@@ -3,14 +3,16 @@ the processes that read them (the main process and its DataLoader workers).
 
 No kernel counter gives file opens, so the data set counts them itself, with the bytes of the files it
 opened (one os.stat per file), in a shared-memory tensor with one row per process (main = row 0,
-worker k = row k + 1): workers never write the same element and no lock is needed. Each row also
-holds the pid of the process that last loaded through it, which is how the main process finds its
-workers' /proc counters, also when the DataLoader restarts them every epoch (the rows outlive them).
+worker k = row k + 1) or per loader thread (thread k = row k + 1, data.workers_kind=thread): workers never
+write the same element and no lock is needed. Each row also holds the pid of the process that last loaded
+through it, which is how the main process finds its workers' /proc counters, also when the DataLoader restarts
+them every epoch (the rows outlive them); loader threads are the main process's, in its own counters.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 
 import torch
@@ -19,6 +21,12 @@ from torch.utils.data import get_worker_info
 from dlscale.metrics.proc_io import ProcessReads
 
 FILES, BYTES, PID = 0, 1, 2
+_thread = threading.local()
+
+
+def reads_as(worker: int) -> None:
+    """Count this thread's reads in worker `worker`'s row (a loader thread of data.workers_kind=thread)."""
+    _thread.row = worker + 1
 
 
 class CountingSource:
@@ -34,7 +42,7 @@ class CountingSource:
 
     def load(self, index: int):
         info = get_worker_info()
-        row = self.counts[0 if info is None else info.id + 1]
+        row = self.counts[getattr(_thread, "row", 0) if info is None else info.id + 1]
         try:
             return self.source.load(index)
         finally:

@@ -36,10 +36,6 @@ class BadSampleError(DataError):
         super().__init__(message)
 
 
-
-
-
-
 class Sample(NamedTuple):
     image: torch.Tensor | Encoded
     """uint8, (3, H, W); or, on the device decode path, the file and its crop (data.encoded)."""
@@ -128,14 +124,17 @@ class ImageDataset(Dataset):
         epoch, index = key if isinstance(key, tuple) else (0, key)
         return self.sample_from(epoch, index)
 
-    def sample_from(self, epoch: int, index: int, first_attempt: int = 0, first_bad: str | None = None) -> Sample:
+    def sample_from(self, epoch: int, index: int, first_attempt: int = 0, first_bad: str | None = None, *,
+                    out: torch.Tensor | None = None) -> Sample:
         """The sample at index, trying the files from index + first_attempt on (__getitem__ starts at 0; the
-        device decode path picks a sample up here, on the CPU, at a file its decoder refused)."""
+        device decode path picks a sample up here, on the CPU, at a file its decoder refused). out: a uint8
+        (3, H, W) tensor (a batch's row) that a Compose transform writes the image into, and that the sample
+        then holds; other transforms leave it alone."""
         size = len(self.source)
         tries = min(self.max_consecutive_bad, size)
         for attempt in range(first_attempt, tries):
             try:
-                image, label = self._transformed((index + attempt) % size, epoch, index)
+                image, label = self._transformed((index + attempt) % size, epoch, index, out)
                 return Sample(image, label, first_bad, (epoch, index, attempt))
             except BadSample as bad:
                 if self.on_bad_sample == "error":
@@ -163,15 +162,19 @@ class ImageDataset(Dataset):
         side = self.placeholder_size
         return Sample(torch.zeros(3, side, side, dtype=torch.uint8), EXCLUDED_LABEL, path)
 
-    def _transformed(self, position: int, epoch: int, index: int) -> tuple[torch.Tensor, int]:
+    def _transformed(self, position: int, epoch: int, index: int,
+                     out: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
         """Load and transform one sample. The augmentation is seeded by the requested index, so a
         substitute is cropped the way the bad sample would have been."""
         image, label = self.source.load(position)
         if self.transform is None:
-            return (to_uint8_chw(image) if isinstance(image, Image.Image) else image), label
+            return (to_uint8_chw(image, out) if isinstance(image, Image.Image) else image), label
         # The fast JPEG path hands the transform an undecoded image: a file corrupt inside its scan
         # data fails only there, raising BadSample, and is skipped like any other unreadable file.
-        return self.transform(image, seeded_generator(self.seed, epoch, index)), label
+        generator = seeded_generator(self.seed, epoch, index)
+        if out is not None and isinstance(self.transform, Compose):
+            return self.transform(image, generator, out=out), label
+        return self.transform(image, generator), label
 
 
 def _in_a_row(count: int, first: str | None) -> BadSampleError:

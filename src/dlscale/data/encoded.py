@@ -5,8 +5,8 @@ the file over as a JpegFile (its bytes and the size from its header), the transf
 box and the flip from the sample's generator exactly as the CPU path does and returns an Encoded
 sample, and collate_encoded packs a batch of them as an EncodedBatch: the files end to end in one
 uint8 tensor (one shared-memory block per batch, not one per file), beside the samples the workers
-decoded on the CPU (files the device cannot take). DevicePrefetcher decodes the batch on its device
-(data.device_decode).
+decoded on the CPU (files the device cannot take). The device feed decodes the batch on its device
+(data.device.stage).
 """
 
 from __future__ import annotations
@@ -53,10 +53,12 @@ class DevicePlan:
     fallback: Any
     """The CPU path's ImageDataset of the same files, seed and bad-sample rules: it takes over a row
     whose file the device decoder refuses (ImageDataset.sample_from)."""
+    decoder: str = "auto"
+    """The decoder to decode with (data.decoder)."""
 
 
 class EncodedBatch(NamedTuple):
-    """What a data.decode=gpu loader yields; DevicePrefetcher turns it into a Batch on the device.
+    """What a data.decode=gpu loader yields; the device feed turns it into a Batch on the device.
 
     Row i of the batch is either encoded (lengths[i] > 0: its bytes are the next lengths[i] bytes of
     data) or decoded by a worker already (lengths[i] == 0: the next image of images).

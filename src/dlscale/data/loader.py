@@ -22,7 +22,6 @@ from dlscale.data.cifar import (
     cifar_sources,
 )
 from dlscale.data.dataset import ImageDataset, collate_samples
-from dlscale.data.decoders import resolve_decode
 from dlscale.data.digits import DIGITS_CLASSES, digits_sources
 from dlscale.data.download import ensure_cifar
 from dlscale.data.encoded import DevicePlan, collate_encoded
@@ -35,6 +34,7 @@ from dlscale.data.imagefolder import (
 from dlscale.data.sampler import ExactShardSampler, ShardedTrainSampler
 from dlscale.data.source import Source
 from dlscale.data.synthetic import SYNTHETIC_MEAN, SYNTHETIC_STD, SyntheticSource
+from dlscale.data.threads import ThreadLoader
 from dlscale.errors import ConfigError, DataError
 
 
@@ -146,17 +146,22 @@ def seed_worker(worker_id: int) -> None:
     quiet_exif_warnings()
 
 
-def _loader(dataset, sampler, batch_size: int, cfg: DataConfig, *, drop_last: bool, seed: int,
-            to_process: bool = False) -> DataLoader:
+def _loader(dataset, sampler, batch_size: int, cfg: DataConfig, *, drop_last: bool, seed: int, side: int,
+            to_process: bool = False) -> DataLoader | ThreadLoader:
+    """The loader of a split: loader threads or DataLoader worker processes (data.workers_kind), or neither."""
     workers = cfg.num_workers
+    # files for a decode process (data.device_feed=process) go there through shared memory, not to the device
+    pin = cfg.pin_memory and torch.cuda.is_available() and not (to_process and dataset.device_plan)
+    if workers > 0 and cfg.worker_threads:
+        return ThreadLoader(dataset, sampler, batch_size, threads=workers, image_shape=(3, side, side),
+                            drop_last=drop_last, depth=cfg.prefetch_factor, pin=pin)
     return DataLoader(
         dataset,
         batch_size=batch_size,
         sampler=sampler,
         num_workers=workers,
         collate_fn=collate_samples if dataset.device_plan is None else collate_encoded,  # files for the device
-        # files for a decode process (data.device_decode_process) go there through shared memory, not to the device
-        pin_memory=cfg.pin_memory and torch.cuda.is_available() and not (to_process and dataset.device_plan),
+        pin_memory=pin,
         drop_last=drop_last,
         persistent_workers=cfg.persistent_workers and workers > 0,
         prefetch_factor=cfg.prefetch_factor if workers > 0 else None,
@@ -172,9 +177,10 @@ def _device_plan(built: _Built, cfg: DataConfig, split: str, options: dict) -> D
     info, cpu = built.info, built.on_cpu
     fallback = ImageDataset(getattr(cpu, split), getattr(cpu, f"{split}_transform"), **options)
     if split == "train":
-        return DevicePlan(size=info.image_size, resize=None, chunk=cfg.decode_chunk, fallback=fallback)
+        return DevicePlan(size=info.image_size, resize=None, chunk=cfg.decode_chunk, fallback=fallback,
+                          decoder=cfg.decoder)
     return DevicePlan(size=info.val_image_size, resize=T.val_resize(info.val_image_size, cfg.val_resize),
-                      chunk=cfg.decode_chunk, fallback=fallback)
+                      chunk=cfg.decode_chunk, fallback=fallback, decoder=cfg.decoder)
 
 
 def build_loaders(
@@ -185,8 +191,7 @@ def build_loaders(
     batch_size: int,
     val_batch_size: int | None = None,
     seed: int = 0,
-    device: torch.device | str | None = None,
-) -> tuple[DataLoader, DataLoader, DatasetInfo]:
+) -> tuple[DataLoader | ThreadLoader, DataLoader | ThreadLoader, DatasetInfo]:
     """This rank's (train_loader, val_loader, info).
 
     batch_size and val_batch_size are per rank (global batch = batch_size x world_size). Both
@@ -198,9 +203,8 @@ def build_loaders(
     """
     if batch_size < 1 or (val_batch_size is not None and val_batch_size < 1):
         raise ConfigError(f"batch_size={batch_size}, val_batch_size={val_batch_size}; use 1 or more")
-    if cfg.name == "imagefolder":
-        cfg = cfg.on_path(resolve_decode(cfg.decode, device) if device is not None else
-                          "fast" if cfg.decode == "auto" else cfg.decode)
+    if cfg.name == "imagefolder" and cfg.decode == "auto":  # resolved for a device by data.device.for_device
+        cfg = cfg.on_path("fast")
     built = _BUILDERS[cfg.name](cfg)
     train_sampler = ShardedTrainSampler(len(built.train), rank=rank, world_size=world_size, seed=seed,
                                         drop_last=cfg.drop_last)
@@ -217,7 +221,9 @@ def build_loaders(
     val_set = ImageDataset(built.val, built.val_transform, **val_options,
                            device_plan=_device_plan(built, cfg, "val", val_options))
     val_sampler = ExactShardSampler(len(built.val), rank=rank, world_size=world_size)
+    info = built.info
     train_loader = _loader(train_set, train_sampler, batch_size, cfg, drop_last=cfg.drop_last, seed=seed,
-                           to_process=cfg.device_decode_process)
-    val_loader = _loader(val_set, val_sampler, val_batch_size or batch_size, cfg, drop_last=False, seed=seed)
+                           side=info.image_size, to_process=cfg.device_feed == "process")
+    val_loader = _loader(val_set, val_sampler, val_batch_size or batch_size, cfg, drop_last=False, seed=seed,
+                         side=info.val_image_size)
     return train_loader, val_loader, built.info

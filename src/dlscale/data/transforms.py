@@ -15,7 +15,7 @@ and flips from the same generator: "plain" resizes a fully decoded image with Pi
 (FastRandomResizedCrop) decodes a JPEG at 1/2, 1/4 or 1/8 scale when the box allows it and
 resizes a uint8 tensor with torch's antialiased bilinear kernel. See docs/profiling.md. "gpu"
 (DeviceRandomResizedCrop, DeviceCenterCrop) draws the same boxes and flips, and leaves the decoding,
-cropping and resizing to the device (data.device_decode).
+cropping and resizing to the device (data.device.stage).
 """
 
 from __future__ import annotations
@@ -41,14 +41,28 @@ DRAFT_REDUCTIONS = (8, 4, 2)
 """The reduced scales, 1/r, that Pillow's JPEG draft() asks libjpeg's scaled DCT for."""
 
 
-def to_uint8_chw(img: Image.Image | torch.Tensor) -> torch.Tensor:
-    """An RGB PIL image (or a uint8 CHW tensor, passed through) as a contiguous uint8 (3, H, W)."""
+def to_uint8_chw(img: Image.Image | torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """An RGB PIL image (or a uint8 CHW tensor, passed through) as a contiguous uint8 (3, H, W); with out (a
+    batch's row), copied into it (one copy of the pixels) and out returned."""
     if isinstance(img, torch.Tensor):
-        return img.contiguous()
+        return img.contiguous() if out is None else out.copy_(img)
     if img.mode != "RGB":
         img = img.convert("RGB")
+    if out is not None:
+        return out.copy_(_shared_hwc(img).permute(2, 0, 1))
     array = np.array(img, dtype=np.uint8)  # a writable copy that torch may share
     return torch.from_numpy(array).permute(2, 0, 1).contiguous()
+
+
+# torch warns that an array sharing Pillow's read-only bytes is not writable; they are only read here. One filter
+# set at import for this module's calls: warnings.catch_warnings() around each call is not safe in threads.
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable", category=UserWarning,
+                        module=__name__)
+
+
+def _shared_hwc(img: Image.Image) -> torch.Tensor:
+    """An RGB image's pixels as a uint8 (H, W, 3) tensor sharing the bytes Pillow hands numpy (no other copy)."""
+    return torch.from_numpy(np.asarray(img))
 
 
 def _uniform(low: float, high: float, generator: torch.Generator) -> float:
@@ -61,15 +75,16 @@ def _randint(low: int, high: int, generator: torch.Generator) -> int:
 
 
 class Compose:
-    """Apply transforms in order, passing the same generator to each, then convert to uint8 CHW."""
+    """Apply transforms in order, passing the same generator to each, then convert to uint8 CHW (into out, a
+    batch's row, when given: the thread pipeline's)."""
 
     def __init__(self, transforms: Sequence[Transform]):
         self.transforms = list(transforms)
 
-    def __call__(self, img: Image.Image, generator: torch.Generator) -> torch.Tensor:
+    def __call__(self, img: Image.Image, generator: torch.Generator, out: torch.Tensor | None = None) -> torch.Tensor:
         for transform in self.transforms:
             img = transform(img, generator)
-        return to_uint8_chw(img)
+        return to_uint8_chw(img, out)
 
     def __repr__(self) -> str:
         return f"Compose({self.transforms!r})"
@@ -170,11 +185,7 @@ def decode_at(img: Image.Image, reduction: int) -> tuple[Image.Image, float]:
 def resize_uint8(img: Image.Image, size: int) -> torch.Tensor:
     """An RGB image resized to size x size by antialiased bilinear interpolation on uint8 (no
     float copy of the image), as a contiguous uint8 (3, size, size) tensor."""
-    with warnings.catch_warnings():
-        # np.asarray shares Pillow's bytes, which are read-only; torch only reads them here.
-        warnings.simplefilter("ignore", UserWarning)
-        hwc = torch.from_numpy(np.asarray(img))
-    nchw = hwc.permute(2, 0, 1).unsqueeze(0)  # a channels-last view: torch's fast uint8 kernel
+    nchw = _shared_hwc(img).permute(2, 0, 1).unsqueeze(0)  # a channels-last view: torch's fast uint8 kernel
     out = F.interpolate(nchw, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
     return out[0].contiguous()
 
@@ -239,6 +250,20 @@ class RandomRotation:
         return f"RandomRotation({self.degrees})"
 
 
+def center_crop_geometry(width: int, height: int, *, resize: int | None = None,
+                         size: int | None = None) -> tuple[int, int, int, int]:
+    """The validation view's geometry, the one the CPU path (ResizeShorter, CenterCrop) and the device path share:
+    (width, height) of the image with its shorter side resized to `resize` (the longer one scaled and truncated,
+    torchvision's Resize; unchanged without resize), and the (left, top) of its central size x size crop
+    (torchvision's rounding; 0, 0 without size). A crop larger than the image has negative offsets."""
+    if resize is not None:
+        width, height = (resize, int(resize * height / width)) if width <= height else \
+            (int(resize * width / height), resize)
+    if size is None:
+        return width, height, 0, 0
+    return width, height, int(round((width - size) / 2.0)), int(round((height - size) / 2.0))
+
+
 class ResizeShorter:
     """Resize (bilinear) so that the shorter side is `size`, keeping the aspect ratio."""
 
@@ -246,11 +271,7 @@ class ResizeShorter:
         self.size = size
 
     def __call__(self, img: Image.Image, generator: torch.Generator | None = None) -> Image.Image:
-        width, height = img.size
-        if width <= height:
-            new_size = (self.size, int(self.size * height / width))
-        else:
-            new_size = (int(self.size * width / height), self.size)
+        new_size = center_crop_geometry(*img.size, resize=self.size)[:2]
         if new_size == img.size:
             return img
         return img.resize(new_size, Image.Resampling.BILINEAR)
@@ -266,8 +287,7 @@ class CenterCrop:
         self.size = size
 
     def __call__(self, img: Image.Image, generator: torch.Generator | None = None) -> Image.Image:
-        left = int(round((img.width - self.size) / 2.0))
-        top = int(round((img.height - self.size) / 2.0))
+        _, _, left, top = center_crop_geometry(img.width, img.height, size=self.size)
         return img.crop((left, top, left + self.size, top + self.size))
 
     def __repr__(self) -> str:

@@ -10,7 +10,15 @@ from dataclasses import replace
 from dlscale.errors import DlscaleError
 from dlscale.explain.context import Context, Result
 from dlscale.explain.findings import Effect, Finding, RuledOut
-from dlscale.metrics.input_bound import DECODE_PATHS, INPUT_BOUND_SHARE, PROCESS_WHY, cores_for_rate, cores_said
+from dlscale.metrics.input_bound import (
+    DECODE_PATHS,
+    INPUT_BOUND_SHARE,
+    PROCESS_TAX,
+    PROCESS_WHY,
+    cores_for_rate,
+    cores_said,
+    workers_said,
+)
 from dlscale.predict import inputs
 from dlscale.predict.model import Strategy, predict
 from dlscale.rundir import number
@@ -35,10 +43,11 @@ def input_bound(ctx: Context) -> Result:
     cores_per_rank = max(int(cores) // per_node, 1) if cores else None
     evidence = [f"the device waits for data {100 * share:.0f}% of each step: {total:.1f} img/s of the {compute:.1f} "
                 f"the model computes (compute_ips / total_ips)"]
+    kind = _workers_kind(run)
     if workers:
         each = per_rank / workers
-        evidence.append(f"{workers} loader worker(s) per rank deliver {each:.1f} img/s each; the model needs "
-                        f"{need:.1f} per rank, {math.ceil(need / each)} workers at that rate")
+        evidence.append(f"{workers} {workers_said(workers, kind)} per rank deliver {each:.1f} img/s each; the model "
+                        f"needs {need:.1f} per rank, {math.ceil(need / each)} workers at that rate")
     elif workers == 0:
         evidence.append("no loader workers: the training process decodes between steps")
     if cores_per_rank:
@@ -47,15 +56,19 @@ def input_bound(ctx: Context) -> Result:
     path = _decode_path(run)
     evidence += _path_cores(run, path, need)
     fixes = []
-    if workers is not None and cores_per_rank and workers < cores_per_rank:
+    if workers and kind == "process" and path in ("fast", "plain"):
+        fixes.append(f"--set data.workers_kind=thread (loader threads make the same batches without pickling, shared "
+                     f"memory and collation: worker processes took {PROCESS_TAX:.2f}x their CPU time per image in "
+                     "benchmarks/input_threads.py)")
+    if workers is not None and cores_per_rank and workers < cores_per_rank and path != "gpu":
         fixes.append(f"--set data.num_workers={min(cores_per_rank, max(2 * workers, 1))}")
     if path == "plain":
         fixes.append("--set data.decode=fast")
     if path in ("fast", "plain") and run.device == "cuda":
         fixes.append("--set data.decode=gpu (nvJPEG decodes on the device; the loader workers only read files: "
                      "`dlscale loader --decode gpu --device cuda` measures the CPU time per image it takes)")
-    if path == "gpu" and run.device == "cuda" and not run.data_settings.get("device_decode_process"):
-        fixes.append(f"--set data.device_decode_process=true ({PROCESS_WHY})")
+    if path == "gpu" and run.device == "cuda" and not _decode_process(run):
+        fixes.append(f"--set data.device_feed=process ({PROCESS_WHY})")
     if path == "gpu" and workers and _device_share(run) == 1:
         fixes.append("--set data.device_decode_share=0.5 (the device decodes half the training JPEGs, the loader "
                      "workers the rest beside it; `dlscale loader --decode gpu --device cuda --device-share 0.5` "
@@ -64,6 +77,21 @@ def input_bound(ctx: Context) -> Result:
                  "the pipeline alone (docs/profiling.md)")
     return [Finding("input", "input-bound: the device waits for data", "; ".join(evidence),
                     Effect(compute / total, f"{OWN}: compute img/s over total img/s"), "; ".join(fixes))]
+
+
+def _workers_kind(run) -> str:
+    """The run's kind of loader workers: data.workers_kind resolved as the run did ("auto": threads for imagefolder);
+    a run from before the setting had worker processes."""
+    kind = run.data_settings.get("workers_kind")
+    if kind == "auto":
+        return "thread" if run.data_settings.get("name") == "imagefolder" else "process"
+    return kind if kind in ("thread", "process") else "process"
+
+
+def _decode_process(run) -> bool:
+    """Whether the run decoded its training batches in a process of their own (data.device_feed=process; before
+    that setting, data.device_decode_process)."""
+    return run.data_settings.get("device_feed") == "process" or bool(run.data_settings.get("device_decode_process"))
 
 
 def _decode_path(run) -> str | None:
@@ -87,7 +115,7 @@ def _path_cores(run, path: str | None, per_device: float) -> list[str]:
     said = f"decode path {path} ({DECODE_PATHS.get(path, path)})"
     if path == "gpu" and _device_share(run) < 1:
         said = f"{said[:-1]}; {_device_share(run):.0%} of the training JPEGs on the device, the workers the rest)"
-    if path == "gpu" and run.data_settings.get("device_decode_process"):
+    if path == "gpu" and _decode_process(run):
         said = f"{said[:-1]}; decoded in a process of its own)"
     windows = [w for w in run.steady_windows() if number(w.get("host_cpu_ms_per_image")) is not None]
     if not windows:

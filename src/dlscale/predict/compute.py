@@ -248,3 +248,16 @@ def measured_mfu(device: str | None, peak_dtype: str) -> MeasuredMfu | None:
                     f"{best['date']}, {best['machine']}; {best['source']}")
             return MeasuredMfu(key, best["mfu"], peak_dtype, what)
     return None
+
+
+def fastest_measured(model: str = "resnet50") -> tuple[float, str] | None:
+    """The fastest one-device training rate shipped for `model` (references/device_mfu.json: img/s of the run
+    whose MFU it records) and what ran it, or None."""
+    data = json.loads((resources.files("dlscale") / "references" / "device_mfu.json").read_text())
+    runs = [(entry, device) for device, entries in data["devices"].items() for entry in entries
+            if entry.get("model") == model and entry.get("img_per_s")]
+    if not runs:
+        return None
+    entry, device = max(runs, key=lambda run: run[0]["img_per_s"])
+    return float(entry["img_per_s"]), (f"{model} on an {device} at batch {entry['batch_size']} as dlscale measured it "
+                                       f"({entry['date']}, references/device_mfu.json)")

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 
 from dlscale.report.epochs import epoch_time
 from dlscale.report.figure import figure, legend
-from dlscale.report.loader import LoaderRun
+from dlscale.report.loader import LoaderRun, worker_kind
 from dlscale.report.overlay import style
 from dlscale.report.plots import log_y, rank_word
 from dlscale.report.references import Reference
@@ -45,11 +45,14 @@ def _speedups(ax, loaders: list[LoaderRun], references: list[Reference]) -> list
     training sweep takes its epoch times."""
     workers: list[int] = []
     for run in loaders:
-        points = [(s["workers"], s["speedup"]) for s in run.settings]
-        workers += [w for w, _ in points]
         rate = max(s["images_per_s"] for s in run.settings)
-        ax.plot([w for w, _ in points], [v for _, v in points], marker="o",
-                label=f"{run.name} ({run.summary.get('decode')} decode, best {rate:.0f} img/s)")
+        kinds = [k for k in ("process", "thread") if any(worker_kind(s) == k for s in run.settings)] or ["process"]
+        for kind in kinds:  # one line per kind of worker, each from the main process's setting (0 workers)
+            points = [(s["workers"], s["speedup"]) for s in run.settings if worker_kind(s) in ("main", kind)]
+            workers += [w for w, _ in points]
+            said = f", {kind}es" if kind == "process" and len(kinds) > 1 else f", {kind}s" if len(kinds) > 1 else ""
+            ax.plot([w for w, _ in points], [v for _, v in points], marker="o",
+                    label=f"{run.name} ({run.summary.get('decode')} decode{said}, best {rate:.0f} img/s)")
     for ref in references:
         for series in ref.of_kind("workers"):
             points = [(p["workers"], p["speedup"]) for p in series.points]

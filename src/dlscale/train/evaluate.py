@@ -9,30 +9,31 @@ import time
 import torch
 from torch import nn
 
-from dlscale.data import DeviceNormalizer, DevicePrefetcher, all_reduce_eval_sums
+from dlscale.data import all_reduce_eval_sums
 from dlscale.data.dataset import EXCLUDED_LABEL
+from dlscale.data.device import DeviceFeed
 from dlscale.distributed import sum_over_ranks
 from dlscale.metrics.timing import IterationTimes, device_synchronizer
 from dlscale.precision import Precision
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader, device: torch.device, normalizer: DeviceNormalizer,
-             precision: Precision) -> tuple[dict, list[str]]:
+def evaluate(model: nn.Module, loader, feed: DeviceFeed, precision: Precision) -> tuple[dict, list[str]]:
     """The validation metrics over all ranks (val_skipped: the unreadable files of all ranks, left out),
     and this rank's unreadable files. Per batch the data wait and the compute time up to a device
     synchronisation, as ConvNets' validate(); two collectives at the end, none per batch.
 
     model: the unwrapped model. DDP's forward would broadcast buffers, a collective that ranks with
-    different numbers of validation batches would not all join.
+    different numbers of validation batches would not all join. feed: the run's DeviceFeed (the training's).
     """
+    device = feed.device
     model.eval()
     zero = torch.zeros((), dtype=torch.float64, device=device)
     correct1, correct5, loss_sum, count = zero.clone(), zero.clone(), zero.clone(), zero.clone()
     skipped: list[str] = []
     times, synchronize = IterationTimes(), device_synchronizer(device)
     end = time.perf_counter()
-    for images, labels, unreadable in DevicePrefetcher(loader, device, normalizer):
+    for images, labels, unreadable in feed.batches(loader):
         data_s = time.perf_counter() - end
         with precision.autocast():
             logits = model(images)

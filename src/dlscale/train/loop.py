@@ -21,9 +21,9 @@ import torch
 from torch import nn
 
 from dlscale.config.sections import TrainConfig
-from dlscale.data import DatasetInfo, DeviceNormalizer, DevicePrefetcher, build_loaders
+from dlscale.data import DatasetInfo, build_loaders
 from dlscale.data.counting import ReadMeter, count_reads
-from dlscale.data.decode_process import DecodeProcess, decode_process_for
+from dlscale.data.device import DeviceFeed, DeviceNormalizer, for_device
 from dlscale.distributed import DistEnv, broadcast_from_main, init_process_group, select_device, sum_over_ranks
 from dlscale.errors import ConfigError, DlscaleError, StorageError
 from dlscale.metrics.compile import CompileWatch, counting_replays, timed_first_step
@@ -70,7 +70,8 @@ class Run:
     parts: StepParts
     """What the train step runs: the wrapped model, optimizer, precision, strategy, loss."""
     schedule: LRSchedule
-    normalizer: DeviceNormalizer
+    feed: DeviceFeed
+    """Brings the training and the validation batches to the device (data.device_feed), built once."""
     train_loader: object
     val_loader: object
     info: DatasetInfo
@@ -90,9 +91,6 @@ class Run:
     """(perf_counter, elapsed_s) when this attempt started; elapsed = e0 + now - t0."""
     compiling: CompileWatch | None = None
     """What torch.compile did (None for an eager model): the first step's time, the CUDA-graph replays."""
-    decoding: DecodeProcess | None = None
-    """The training batches' decode process (data.device_decode_process), started at the first epoch."""
-
     def elapsed_s(self) -> float:
         t0, e0 = self.clock_origin
         return e0 + time.perf_counter() - t0
@@ -176,8 +174,7 @@ def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, 
         return summary
     finally:
         run.records.close()
-        if run.decoding is not None:
-            run.decoding.close()
+        run.feed.close()  # the decode process, if the feed started one
 
 
 def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir) -> Run:
@@ -188,8 +185,8 @@ def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: Run
     # The data first: the class count comes from it, and the plan from its size.
     per_rank = per_rank_batch(cfg, env.world_size)
     train_loader, val_loader, info = build_loaders(
-        cfg.data, rank=env.rank, world_size=env.world_size, batch_size=per_rank,
-        val_batch_size=cfg.val_batch_size, seed=cfg.seed, device=device,  # data.decode "auto" resolved for it
+        for_device(cfg.data, device), rank=env.rank, world_size=env.world_size, batch_size=per_rank,  # data.decode
+        val_batch_size=cfg.val_batch_size, seed=cfg.seed,                                            # for it
     )
     plan = make_plan(cfg, env.world_size, info.train_size)
     if cfg.model.norm == "batch" and plan.per_rank_batch < 2 and not (cfg.sync_batchnorm and env.is_distributed):
@@ -211,19 +208,18 @@ def build_run(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: Run
                           optimizer=optimizer)
     checkpoints = CheckpointManager(run_dir.path / "checkpoints", keep_last=cfg.checkpoint.keep_last)
     sync = device_synchronizer(device)
-    decoding = decode_process_for(train_loader, device, enabled=cfg.data.device_decode_process,
-                                  ahead=cfg.data.device_ahead)
+    data = for_device(cfg.data, device)
+    feed = DeviceFeed(device, DeviceNormalizer(info.mean, info.std, device, channels_last=cfg.speed.channels_last),
+                      feed=data.device_feed, depth=data.device_feed_depth)
     return Run(
         cfg=cfg, env=env, device=device, plan=plan, model=replica.model, parts=replica.parts, schedule=schedule,
-        normalizer=DeviceNormalizer(info.mean, info.std, device, channels_last=cfg.speed.channels_last),
-        train_loader=train_loader, val_loader=val_loader, info=info,
+        feed=feed, train_loader=train_loader, val_loader=val_loader, info=info,
         state=RunState(replica.model, optimizer, schedule, precision, train_loader.sampler, checkpoints, device,
                        settings={**to_jsonable(cfg), "world_size": env.world_size}),
         windows=LogWindows(device, model=replica.model, strategy=replica.parts.strategy, compiled=cfg.speed.compile,
-                           reads=ReadMeter(count_reads(train_loader), also=decoding.pids if decoding else None),
+                           reads=ReadMeter(count_reads(train_loader), also=feed.pids),
                            sync=sync, clock=clock),
         sync=sync, compiling=CompileWatch.for_run(cfg.speed.compile, cfg.speed.compile_mode, device),
-        decoding=decoding,
     )
 
 
@@ -293,9 +289,7 @@ def _train_epoch(run: Run, progress: Progress) -> tuple[bool, int, float]:
     skipped: list[str] = []
     stopped = False
     # closed however the epoch ends (an error in a step too): a thread bringing batches ahead ends with it
-    prefetcher = DevicePrefetcher(run.train_loader, run.device, run.normalizer, ahead=cfg.data.device_ahead,
-                                  process=run.decoding)
-    with contextlib.closing(iter(prefetcher)) as batches:
+    with contextlib.closing(run.feed.batches(run.train_loader)) as batches:
         while progress.epoch_step < plan.steps_per_epoch and not stopped:
             run.schedule.apply(progress.step)
             micro = []
@@ -355,14 +349,20 @@ def _warn_if_input_bound(run: Run, epoch: int, record: dict) -> None:
         record["data_time_ms"] / 1000, record["step_time_ms"] / 1000, workers=run.cfg.data.num_workers,
         decode=run.info.decode or "not JPEG", cores=max(available_cores() // run.env.local_world_size, 1),
         batch_size=run.plan.per_rank_batch, cpu_s_per_image=record["host_cpu_ms_per_image"] / 1000,
-        device_type=run.device.type, decode_process=run.decoding is not None)
+        device_type=run.device.type, decode_process=_decode_process(run),
+        workers_kind="thread" if run.cfg.data.worker_threads else "process")
     if warning:
         run.warned_epoch = epoch
         run.records.message(warning)
 
 
+def _decode_process(run: Run) -> bool:
+    """Whether the training batches are decoded in a process of their own (data.device_feed=process)."""
+    return run.feed.decode_process(run.train_loader) is not None
+
+
 def _evaluate(run: Run) -> dict:
-    evaluation, unreadable = evaluate(run.model, run.val_loader, run.device, run.normalizer, run.parts.precision)
+    evaluation, unreadable = evaluate(run.model, run.val_loader, run.feed, run.parts.precision)
     _say_skipped(run, evaluation["val_skipped"], unreadable, "validation")
     return evaluation
 
@@ -424,7 +424,8 @@ def _summary(run: Run, progress: Progress, *, preempted: bool, signal: str | Non
         "kind": "train", "model": cfg.model.name, "data": cfg.data.name, "precision": cfg.precision,
         "world_size": run.env.world_size, "num_nodes": run.env.num_nodes, "device": run.device.type,
         "decode": run.info.decode,  # the decode path that ran (data.decode resolved); None: not JPEG
-        "decode_process": run.decoding is not None,  # the training batches decoded in a process of their own
+        "decode_process": _decode_process(run),  # the training batches decoded in a process of their own
+        "device_feed": run.feed.feed,
         "batch_size": plan.per_rank_batch, "global_batch_size": plan.global_batch,
         "dist_optimizer": cfg.strategy.dist_optimizer, "peak_lr": plan.peak_lr,
         "epochs_planned": plan.epochs, "epochs_completed": progress.epoch, "steps": progress.step,

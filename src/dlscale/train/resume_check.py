@@ -18,11 +18,14 @@ MAY_CHANGE = (
     "log_every", "checkpoint.", "pg_timeout_s", "target_accuracy", "name", "val_batch_size", "device",
     "deterministic", "speed.", "data.num_workers", "data.pin_memory", "data.persistent_workers",
     "data.prefetch_factor", "data.max_consecutive_bad", "data.on_bad_sample", "data.path", "data.download",
-    "data.val_image_size", "data.val_resize", "data.decode_chunk", "data.device_ahead", "data.device_decode_process",
-    "price_per_device_hour", "model.conv_init",
+    "data.val_image_size", "data.val_resize", "data.decode_chunk",
+    "data.device_ahead", "data.device_decode_process",  # data.device_feed's earlier settings, in older checkpoints
+    "data.workers_kind", "data.decoder", "data.device_feed", "data.device_feed_depth", "price_per_device_hour",
+    "model.conv_init",
 )
 """Settings (keys, or section prefixes ending in '.') that do not change what is trained (model.conv_init
-draws the first weights only, which a resumed run loads from its checkpoint)."""
+draws the first weights only, which a resumed run loads from its checkpoint; data.workers_kind makes the same
+batches; data.decoder the same crops and flips, its pixels within the decoders' tolerance, as a change of device)."""
 ADDED = {"data.device_decode_share": 1.0}
 """Settings that change what is trained, added after runs were checkpointed: a checkpoint without one ran with
 this value."""

@@ -1,6 +1,6 @@
 """The device decode path's device side: an EncodedBatch in, a uint8 Batch on the device out.
 
-DevicePrefetcher calls a DeviceDecodeStage on each EncodedBatch (on CUDA inside its side stream,
+The device feed (loop.py) calls a DeviceDecodeStage on each EncodedBatch (on CUDA on its feed's stream,
 while the device still runs the step before). The stage decodes the encoded rows in chunks of
 DevicePlan.chunk files, then makes each chunk's images in plain torch on the device:
 
@@ -12,11 +12,11 @@ and rounds them to uint8, so that DeviceNormalizer treats the batch as any other
 a mirror are each linear in the pixels, one axis at a time: a chunk's rows become two batched matrix
 products, (size x H) @ image @ (W x size), with the filter's weights (Pillow's antialiased bilinear
 triangle, as torch's interpolate(antialias=True)) placed at each row's box and mirrored where drawn
-(resample_weights). A few kernels per chunk, where a resize per image took about eight (2026-11-27, H100:
-53.6 device-ms per batch of 256 that way, more than the 45 ms training step it was to feed). Device
-memory per chunk: the chunk's images padded to its largest (1 byte per pixel and channel, 4 as float)
-and the weights (4 x size x (H + W) bytes per image; while one axis's are made, 8 x size x H or W more,
-made on the device: made on the host they held the H200's device loader at 129 img/s). Rows a worker decoded
+(resample_weights). A few kernels per chunk, where a resize per image takes about eight small ones
+(docs/profiling.md has what each cost on a GPU). Device memory per chunk: the chunk's images padded to its
+largest (1 byte per pixel and channel, 4 as float) and the weights (4 x size x (H + W) bytes per image;
+while one axis's are made, 8 x size x H or W more, made on the device from a few numbers per row: made on
+the host in float64 they cost more than the decode). Rows a worker decoded
 on the CPU are copied in. A row whose file the decoder refuses is picked up by the CPU path in this
 process (ImageDataset.sample_from of the plan's fallback data set) at that very file: decoded there
 if libjpeg can, else skipped and counted as the CPU path would (the next file, the same crop draw).
@@ -27,11 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch.nn import functional as F
 
 from dlscale.data.dataset import Batch
-from dlscale.data.decoders import ImageDecoder
+from dlscale.data.device.decoders import ImageDecoder
 from dlscale.data.encoded import DevicePlan, EncodedBatch
+from dlscale.data.transforms import center_crop_geometry
 
 
 @dataclass
@@ -75,34 +75,42 @@ class DeviceDecodeStage:
         return Batch(images, labels, tuple(path for path in first_bad if path is not None))
 
     def _decode_rows(self, batch: EncodedBatch, images: torch.Tensor) -> list[int]:
-        """Decode the encoded rows into images, chunk by chunk; the rows the decoder refused."""
-        lengths, sizes = batch.lengths.tolist(), batch.sizes.tolist()
+        """Decode the encoded rows into images, chunk by chunk; the rows the decoder refused. A decoder that
+        decodes regions (decoder.regions) is given each training row's crop box and decodes only that."""
+        lengths = batch.lengths.tolist()
         ends = torch.tensor(lengths, dtype=torch.int64).cumsum(0).tolist()
-        # Rows of one shape share a chunk (sorted by height, then width: a header's size), so that a chunk
-        # pads its images to little more than each one: ImageNet mixes 500 x 375 and 375 x 500 images,
-        # which padded together to 500 x 500 waste a third.
+        cropped = getattr(self.decoder, "regions", False) and self.plan.resize is None
+        boxes = batch.boxes.tolist()
+        # what each row decodes to, (width, height): its crop box, or the whole image (its header's size)
+        sizes = [box[2:] for box in boxes] if cropped else batch.sizes.tolist()
+        # Rows of one shape share a chunk (sorted by height, then width), so that a chunk pads its images to
+        # little more than each one: ImageNet mixes 500 x 375 and 375 x 500 images, which padded together to
+        # 500 x 500 waste a third.
         rows = sorted((row for row, length in enumerate(lengths) if length > 0),
                       key=lambda row: (sizes[row][1], sizes[row][0]))
         refused = []
         for start in range(0, len(rows), self.plan.chunk):
             chunk = rows[start:start + self.plan.chunk]
             files = [batch.data[ends[row] - lengths[row]:ends[row]] for row in chunk]  # views, no copies
+            found = self.decoder.decode(files, [boxes[row] for row in chunk]) if cropped else \
+                self.decoder.decode(files)
             decoded = {}
-            # The chunk's full-size images live until the loop moves to the next chunk.
-            for row, image in zip(chunk, self.decoder.decode(files), strict=True):
+            # The chunk's decoded images live until the loop moves to the next chunk.
+            for row, image in zip(chunk, found, strict=True):
                 width, height = sizes[row]
                 if image is None or tuple(image.shape) != (3, height, width):
                     refused.append(row)
                 else:
                     decoded[row] = image
             if decoded:
-                self._make(list(decoded.values()), batch, list(decoded), images)
+                self._make(list(decoded.values()), batch, list(decoded), images, cropped=cropped)
         self.counts.device += len(rows) - len(refused)
         return sorted(refused)  # in row order, as the CPU path meets them
 
-    def _make(self, decoded: list[torch.Tensor], batch: EncodedBatch, rows: list[int], images: torch.Tensor) -> None:
+    def _make(self, decoded: list[torch.Tensor], batch: EncodedBatch, rows: list[int], images: torch.Tensor, *,
+              cropped: bool = False) -> None:
         """Put the rows' output images, uint8 (3, size, size), made from their decoded uint8 (3, h, w) images,
-        into `images` at `rows`."""
+        into `images` at `rows`. cropped: the decoded images are the rows' crop boxes already."""
         heights = [image.shape[1] for image in decoded]
         widths = [image.shape[2] for image in decoded]
         if len(set(heights)) == 1 and len(set(widths)) == 1:  # a chunk of one shape (rows are sorted): one copy
@@ -111,19 +119,21 @@ class DeviceDecodeStage:
             padded = torch.zeros((len(decoded), 3, max(heights), max(widths)), dtype=torch.uint8, device=self.device)
             for k, image in enumerate(decoded):
                 padded[k, :, :image.shape[1], :image.shape[2]] = image
-        # The weights are made on the device from a few numbers per row, sent in one copy. Made on the host they
-        # held the H200's device loader at 129 img/s (2026-11-27); on the 2-core VM they take 1.0-1.6 s per
-        # batch of 256 rows of 500 x 375 images.
+        # The weights are made on the device from a few numbers per row, sent in one copy: made on the host (in
+        # float64, in the training process) they cost more than the decode (docs/profiling.md).
         index = torch.tensor(rows)
         if self.plan.resize is None:  # row, box (left, top, width, height), flip
             columns = [index, *batch.boxes[index].unbind(1), batch.flips[index]]
         else:  # row, height, width, the centre crop's top and left, the resized height and width
-            (left, top), (new_w, new_h) = _center_crop_geometry(torch.tensor(widths), torch.tensor(heights),
-                                                                self.plan.resize, self.plan.size)
+            geometry = torch.tensor([center_crop_geometry(w, h, resize=self.plan.resize, size=self.plan.size)
+                                     for w, h in zip(widths, heights, strict=True)], dtype=torch.float64)
+            new_w, new_h, left, top = geometry.reshape(-1, 4).unbind(1)
             columns = [index, torch.tensor(heights), torch.tensor(widths), top, left, new_h, new_w]
         numbers = self._to_device(torch.stack([c.double() for c in columns], 1))
         if self.plan.resize is None:
             left, top, width, height, flip = numbers[:, 1:].unbind(1)
+            if cropped:  # the box starts at the decoded image's corner
+                left, top = torch.zeros_like(left), torch.zeros_like(top)
             rows_w = resample_weights(self.plan.size, start=top, length=height, extent=padded.shape[2])
             cols_w = resample_weights(self.plan.size, start=left, length=width, extent=padded.shape[3],
                                       mirror=flip != 0)
@@ -181,62 +191,5 @@ def apply_weights(images: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) 
     return _to_uint8(out)
 
 
-def _center_crop_geometry(widths: torch.Tensor, heights: torch.Tensor, resize: int,
-                          size: int) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
-    """Per row: the centre crop's (left, top) in the resized image and the resized (width, height), as
-    resize_center_crop computes them."""
-    lefts, tops, new_ws, new_hs = [], [], [], []
-    for width, height in zip(widths.tolist(), heights.tolist(), strict=True):
-        if width <= height:
-            new_w, new_h = resize, int(resize * height / width)
-        else:
-            new_w, new_h = int(resize * width / height), resize
-        lefts.append(int(round((new_w - size) / 2.0)))
-        tops.append(int(round((new_h - size) / 2.0)))
-        new_ws.append(new_w)
-        new_hs.append(new_h)
-    as_tensor = lambda values: torch.tensor(values, dtype=torch.float64)  # noqa: E731
-    return (as_tensor(lefts), as_tensor(tops)), (as_tensor(new_ws), as_tensor(new_hs))
-
-
-def _resize(image: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """A uint8 (3, h, w) image (a view is fine) as float (3, height, width), bilinear and antialiased
-    (torch's filter for Pillow's BILINEAR; CUDA has no uint8 kernel for it, so the float copy)."""
-    batch = image.unsqueeze(0).float()
-    if tuple(image.shape[1:]) == (height, width):
-        return batch[0]
-    return F.interpolate(batch, size=(height, width), mode="bilinear", antialias=True, align_corners=False)[0]
-
-
 def _to_uint8(image: torch.Tensor) -> torch.Tensor:
     return image.round_().clamp_(0, 255).to(torch.uint8)
-
-
-def crop_resize(image: torch.Tensor, box: list[int], size: int, flip: bool) -> torch.Tensor:
-    """The training crop of one image, with torch's own resize: box (left, top, width, height) of a uint8
-    (3, H, W) image, resized to size x size and mirrored if flip, as uint8. The reference the batched
-    weights (resample_weights) are tested against."""
-    left, top, width, height = box
-    out = _resize(image[:, top:top + height, left:left + width], size, size)
-    return _to_uint8(out.flip(-1) if flip else out)
-
-
-def resize_center_crop(image: torch.Tensor, resize: int, size: int) -> torch.Tensor:
-    """The validation view of one image, with torch's own resize (the batched weights' reference): the
-    shorter side resized to `resize` (the longer one scaled and truncated as transforms.ResizeShorter does),
-    then the central size x size (transforms.CenterCrop's offsets;
-    zeros where the crop is larger than the image, as Pillow pads), as uint8."""
-    height, width = image.shape[1:]
-    if width <= height:
-        new_width, new_height = resize, int(resize * height / width)
-    else:
-        new_width, new_height = int(resize * width / height), resize
-    resized = _resize(image, new_height, new_width)
-    left, top = int(round((new_width - size) / 2.0)), int(round((new_height - size) / 2.0))
-    out = resized.new_zeros((3, size, size))
-    # The part of the crop box inside the resized image, in crop and in image coordinates.
-    x0, y0 = max(left, 0), max(top, 0)
-    x1, y1 = min(left + size, new_width), min(top + size, new_height)
-    if x1 > x0 and y1 > y0:
-        out[:, y0 - top:y1 - top, x0 - left:x1 - left] = resized[:, y0:y1, x0:x1]
-    return _to_uint8(out)

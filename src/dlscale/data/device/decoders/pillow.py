@@ -18,8 +18,8 @@ class PillowDecoder:
         self.device = torch.device(device)
 
     @staticmethod
-    def unavailable(device: torch.device) -> str | None:
-        return None
+    def unavailable(device: torch.device | None) -> str | None:
+        return "the batches stay on the host" if device is None else None
 
     def decode(self, files: list[torch.Tensor]) -> list[torch.Tensor | None]:
         return [self._one(file) for file in files]

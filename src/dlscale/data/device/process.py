@@ -1,12 +1,10 @@
-"""The device decode in a process of its own (data.device_decode_process).
+"""The device decode in a process of its own (data.device_feed=process).
 
-nvJPEG's batched decode synchronises the whole device of the process that calls it: on an H100
-(2026-11-27, benchmarks/decode_overlap.py, docs/benchmarks.md "third run") a decode beside 199 ms of
-queued work took 237-240 ms whether that work ran on torch's default stream or a stream of its own, and
-torch.profiler counted a cudaDeviceSynchronize per decode. In the training process each decode therefore
-waits for every step queued before it, whatever thread or stream runs it. A device-wide synchronisation
-waits only for the work of its own process's CUDA context: in a process of their own, the decodes wait for
-each other and not for the training step.
+On an H100 the device path's decode, called in the training process, returned only after the work queued
+before it, whether that work ran on torch's default stream or a stream of its own (benchmarks/decode_overlap.py,
+docs/benchmarks.md): a device-wide synchronisation, or allocations and frees that the driver serialises with
+the queued work, would both do that. Either waits only for the work of its own process's CUDA context: in a
+process of their own, the decodes wait for each other and not for the training step.
 
 DecodeProcess runs the DeviceDecodeStage of a DevicePlan in a spawned process. The training process
 sends it the loader's EncodedBatch (its tensors in shared memory, where the loader workers put them)
@@ -47,16 +45,16 @@ import torch
 import torch.multiprocessing as mp
 
 from dlscale.data.dataset import Batch
-from dlscale.data.decoders import build_decoder
-from dlscale.data.device_decode import DecodeCounts, DeviceDecodeStage
+from dlscale.data.device.decoders import build_decoder
+from dlscale.data.device.stage import DecodeCounts, DeviceDecodeStage
 from dlscale.data.encoded import DevicePlan, EncodedBatch
 from dlscale.errors import DataError
 
 POLL_S = 1.0
 """How often a waiting side looks whether the other one is still there, or asked to stop."""
 REPLY_TIMEOUT_S = 600.0
-"""The longest wait for one batch from a live decode process (a batch of 512 full-size ImageNet JPEGs decodes
-in well under a second on an H100; its CPU fallback rows in seconds)."""
+"""The longest wait for one batch from a live decode process (a batch of full-size ImageNet JPEGs decodes in
+well under a second on a GPU; its CPU fallback rows in seconds): longer is a decode process that is stuck."""
 IGNORED_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR1", "SIGUSR2")
                         if hasattr(signal, name))
 """Signals the decode process ignores: they are the training process's to act on (dlscale.train.signals)."""
@@ -136,7 +134,7 @@ class DecodeProcess:
         while True:
             process = self._process
             if process is None:
-                raise DataError("the decode process (data.device_decode_process) was closed while batches were "
+                raise DataError("the decode process (data.device_feed=process) was closed while batches were "
                                 "still asked of it")
             try:
                 seq, payload = self._replies.get(timeout=POLL_S)
@@ -150,7 +148,7 @@ class DecodeProcess:
                 if not process.is_alive():
                     raise self._ended(process) from None
                 if time.monotonic() - waited_since > REPLY_TIMEOUT_S:
-                    raise DataError(f"the decode process (data.device_decode_process) sent no batch for "
+                    raise DataError(f"the decode process (data.device_feed=process) sent no batch for "
                                     f"{REPLY_TIMEOUT_S:.0f} s while batch {self._expected} was in it") from None
                 continue
             if isinstance(payload, _Slot):  # a slot made (or made anew, larger): kept mapped from now on
@@ -161,7 +159,7 @@ class DecodeProcess:
             if seq < self._expected:  # an earlier map's batch, closed before it arrived
                 continue
             if seq > self._expected:  # the queue drops a message it cannot send: never take another batch for it
-                raise DataError(f"the decode process (data.device_decode_process) sent batch {seq} where batch "
+                raise DataError(f"the decode process (data.device_feed=process) sent batch {seq} where batch "
                                 f"{self._expected} was due: a reply was lost (its output says why)")
             self._expected = seq + 1
             if isinstance(payload, _Failed):
@@ -169,16 +167,16 @@ class DecodeProcess:
             return self._copy(payload)
 
     def _ended(self, process) -> DataError:
-        return DataError(f"the decode process (data.device_decode_process) ended with exit code {process.exitcode} "
+        return DataError(f"the decode process (data.device_feed=process) ended with exit code {process.exitcode} "
                          f"while batch {self._expected} was in it (its own output says why; a GPU in "
-                         "exclusive-process compute mode admits one process: drop data.device_decode_process there)")
+                         "exclusive-process compute mode admits one process: use data.device_feed=thread there)")
 
     def _copy(self, decoded: _Decoded) -> Batch:
         """The batch's images copied out of their slot on the current stream, the copy complete: the request
         that reuses the slot may go."""
         slot = self._slots.get(decoded.index)
         if slot is None or slot.shape[0] < decoded.rows:  # its _Slot message was lost
-            raise DataError(f"the decode process (data.device_decode_process) made batch {self._expected - 1} in "
+            raise DataError(f"the decode process (data.device_feed=process) made batch {self._expected - 1} in "
                             f"slot {decoded.index}, which did not reach this process whole (its output says why)")
         for name, value in decoded.counts.items():
             setattr(self.counts, name, getattr(self.counts, name) + value)
@@ -232,15 +230,6 @@ def _indexed(device: torch.device) -> torch.device:
     return device
 
 
-def decode_process_for(loader, device: torch.device | str, *, enabled: bool, ahead: int) -> DecodeProcess | None:
-    """The decode process for a loader of encoded batches when data.device_decode_process asks for one (None for
-    other loaders: nothing is decoded on the device there)."""
-    plan = getattr(getattr(loader, "dataset", None), "device_plan", None)
-    if not enabled or plan is None:
-        return None
-    return DecodeProcess(plan, device, ahead=max(ahead, 2))
-
-
 @dataclasses.dataclass
 class _Slot:
     """A slot of the ring, sent once, when the decode process makes it."""
@@ -287,7 +276,7 @@ def _serve(plan: DevicePlan, device: str, ahead: int, requests, replies, parent:
         torch.cuda.set_device(where)
     else:
         torch.set_num_threads(1)  # the CPU stand-in: the loader workers and the training have the cores
-    stage = DeviceDecodeStage(plan, build_decoder(where))
+    stage = DeviceDecodeStage(plan, build_decoder(where, plan.decoder))
     slots: dict[int, torch.Tensor] = {}
     while True:
         try:

@@ -1,0 +1,211 @@
+"""Loader threads against worker processes, and both against one thread in the process: images per CPU-second.
+
+    python benchmarks/input_threads.py                            # dlscale data make-jpegs' tree, made in a temp folder
+    python benchmarks/input_threads.py --data TREE --workers 2 --rounds 5 --json threads.json
+    python benchmarks/input_threads.py --train-rounds 2           # also dlscale train's data wait per step
+
+Each round measures, in a rotated order (so that drift of a shared machine hits every setting alike), the train
+split of a JPEG tree through the fast decode path (FastRandomResizedCrop to --crop px and a flip, per-sample seeded):
+
+    one thread      ImageDataset's samples one after another in this process, on one intra-op thread
+    threads         the thread pipeline (data.workers_kind=thread, --workers threads), its batches in pinned-or-not
+                    memory as training gets them: dlscale.bench.loader.measure_setting, as `dlscale loader` measures
+    processes       the same with DataLoader worker processes (data.workers_kind=process)
+    1 thread        the thread pipeline with one thread (the wall-time scaling of --workers threads over it)
+    torchdata       torchdata.nodes' ParallelMapper(method="thread") + Batcher + the same collation, where torchdata
+                    imports (a peer: the library the thread pipeline was weighed against)
+
+Images per CPU-second count the CPU time of this process and of its worker processes (/proc), so other load on the
+machine counts less than in wall time. Ratios are taken within a round and their median over rounds is reported:
+threads / one thread and processes / one thread per CPU-second (goal for threads: >= 0.95), and --workers threads /
+1 thread in wall time (goal: >= 1.8x with 2 threads on a quiet machine).
+
+--train-rounds N also runs `dlscale train` (ResNet-18 of width 16 at 64 px, batch 32, one epoch, --workers loader
+workers) N times with threads and N times with processes, alternated, and reports the data wait per step (the log
+windows' data_time_ms after each epoch's first window) and the steady images per second of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from dlscale.bench.loader import measure_setting
+from dlscale.config import DataConfig
+from dlscale.data import build_loaders
+from dlscale.data.dataset import collate_samples
+from dlscale.data.jpeg_tree import write_tree
+from dlscale.data.transforms import pillow_build
+from dlscale.metrics.proc_io import sum_counters
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def one_thread(cfg: DataConfig, *, images: int, seed: int) -> dict:
+    """ImageDataset's samples one after another in this process on one intra-op thread: the per-core baseline."""
+    loader, _, _ = build_loaders(replace(cfg, num_workers=0), rank=0, world_size=1, batch_size=1, seed=seed)
+    keys = [(0, index) for index in range(len(loader.dataset))][:images]
+    dataset, threads = loader.dataset, torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for key in keys[:8]:  # warm
+            dataset[key]
+        cpu, wall = time.process_time(), time.perf_counter()
+        for key in keys:
+            dataset[key]
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    finally:
+        torch.set_num_threads(threads)
+    return {"images_per_cpu_s": len(keys) / cpu, "images_per_s": len(keys) / wall}
+
+
+def torchdata_threads(cfg: DataConfig, *, batch_size: int, batches: int, seed: int) -> dict | None:
+    """torchdata.nodes' thread mapper over the same samples, batched and collated as the DataLoader does; None
+    where torchdata does not import."""
+    try:
+        from torchdata import nodes
+    except ImportError:
+        return None
+    loader, _, _ = build_loaders(replace(cfg, num_workers=0), rank=0, world_size=1, batch_size=batch_size, seed=seed)
+    keys = [(0, index) for index in range(len(loader.dataset))][:batch_size * (batches + 2)]
+    node = nodes.ParallelMapper(nodes.IterableWrapper(keys), map_fn=loader.dataset.__getitem__,
+                                num_workers=cfg.num_workers, method="thread", in_order=True)
+    node = nodes.Mapper(nodes.Batcher(node, batch_size=batch_size), map_fn=collate_samples)
+    stream = iter(nodes.Loader(node))
+    for _ in range(2):
+        next(stream)
+    before, wall = sum_counters([os.getpid()]), time.perf_counter()
+    count = sum(len(next(stream).labels) for _ in range(batches))
+    wall, cpu = time.perf_counter() - wall, sum_counters([os.getpid()])["cpu_s"] - before["cpu_s"]
+    del stream
+    return {"images_per_cpu_s": count / cpu, "images_per_s": count / wall}
+
+
+def loader_round(cfg: DataConfig, order: list[str], *, workers: int, batch_size: int, batches: int,
+                 seed: int) -> dict[str, dict]:
+    figures = {}
+    for name in order:
+        if name == "one thread":
+            figures[name] = one_thread(cfg, images=batch_size * batches, seed=seed)
+        elif name == "torchdata":
+            found = torchdata_threads(replace(cfg, num_workers=workers), batch_size=batch_size, batches=batches,
+                                      seed=seed)
+            if found is not None:
+                figures[name] = found
+        else:
+            kind, count = {"threads": ("thread", workers), "processes": ("process", workers),
+                           "1 thread": ("thread", 1)}[name]
+            row = measure_setting(replace(cfg, num_workers=count, workers_kind=kind), batch_size=batch_size,
+                                  batches=batches, warmup=2 * count, seed=seed)
+            figures[name] = {key: row[key] for key in ("images_per_cpu_s", "images_per_s", "cpu_cores_busy")}
+        said = figures.get(name)
+        print(f"  {name:>10}: " + (f"{said['images_per_cpu_s']:7.1f} img/CPU-s, {said['images_per_s']:7.1f} img/s"
+                                   if said else "torchdata does not import: left out"), flush=True)
+    return figures
+
+
+def ratios(rounds: list[dict[str, dict]]) -> dict[str, float]:
+    """Medians over rounds of the ratios taken within each round."""
+    def median(top: str, bottom: str, key: str) -> float | None:
+        values = [r[top][key] / r[bottom][key] for r in rounds if top in r and bottom in r]
+        return statistics.median(values) if values else None
+
+    out = {"threads / one thread, img per CPU-s": median("threads", "one thread", "images_per_cpu_s"),
+           "processes / one thread, img per CPU-s": median("processes", "one thread", "images_per_cpu_s"),
+           "threads / processes, img per CPU-s": median("threads", "processes", "images_per_cpu_s"),
+           "threads / processes, img/s": median("threads", "processes", "images_per_s"),
+           "threads / 1 thread, img/s": median("threads", "1 thread", "images_per_s"),
+           "torchdata / threads, img per CPU-s": median("torchdata", "threads", "images_per_cpu_s"),
+           "torchdata / threads, img/s": median("torchdata", "threads", "images_per_s")}
+    return {name: value for name, value in out.items() if value is not None}
+
+
+def train_once(tree: Path, out: Path, kind: str, workers: int) -> dict:
+    """One epoch of `dlscale train` with `workers` loader workers of `kind`: the data wait and step per log window."""
+    argv = [sys.executable, "-m", "dlscale", "train", "--config", "cpu:default", "--data", str(tree),
+            "--set", "data.name=imagefolder", "--set", "model.name=resnet18", "--set", "model.width=16",
+            "--set", "data.image_size=64", "--set", "global_batch_size=32", "--set", "schedule.epochs=1",
+            "--set", "schedule.warmup_epochs=0", "--set", "log_every=5", "--set", "checkpoint.enabled=false",
+            "--set", f"data.num_workers={workers}", "--set", f"data.workers_kind={kind}",
+            "--output-dir", str(out), "--name", f"{kind}-{time.monotonic_ns()}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run(argv, cwd=out, env=env, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise SystemExit(f"dlscale train with {kind} workers failed:\n{done.stderr[-2000:]}")
+    run = max(out.iterdir(), key=lambda path: path.stat().st_mtime)
+    windows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steady = [w for w in windows if w.get("record", "train") == "train" and w.get("iteration", 0) > 5]
+    return {"data_ms_per_step": statistics.fmean(w["data_time_ms"] for w in steady),
+            "step_ms": statistics.fmean(w["step_time_ms"] for w in steady),
+            "img_per_s": statistics.fmean(w["throughput_img_per_s"] for w in steady), "windows": len(steady)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", type=Path, default=None, help="a JPEG tree (default: dlscale data make-jpegs' own)")
+    p.add_argument("--workers", type=int, default=2, help="threads and processes (2)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batches", type=int, default=20, help="timed batches per setting and round (20)")
+    p.add_argument("--crop", type=int, default=224)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--train-rounds", type=int, default=0, help="dlscale train runs per kind (0: none)")
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = args.data
+        if tree is None:
+            tree = Path(scratch) / "jpegs"
+            write_tree(tree, train=2560, val=256, classes=10, unique=256, processes=os.cpu_count() or 1)
+        cfg = DataConfig(name="imagefolder", path=str(tree), image_size=args.crop, decode="fast")
+        print(f"{tree}: {args.workers} workers, batch {args.batch_size}, {args.batches} batches per setting, "
+              f"{args.crop} px, {pillow_build()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
+        names = ["one thread", "threads", "processes", "1 thread", "torchdata"]
+        rounds = []
+        for k in range(args.rounds):
+            order = names[k % len(names):] + names[:k % len(names)]
+            print(f"round {k + 1} (load {os.getloadavg()[0]:.1f})", flush=True)
+            rounds.append(loader_round(cfg, order, workers=args.workers, batch_size=args.batch_size,
+                                       batches=args.batches, seed=k))
+        result = {"setup": {"workers": args.workers, "batch_size": args.batch_size, "batches": args.batches,
+                            "crop": args.crop, "pillow": pillow_build(), "torch": torch.__version__,
+                            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+                  "rounds": rounds, "ratios": ratios(rounds)}
+        for name, value in result["ratios"].items():
+            print(f"{name:>40}: {value:.3f}", flush=True)
+        if args.train_rounds:
+            result["train"] = train_rounds(tree, Path(scratch), args.train_rounds, args.workers)
+        result["load_end"] = os.getloadavg()[0]
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def train_rounds(tree: Path, scratch: Path, rounds: int, workers: int) -> dict:
+    out = scratch / "train"
+    out.mkdir()
+    runs: dict[str, list[dict]] = {"thread": [], "process": []}
+    for k in range(rounds):
+        for kind in (("thread", "process") if k % 2 == 0 else ("process", "thread")):
+            runs[kind].append(train_once(tree, out, kind, workers))
+            said = runs[kind][-1]
+            kinds = f"{kind}es" if kind == "process" else f"{kind}s"
+            print(f"train, {workers} {kinds}: {said['data_ms_per_step']:.1f} ms data wait of a {said['step_ms']:.1f} "
+                  f"ms step, {said['img_per_s']:.1f} img/s", flush=True)
+    ratio = [t["img_per_s"] / p["img_per_s"] for t, p in zip(runs["thread"], runs["process"], strict=True)]
+    print(f"train: threads / processes, img/s: {statistics.median(ratio):.3f}", flush=True)
+    return {"runs": runs, "threads / processes, img/s": statistics.median(ratio)}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,33 @@
+"""benchmarks/input_threads.py on a tiny tree: every setting measured in each round, the ratios taken within
+rounds, its JSON; no speed is asserted (the script measures, docs/profiling.md records)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from commands import run_process
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_it_measures_threads_processes_and_one_thread_and_takes_their_ratios_within_rounds(tmp_path):
+    made = run_process([sys.executable, "-m", "dlscale", "data", "make-jpegs", str(tmp_path / "jpegs"), "--train",
+                        "64", "--val", "4", "--classes", "2", "--unique", "4", "--size", "96x72", "--processes", "1"],
+                       ROOT)
+    assert made.returncode == 0, made.stderr
+    out = run_process([sys.executable, "benchmarks/input_threads.py", "--data", str(tmp_path / "jpegs"), "--rounds",
+                       "2", "--batches", "3", "--batch-size", "8", "--crop", "32", "--json", str(tmp_path / "t.json")],
+                      ROOT)
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tmp_path / "t.json").read_text())
+    assert len(result["rounds"]) == 2
+    for figures in result["rounds"]:
+        assert {"one thread", "threads", "processes", "1 thread"} <= set(figures)
+        assert all(f["images_per_cpu_s"] > 0 and f["images_per_s"] > 0 for f in figures.values())
+    first = result["rounds"][0]
+    within = [r["threads"]["images_per_cpu_s"] / r["processes"]["images_per_cpu_s"] for r in result["rounds"]]
+    assert result["ratios"]["threads / processes, img per CPU-s"] == pytest.approx(sorted(within)[0] / 2
+                                                                                 + sorted(within)[1] / 2)
+    assert first["threads"]["images_per_s"] > 0 and "threads / one thread, img per CPU-s" in out.stdout
