@@ -127,7 +127,7 @@ def test_a_decode_process_that_stops_answering_is_named_and_a_stopping_consumer_
         started = time.monotonic()
         batches.close()  # a preemption: the thread waiting for the decode process ends with the epoch
         assert time.monotonic() - started < 30
-        assert not [thread for thread in threading.enumerate() if thread.name == "dlscale-prefetch"]
+        assert not [thread for thread in threading.enumerate() if thread.name == "dlscale-feed"]
         monkeypatch.setattr(decode_process, "REPLY_TIMEOUT_S", 2.0)
         with pytest.raises(DataError, match="sent no batch for 2 s"):
             _batches(loader, 1, process=process)
