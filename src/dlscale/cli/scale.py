@@ -130,7 +130,7 @@ def command_facts(command: str, args: tuple[str, ...], sets: tuple = ()) -> Comm
     cfg, _ = resolve_config(ns)
     for key, values in sets:  # every swept value checked by the config's own rules, before any point starts
         for value in values:
-            resolve_config(argparse.Namespace(**{**vars(ns), "overrides": [*ns.overrides, f"{key}={value}"]}))
+            resolve_config(ns, also=[f"{key}={value}"])
     return CommandFacts(batch_size=cfg.batch_size, global_batch_size=cfg.global_batch_size,
                         accumulation_steps=cfg.optim.accumulation_steps, fixed=fixed)
 
