@@ -41,7 +41,10 @@ def run(args: argparse.Namespace) -> int:
     finally:
         shutdown()
     if env.is_main:
-        _print_summary(summary)
+        if summary.get("already_finished"):
+            print(summary["already_finished"], flush=True)
+        else:
+            _print_summary(summary)
     return 0
 
 
