@@ -116,7 +116,7 @@ def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path
         run_dir = RunDir(Path(output_dir) / (cfg.name or run_name))
         lock = _claim(run_dir, env, raport_file)  # before anything is built or written: one run per directory
         try:
-            done = broadcast_from_main(finished(run_dir.path, cfg) if env.is_main else None)
+            done = _finished(run_dir, cfg, env)
             if done is not None:  # run again, a finished run says so and changes nothing (train/finished.py)
                 line, summary = done
                 if resume != "auto":  # asked to train it from the start or from a checkpoint: refused
@@ -144,6 +144,20 @@ def _claim(run_dir: RunDir, env: DistEnv, raport_file: str | None) -> RunDir | N
         kind, message = found
         raise error or (StorageError if kind == "StorageError" else ConfigError)(message)
     return lock
+
+
+def _finished(run_dir: RunDir, cfg: TrainConfig, env: DistEnv) -> tuple[str, dict] | None:
+    """Rank 0's finished() on every rank; its refusal of the settings raised on every rank."""
+    found, refused = None, None
+    if env.is_main:
+        try:
+            found = finished(run_dir.path, cfg, env.world_size)
+        except ConfigError as error:
+            refused = str(error)
+    found, refused = broadcast_from_main((found, refused))
+    if refused is not None:
+        raise ConfigError(refused)
+    return found
 
 
 def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, preemption: PreemptionHandler, *,
