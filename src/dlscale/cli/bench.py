@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from dlscale.cli import DefaultsHelpFormatter, numbers, paths
-from dlscale.cli.common import add_strategy_arguments, strategy_from_args
+from dlscale.cli.common import add_strategy_arguments, say_if_not_the_models_speed, strategy_from_args
 from dlscale.cli.output import claim_outputs, write_summary_file
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.config import PRECISIONS, BenchConfig, StrategyConfig
@@ -247,6 +247,7 @@ def run(args: argparse.Namespace) -> int:
         if env.is_main:
             cfg = next(c for c in cfgs if c.batch_size == summary["batch_size"])
             config = write_run(run_dir, cfg, env, summary)
+            say_if_not_the_models_speed(run_dir.path, "the img/sec figures above are")
             _print_extras(summary)
             if "batch_curve" in summary:
                 say("\n".join([*curve_lines(summary["batch_curve"]), f"The figures above and summary.json's top "

@@ -28,6 +28,8 @@ from dlscale.config.data import ON_BAD_SAMPLE
 from dlscale.config.presets import Override, setting_type, shipped_presets
 from dlscale.config.sections import DIST_OPTIMIZERS, DYNAMIC_SCHEDULES, TOPOLOGY_NAMES
 from dlscale.errors import ConfigError
+from dlscale.metrics.host_load import marked, run_disturbance
+from dlscale.rundir import read_run
 
 
 @dataclass(frozen=True)
@@ -211,3 +213,11 @@ def parse_command_flags(command: str, args: Sequence[str], *, where: str) -> arg
         return parsed
     except _ArgumentError as error:
         raise ConfigError(f"{where} are not valid for dlscale {command}: {error}") from None
+
+
+def say_if_not_the_models_speed(path, figures: str) -> None:
+    """The line that marks a finished run's rates when its own record shows they are not the model's speed
+    (metrics/host_load.py: the same verdict as report's marks and explain's host cause)."""
+    reason = run_disturbance(read_run(path))
+    if reason:
+        print(marked(figures, reason), flush=True)

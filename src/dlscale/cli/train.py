@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from dlscale.cli import paths
-from dlscale.cli.common import TRAIN_FLAGS, add_config_arguments, add_setting_flags, resolve_config
+from dlscale.cli.common import (
+    TRAIN_FLAGS,
+    add_config_arguments,
+    add_setting_flags,
+    resolve_config,
+    say_if_not_the_models_speed,
+)
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.metrics.ranks import describe
 
@@ -45,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
             print(summary["already_finished"], flush=True)
         else:
             _print_summary(summary)
+            if not summary["preempted"]:
+                say_if_not_the_models_speed(Path(args.output_dir) / (cfg.name or preset), "this run's img/s are")
     return 0
 
 
