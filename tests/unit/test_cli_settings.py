@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 import pytest
 import torch
+from cli_fuzz import leaves
 
 from dlscale import cli
 from dlscale.cli.common import SETTING_FLAGS, STRATEGY_FLAGS, TRAIN_FLAGS, resolve_config
@@ -127,6 +128,16 @@ def test_cudnn_autotuning_on_a_cpu_names_what_the_command_takes(capsys):
     assert suggested == {"--cudnn-benchmark"} <= bench_flags and "--set" not in str(bench.value)
     assert str(train.value).endswith("set speed.cudnn_benchmark=false (--set)")
     resolved("--set", "speed.cudnn_benchmark=false")  # what it suggests to train is a setting it takes
+
+
+def test_every_option_has_help_and_no_help_says_default_none(capsys):
+    bare = [f"{' '.join(words)} {a.option_strings[-1]}" for words, parser in leaves().items() for a in parser._actions
+            if a.option_strings and not a.help and a.dest != "help"]
+    assert set(bare) <= {"loader --seed", "predict --image-size"}, bare  # cli/loader.py, cli/predict.py: elsewhere
+    for command in ("bench", "comm", "slurm", "train", "scale"):
+        assert cli.main([command, "--help"]) == 0
+        shown = " ".join(capsys.readouterr().out.split())
+        assert "(default: None)" not in shown and "(default: False)" not in shown, command
 
 
 def test_bench_help_states_each_default_once(capsys):
