@@ -116,3 +116,14 @@ def test_a_train_run_is_judged_by_its_log_windows(tmp_path):
     (path / "metrics.jsonl").write_text("".join(json.dumps(w) + "\n" for w in windows))
     reason = run_disturbance(read_run(path))
     assert reason.startswith("its 95% interval (+-104.") and "is wider than its mean (49.8 img/s)" in reason
+
+
+def test_a_record_the_reader_refuses_leaves_the_finished_command_alone(tmp_path, capsys):
+    """A train run resumed at the end of an epoch's steps records that epoch at 0 img/s, which the reader refuses
+    (report and explain name it); the command that wrote it has ended well and says nothing more."""
+    from dlscale.cli.common import say_if_not_the_models_speed
+
+    path = write_run(tmp_path, "t", kind="train", world_size=1, total_ips=50.0,
+                     history=[{"epoch": 0, "throughput_img_per_s": 0.0}])
+    say_if_not_the_models_speed(path, "this run's img/s are")
+    assert capsys.readouterr().out == ""

@@ -217,7 +217,11 @@ def parse_command_flags(command: str, args: Sequence[str], *, where: str) -> arg
 
 def say_if_not_the_models_speed(path, figures: str) -> None:
     """The line that marks a finished run's rates when its own record shows they are not the model's speed
-    (metrics/host_load.py: the same verdict as report's marks and explain's host cause)."""
-    reason = run_disturbance(read_run(path))
+    (metrics/host_load.py: the same verdict as report's marks and explain's host cause). A record the reader
+    refuses is left to report and explain to name: the run itself has ended well."""
+    try:
+        reason = run_disturbance(read_run(path))
+    except ConfigError:
+        return
     if reason:
         print(marked(figures, reason), flush=True)
