@@ -129,7 +129,8 @@ def add_setting_flags(p: argparse.ArgumentParser, table: Sequence[SettingFlag]) 
         kwargs: dict[str, Any] = {"default": None, "help": f"{row.help} (sets {row.key})", "key": row.key,
                                   "clears": row.clears}
         if hint is bool:
-            kwargs.update(nargs=0, const=True if row.value is None else row.value)
+            value = True if row.value is None else row.value
+            kwargs.update(nargs=0, const=value, help=f"{row.help} (sets {row.key}={str(value).lower()})")
         else:
             choices = row.choices or (typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else None)
             kind = row.type or (paths.TEXT if hint is str and not choices else None)
