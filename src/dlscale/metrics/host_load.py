@@ -222,16 +222,19 @@ def load_samples(record: Mapping) -> str:
 def run_disturbance(run: Run) -> str | None:
     """disturbance() of a run as its directory records it (metrics/host_load.py's record in env.json and
     summary.json; bench: its iterations' interval; train: its steady log windows' rates)."""
-    own = run_evidence(run)
-    return " and ".join(own) + load_samples(host_record(run)) if own else None
+    return disturbance(host_record(run), **_measured(run))
 
 
 def run_evidence(run: Run) -> list[str]:
     """own_evidence() of a run as its directory records it."""
+    return own_evidence(host_record(run), **_measured(run))
+
+
+def _measured(run: Run) -> dict:
     mean, ci95 = rate_spread(run)
     total, compute = run.steady_rates()
-    computing = total / compute if total and compute else 1.0
-    return own_evidence(host_record(run), cpu=run.device == "cpu", mean=mean, ci95=ci95, computing=computing)
+    return {"cpu": run.device == "cpu", "mean": mean, "ci95": ci95,
+            "computing": total / compute if total and compute else 1.0}
 
 
 def host_record(run: Run) -> dict:
