@@ -410,7 +410,8 @@ def gather_breakdowns(local: dict, device: torch.device) -> list[dict]:
         entry = {"rank": rank, **{key: None if math.isnan(ranks[key][rank]) else ranks[key][rank]
                                   for key in BREAKDOWN_KEYS}}
         comm, exposed = entry["comm_ms"], entry["exposed_comm_ms"]
-        entry["overlap_pct"] = 100 * max(comm - exposed, 0.0) / comm if comm else None
+        # min: with nothing exposed, 100 x comm / comm can round to 100.00000000000001
+        entry["overlap_pct"] = min(100 * max(comm - exposed, 0.0) / comm, 100.0) if comm else None
         rows.append(entry)
     return rows
 

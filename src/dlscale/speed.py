@@ -94,10 +94,13 @@ class SpeedOptions:
         fused = self.fused_optimizer if self.fused_optimizer is not None else device.type == "cuda"
         return replace(self, fused_optimizer=fused)
 
-    def apply_globals(self, device: torch.device) -> None:
+    def apply_globals(self, device: torch.device, *, flags: bool = False) -> None:
+        """torch's global switches for these options on `device`; an option the device cannot run is one line
+        saying how to drop it: the flag where the options came from flags (`dlscale bench`), else the setting."""
         if self.cudnn_benchmark and device.type != "cuda":
-            raise DeviceError("--cudnn-benchmark (speed.cudnn_benchmark in presets) needs a CUDA device; drop it on "
-                              "the CPU, e.g. --set speed.cudnn_benchmark=false")
+            drop = "drop --cudnn-benchmark" if flags else "set speed.cudnn_benchmark=false (--set)"
+            raise DeviceError(f"cuDNN autotuning (--cudnn-benchmark, speed.cudnn_benchmark) needs a CUDA device, this "
+                              f"run is on the {device.type.upper()}: {drop}")
         if self.step_stream and device.type != "cuda":
             raise DeviceError(f"speed.step_stream runs the training on a CUDA stream, this run is on the "
                               f"{device.type.upper()}; drop it, e.g. --set speed.step_stream=false")

@@ -45,6 +45,7 @@ def test_train_and_bench_read_back_as_their_run_directories(tmp_path):
                             line), line
     run_dir = tmp_path / "runs" / "t"
     kept = json.loads((run_dir / "mlflow.json").read_text())
+    assert f"MLflow: logged to run {kept['run_id']} of experiment 'dlscale' at {kept['tracking_uri']}" in out.stdout
     assert kept["tracking_uri"] == f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}"  # beside the runs
     client = MlflowClient(kept["tracking_uri"])
     run = client.get_run(kept["run_id"])
@@ -105,13 +106,17 @@ def test_a_failing_tracker_is_one_warning_and_training_goes_on(tmp_path, capsys)
 
 def test_a_resumed_run_logs_into_the_same_mlflow_run(tmp_path):
     target = tracking.tracking_target("", output_dir=tmp_path)
+    said = []
     for attempt in range(2):
-        tracker = tracking.Tracker(target, run_name="r", run_dir=tmp_path / "r")
+        tracker = tracking.Tracker(target, run_name="r", run_dir=tmp_path / "r", say=said.append)
         tracker.params({"optim": {"lr": 0.1}, "attempt": attempt})
         tracker.metrics({"train/loss": 1.0 / (attempt + 1)}, step=10 * (attempt + 1))
         tracker.close("KILLED" if attempt == 0 else "FINISHED")
         assert not tracker.failed
     kept = json.loads((tmp_path / "r" / "mlflow.json").read_text())
+    # each attempt says where it logged and how to look at it
+    assert said == [f"MLflow: {how} run {kept['run_id']} of experiment 'dlscale' at {target.uri} (to see it: mlflow ui "
+                    f"--backend-store-uri {target.uri})" for how in ("logged to", "logged on to")]
     client = MlflowClient(target.uri)
     run = client.get_run(kept["run_id"])
     assert run.info.status == "FINISHED" and len(client.search_runs([run.info.experiment_id])) == 1

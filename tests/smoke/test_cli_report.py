@@ -10,7 +10,9 @@ import pytest
 from commands import DLSCALE, HANG_S, dlscale_here, start_process
 
 from dlscale.cli import main
+from dlscale.metrics.host_load import run_disturbance
 from dlscale.report import PLOTS
+from dlscale.rundir import read_run
 from dlscale.strategies import STRATEGIES
 
 TINY = ["--model", "resnet18", "--width", "8", "--image-size", "32", "--batch-size", "4", "--num-classes", "10",
@@ -81,7 +83,10 @@ def test_report_writes_every_plot_and_table(runs):
         row = next(line for line in text.splitlines() if line.startswith(f"| {name} |"))
         cells = [c.strip() for c in row.strip("|").split("|")]
         total = summary.get("img_per_sec_total_mean", summary.get("total_ips"))
-        assert float(cells[7]) == pytest.approx(total, abs=0.051), name
+        # marked (?) exactly where the run's own record shows its rate is not the model's speed (a busy host)
+        marked = run_disturbance(read_run(summary_path.parent)) is not None
+        assert cells[7].endswith(" (?)") == marked, (name, cells[7])
+        assert float(cells[7].removesuffix(" (?)")) == pytest.approx(total, abs=0.051), name
         assert int(cells[5]) == summary["world_size"] and int(cells[6]) == summary["global_batch_size"]
         if summary["kind"] == "train":
             assert float(cells[8]) == pytest.approx(summary["final_top1_pct"], abs=0.0051)

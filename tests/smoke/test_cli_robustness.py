@@ -107,6 +107,11 @@ def test_settings_that_change_what_is_trained_are_refused_on_resume(finished, ca
 
 
 def test_settings_that_do_not_change_what_is_trained_are_recorded_with_their_step(finished, capsys):
+    before = (finished / "config.json").read_text()
+    assert main(["train", *TINY, "--name", "r", "--set", "log_every=1", "--set", "checkpoint.keep_last=5"]) == 0
+    assert "is a finished run" in capsys.readouterr().out  # finished: nothing written, nothing recorded
+    assert (finished / "config.json").read_text() == before
+    (finished / "summary.json").unlink()  # stopped after its last checkpoint, before its summary: resumed
     assert main(["train", *TINY, "--name", "r", "--set", "log_every=1", "--set", "checkpoint.keep_last=5"]) == 0
     config = json.loads((finished / "config.json").read_text())
     assert config["log_every"] == 1 and config["checkpoint"]["keep_last"] == 5
@@ -138,6 +143,7 @@ def test_a_plain_pickle_checkpoint_is_refused_and_left_in_place(finished, capsys
     latest = sorted((finished / "checkpoints").glob("checkpoint-*.pt"))[-1]
     hostile = pickle.dumps({"step": 99, "model": "anything"}, protocol=4)
     latest.write_bytes(hostile)
+    (finished / "summary.json").unlink()  # stopped before its summary: the run resumes from its checkpoints
     capsys.readouterr()
     err = _one_line(capsys, ["train", *TINY, "--name", "r"])
     assert f"checkpoints/{latest.name}" in err and "plain pickle" in err

@@ -166,6 +166,13 @@ def test_torchrun_command_lines():
       "data.num_workers=4"], "data.num_workers is swept by --set-sweep"),
     (["--nproc", "1", "--set-sweep", "data.num_workers=0,many", "--", "train", "--config", "cpu:digits"],
      "data.num_workers"),
+    (["--nproc", "1", "--set-sweep", "data.num_workers=0,2", "--", "train", "--config", "cpu:digits", "-j", "4"],
+     "data.num_workers is swept by --set-sweep; remove -j/--workers after --"),
+    (["--nproc", "1,2", "--dist-optimizer", "allreduce,hierarchical_neighbor_allreduce", "--", "bench"],
+     "it needs 2 or more nodes of 2 or more ranks, and these points have not: world2-hierarchical_neighbor_allreduce "
+     "(1 node(s) x 2 rank(s))"),
+    (["--nproc", "1,2", "--", "train", "--config", "cpu:digits", "--dist-optimizer", "hierarchical_neighbor_allreduce"],
+     "these points have not: world2 (1 node(s) x 2 rank(s))"),
 ])
 def test_bad_input_is_one_line(tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.chdir(tmp_path)
@@ -173,6 +180,21 @@ def test_bad_input_is_one_line(tmp_path, monkeypatch, capsys, args, message):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and message in err, err
     assert not (tmp_path / "runs").exists()  # nothing was started
+
+
+def test_a_point_whose_strategy_cannot_run_on_its_nodes_is_refused_before_the_sweep():
+    """hierarchical_neighbor_allreduce needs 2 or more nodes of 2 or more ranks (strategies/neighbor_allreduce.py):
+    one rank runs anywhere, 2 x 2 runs, 1 x 2 and 2 x 1 do not; a SLURM sweep fills 4-GPU nodes first."""
+    facts = plan.CommandFacts(batch_size=4, dist_optimizer="hierarchical_neighbor_allreduce")
+    ok = plan.plan_points(plan.SweepSpec("bench", (), nproc=(2,), nnodes=(2,)), facts)
+    assert [p.name for p in ok] == ["world4-nodes2"]
+    assert plan.plan_points(plan.SweepSpec("bench", (), nproc=(1,)), facts)[0].world_size == 1
+    with pytest.raises(ConfigError, match=r"these points have not: world2-nodes2 \(2 node\(s\) x 1 rank\(s\)\);"):
+        plan.plan_points(plan.SweepSpec("bench", (), nproc=(1, 2), nnodes=(2,)), facts)
+    slurm = plan.SweepSpec("bench", (), nproc=(4, 8), launcher="slurm", launcher_options={"gpus_per_node": 4})
+    with pytest.raises(ConfigError, match=r"these points have not: world4 \(1 node\(s\) x 4 rank\(s\)\);"):
+        plan.plan_points(slurm, facts)
+    assert plan.node_layout(slurm, plan.Point("w8", 8, 1, {}, 4, 32)) == (2, 4)
 
 
 def test_set_sweep_points_each_get_their_value():

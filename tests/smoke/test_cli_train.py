@@ -74,3 +74,35 @@ def test_config_prints_derived_values(tmp_path):
     assert "peak LR: 5.2 " in out.stdout
     assert "steps per epoch: 97" in out.stdout  # HAL's loader keeps the last partial batch: ceil(20019 / 208)
     assert "warm-up: 485 steps (5.0 epochs, per iteration)" in out.stdout
+
+
+TINY = ["--config", "cpu:synthetic", "--set", "model.width=8", "--set", "max_steps_per_epoch=2",
+        "--set", "schedule.warmup_epochs=0", "--output-dir", "runs"]
+
+
+def _files(run_dir):
+    """Every file of the run directory but its lock, with its bytes."""
+    return {p.relative_to(run_dir): p.read_bytes() for p in sorted(run_dir.rglob("*"))
+            if p.is_file() and not p.name.startswith(".lock")}
+
+
+@pytest.mark.parametrize("how,said", [
+    (["--epochs", "3", "--target-accuracy", "0.01"], "reached its target top-1 1.00% after"),  # 10 classes: ~10%
+    (["--epochs", "1"], "trained all 1 of its epochs"),
+])
+def test_a_finished_run_run_again_says_so_and_changes_nothing(tmp_path, how, said):
+    first = dlscale_here("train", *TINY, *how, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "cpu-synthetic"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["epochs_completed"] == 1  # the target is reached at the first epoch
+    before = _files(run_dir)
+    again = dlscale_here("train", *TINY, *how, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.strip() == again.stdout.strip().splitlines()[0]  # one line
+    assert again.stdout.startswith(f"runs/cpu-synthetic is a finished run: it {said}")
+    assert "nothing was trained or written. To train again," in again.stdout and "--name NEW" in again.stdout
+    assert _files(run_dir) == before  # summary, records, checkpoints, config: byte for byte
+    refused = dlscale_here("train", *TINY, *how, "--resume", "none", cwd=tmp_path)
+    assert refused.returncode == 2 and "--resume none: runs/cpu-synthetic is a finished run" in refused.stderr
+    assert _files(run_dir) == before

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import dlscale
+from dlscale.metrics.host_load import run_disturbance
+from dlscale.rundir import read_run
 
 LOAD = 4 * os.cpu_count() + 1.5  # above the machine's cores, whatever machine runs this
 SOURCES = str(Path(dlscale.__file__).resolve().parents[1])  # the package under test, in the children too
@@ -29,7 +31,7 @@ def test_a_bench_on_a_loaded_oversubscribed_machine_warns_records_and_is_explain
     out = _dlscale(["bench", "--model", "resnet18", "--width", "4", "--image-size", "16", "--num-classes", "10",
                     "--batch-size", "2", "--num-warmup-batches", "1", "--num-batches-per-iter", "1", "--num-iters", "3",
                     "--name", "b", "--output-dir", "runs"], tmp_path, loadavg)
-    (warning,) = [line for line in out.stdout.splitlines() if line.startswith("warning:")]
+    warning, *marks = [line for line in out.stdout.splitlines() if line.startswith("warning:")]
     assert "1 rank(s) x 2 threads = 2 compute threads on the 1 cores this process may use" in warning
     assert f"load average {LOAD:.2f} over the last minute on {os.cpu_count()} cores" in warning  # the machine's
     assert warning.endswith("set OMP_NUM_THREADS=1 (now 2) or run where nothing else runs")
@@ -41,6 +43,10 @@ def test_a_bench_on_a_loaded_oversubscribed_machine_warns_records_and_is_explain
     assert summary["load_avg_end"] == [LOAD, 8.0, 7.0] and summary["process_cpu_s"] > 0
     # One core for 2 threads: the process cannot have run more than that core's time (a little slack for the clock).
     assert 0 < summary["process_cores_busy"] <= 1.05 and summary["thread_share"] <= 0.55
+    # the rates are marked at the end exactly where the record's own evidence says so (report and explain agree)
+    reason = run_disturbance(read_run(run))
+    assert marks == ([f"warning: the img/sec figures above are not the model's speed: {reason}; run where nothing "
+                      "else runs (dlscale explain ranks the causes)"] if reason else [])
     _explain(tmp_path, "runs/b")
     explained = json.loads((tmp_path / "e.json").read_text())[0]
     host = [f for f in explained["findings"] if f["category"] == "host"]
@@ -69,3 +75,7 @@ def test_a_training_run_records_the_load_at_its_start_and_end(tmp_path):
     assert json.loads((run / "env.json").read_text())["host_load"]["load_avg_start"] == [LOAD, 2.0, 1.0]
     record = json.loads((run / "summary.json").read_text())["host_load"]
     assert record["load_avg_end"] == [LOAD, 2.0, 1.0] and record["timed_s"] > 0 and record["process_cpu_s"] > 0
+    reason = run_disturbance(read_run(run))
+    marks = [line for line in out.stdout.splitlines() if line.startswith("warning: this run's img/s")]
+    assert marks == ([f"warning: this run's img/s are not the model's speed: {reason}; run where nothing else runs "
+                      "(dlscale explain ranks the causes)"] if reason else [])

@@ -132,8 +132,14 @@ def test_overrides_and_errors(tmp_path):
     assert cfg.optim.lr == 0.3 and cfg.schedule.milestones == (2, 4) and cfg.speed.channels_last
     with pytest.raises(ConfigError, match="unknown preset 'nope'.*known: default, digits, synthetic"):
         load_config("cpu:nope")
-    with pytest.raises(ConfigError, match="unknown key optim.lrr; optim has: .*lr"):
+    with pytest.raises(ConfigError, match=r"unknown key optim.lrr: did you mean optim.lr\? optim has: .*lr"):
         load_config("cpu:digits", ["optim.lrr=1"])
+    with pytest.raises(ConfigError, match=r"unknown key epochs: did you mean schedule.epochs\? top level has: "):
+        load_config("cpu:digits", ["epochs=3"])
+    with pytest.raises(ConfigError, match=r"unknown key model.seed: did you mean data.seed or seed\?"):
+        load_config("cpu:digits", ["model.seed=3"])
+    with pytest.raises(ConfigError, match=r"unknown key optim.zzz; optim has: "):  # nothing close: no guess
+        load_config("cpu:digits", ["optim.zzz=3"])
     with pytest.raises(ConfigError, match="optim.lr must be a number"):
         load_config("cpu:digits", ["optim.lr=fast"])
     with pytest.raises(ConfigError, match="precision='fp8' is not one of"):

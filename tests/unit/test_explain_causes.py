@@ -125,3 +125,15 @@ def test_a_pcie_board_against_nvidias_sxm2_figures_is_bounded_by_the_datasheet_p
     found = _found(explain_run(_run(device_name="Tesla V100-PCIE-16GB"), "ngc:v100_16gb_amp"), "device", "PCIe")
     assert found.cause == "a PCIe board; the reference ran SXM boards"
     assert found.effect.factor == pytest.approx(125 / 112) and found.effect.bound
+
+
+def test_a_train_run_is_costed_at_its_data_sets_image_size_and_its_model_width():
+    """A digits run of resnet18_cifar at width 16 records neither in summary.json: its data set's own 32 px and
+    config.json's width, not 224 px at the standard width (27.6 GMACs, far more work than ResNet-50's 4.1)."""
+    config = {"model": {"name": "resnet18_cifar", "width": 16}, "data": {"name": "digits", "image_size": None}}
+    run = _run(kind="train", model="resnet18_cifar", image_size=None, data="digits", config=config)
+    (said,) = [r.evidence for r in recipe(Context(run, _target_with())) if "GMACs per image" in r.evidence]
+    # width 16 is a quarter of the channels: a sixteenth of the MACs of every conv between the stem and fc (0.5649
+    # GMACs at width 64 less the stem's 9,408 x 32^2 and fc's 512 x 1000), a quarter of those two:
+    # (0.5649e9 - 9.63e6 - 0.51e6) / 16 + 9.63e6 / 4 + 0.51e6 / 4 = 0.037e9
+    assert said.startswith("run: resnet18_cifar (width 16) at 32 px, 0.037 GMACs per image")

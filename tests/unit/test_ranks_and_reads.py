@@ -13,7 +13,7 @@ from torch import nn
 
 from dlscale.data.counting import CountingSource, ReadMeter
 from dlscale.metrics.proc_io import ProcessReads
-from dlscale.metrics.ranks import STRAGGLER_EXCESS, describe, lead_times, slowest, stragglers
+from dlscale.metrics.ranks import STRAGGLER_EXCESS, describe, lead_times, slowest, stragglers, too_few
 from dlscale.strategies.base import Strategy
 from dlscale.train.windows import LogWindows
 
@@ -41,6 +41,20 @@ def test_noise_names_no_straggler_and_a_few_slow_windows_are_sometimes():
     assert sometimes["straggler"] is None and sometimes["pattern"] == "sometimes"
     assert sometimes["slower_windows"] == 3 and sometimes["slower_ranks"] == [1]
     assert stragglers([[10.0]] * 3)["pattern"] == "one rank" and describe(stragglers([[10.0]])) is None
+
+
+def test_the_line_never_calls_ranks_even_where_one_was_slower():
+    # the bench that printed "ranks even on the whole ... rank 1 slowest in 3 of 3 iterations, median +33%"
+    few = stragglers([[10.0, 13.3]] * 3)
+    assert few["straggler"] is None and too_few(few)
+    line = describe(few, "iterations")
+    assert line.startswith("rank 1 slower: slowest in 3 of 3 iterations, median +33%") and "even" not in line
+    assert "3 iterations are too few to call it a straggler (8 needed)" in line
+    once = stragglers([[10.0, 10.5]] * 9 + [[10.0, 14.0]])  # one window of ten with a rank 40% slower
+    assert once["pattern"] == "even" and describe(once) == "ranks even: a rank 25% slower than the others in 1 of " \
+                                                           "10 windows only"
+    some = describe(stragglers([[10.0, 15.0]] * 3 + [[10.0, 10.1]] * 7))
+    assert some.startswith("no straggler: rank(s) 1 25% slower than the others in 3 of 10 windows only")
 
 
 def _reader(path):

@@ -58,11 +58,38 @@ def test_finished_run_is_not_trained_again_and_resume_none_refuses(tmp_path):
                                            "model.width=8"])
     first = loop.fit(cfg, DistEnv(), run_name="s", output_dir=tmp_path)
     again = loop.fit(cfg, DistEnv(), run_name="s", output_dir=tmp_path)
-    assert again["steps"] == first["steps"] == 2
+    assert again["steps"] == first["steps"] == 2 and again["already_finished"].endswith("(or remove the directory)")
     from dlscale.errors import ConfigError
 
+    with pytest.raises(ConfigError, match="--resume none: .* is a finished run"):
+        loop.fit(cfg, DistEnv(), run_name="s", output_dir=tmp_path, resume="none")
+    (tmp_path / "s" / "summary.json").unlink()  # stopped after its last checkpoint, before its summary
     with pytest.raises(ConfigError, match="already holds checkpoints"):
         loop.fit(cfg, DistEnv(), run_name="s", output_dir=tmp_path, resume="none")
+
+
+def test_a_run_stopped_after_reaching_its_target_keeps_its_time_to_solution(tmp_path):
+    """Its last checkpoint says the target was reached but no summary was written: run again, it trains no
+    further and writes the summary with the time to solution the checkpoint holds."""
+    cfg, _ = load_config("cpu:synthetic", ["schedule.epochs=3", "schedule.warmup_epochs=0", "max_steps_per_epoch=2",
+                                           "model.width=8", "target_accuracy=0.01"])  # 10 classes: reached at once
+    first = loop.fit(cfg, DistEnv(), run_name="t", output_dir=tmp_path)
+    assert first["epochs_completed"] == 1 and first["time_to_target_s"] is not None
+    (tmp_path / "t" / "summary.json").unlink()
+    again = loop.fit(cfg, DistEnv(), run_name="t", output_dir=tmp_path)
+    assert "already_finished" not in again  # no summary to say so: resumed from the checkpoint
+    assert (again["steps"], again["epochs_completed"]) == (first["steps"], 1)
+    assert again["time_to_target_s"] == first["time_to_target_s"]
+
+
+def test_a_finished_run_asked_for_more_epochs_trains_them_where_its_schedule_allows(tmp_path):
+    base = ["schedule.name=constant", "schedule.warmup_epochs=0", "max_steps_per_epoch=2", "model.width=8"]
+    cfg, _ = load_config("cpu:synthetic", [*base, "schedule.epochs=1"])
+    loop.fit(cfg, DistEnv(), run_name="c", output_dir=tmp_path)
+    assert "--epochs N above 1" in loop.fit(cfg, DistEnv(), run_name="c", output_dir=tmp_path)["already_finished"]
+    longer, _ = load_config("cpu:synthetic", [*base, "schedule.epochs=2"])
+    more = loop.fit(longer, DistEnv(), run_name="c", output_dir=tmp_path)
+    assert "already_finished" not in more and (more["epochs_completed"], more["steps"]) == (2, 4)
 
 
 def test_input_bound_training_says_so(tmp_path, monkeypatch, capsys):

@@ -295,7 +295,7 @@ class BenchSetup:
 
 def build_bench(cfg: BenchConfig, env: DistEnv, device: torch.device) -> BenchSetup:
     check_memory(cfg, env, device)  # before anything is allocated: one line for what cannot fit or train
-    cfg.speed.apply_globals(device)
+    cfg.speed.apply_globals(device, flags=True)  # bench's options are its flags
     torch.manual_seed(cfg.seed)
     precision = build_precision(cfg.precision, device)
     model = build_model(cfg.model, num_classes=cfg.num_classes, width=cfg.width)

@@ -8,6 +8,7 @@ second (tests/unit/test_cli_startup.py holds every command's parser to that).
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
@@ -49,6 +50,37 @@ class OneLineErrorParser(argparse.ArgumentParser):
         return super()._get_values(action, arg_strings)
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Adds "(default: X)" to a flag's help where the default is a value and the help does not already say it:
+    never "(default: None)" or "(default: False)" after a text that states what happens without the flag."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        unset = default is None or default is False or default is argparse.SUPPRESS or default in ([], ())
+        if unset or not action.option_strings or "default" in text or f"({default})" in text:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def leaf_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The (sub)command's own parser that the words of argv lead to (`profile train` -> its parser)."""
+    for word in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and word in subs[0].choices:
+            parser = subs[0].choices[word]
+    return parser
+
+
+def unrecognized(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    """The error for arguments `parser` does not take: the closest option it has, and its own --help."""
+    flags = [o for a in parser._actions for o in a.option_strings]
+    first = next((word.partition("=")[0] for word in extra if word.startswith("-")), None)
+    close = difflib.get_close_matches(first, flags, n=1, cutoff=0.6) if first else []
+    guess = f"; did you mean {close[0]}?" if close else ""
+    return f"unrecognized arguments: {' '.join(extra)}{guess}"  # argparse's words
+
+
 def build_parser(commands: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser with every command, or with only `commands` (their modules alone are imported)."""
     parser = OneLineErrorParser(
@@ -75,7 +107,9 @@ def command_of(argv: list[str]) -> str | None:
 def _run(argv: list[str], command: str | None) -> int:
     parser = build_parser([command] if command else None)
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # named by the (sub)command that was given, with its own --help
+            leaf_parser(parser, argv).error(unrecognized(leaf_parser(parser, argv), extra))
     except SystemExit as done:  # --help, --version, or a bad flag, whose one line argparse has printed
         return done.code if isinstance(done.code, int) else 2
     try:

@@ -7,8 +7,8 @@ import functools
 from dataclasses import replace
 from pathlib import Path
 
-from dlscale.cli import numbers, paths
-from dlscale.cli.common import add_strategy_arguments, strategy_from_args
+from dlscale.cli import DefaultsHelpFormatter, numbers, paths
+from dlscale.cli.common import add_strategy_arguments, say_if_not_the_models_speed, strategy_from_args
 from dlscale.cli.output import claim_outputs, write_summary_file
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.config import PRECISIONS, BenchConfig, StrategyConfig
@@ -75,7 +75,7 @@ def add_parser(subparsers) -> None:
         "bench", help="synthetic-data training throughput (img/s +- 95%%) on one or many ranks",
         description="Synthetic-data training benchmark. Run under torchrun for several ranks: "
         "torchrun --standalone --nproc_per_node N -m dlscale bench ...",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--model", default=None, help="model name (see `dlscale models`); "
                    "none: a configuration that suits this machine, saying what it chose")
@@ -85,7 +85,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--num-warmup-batches", type=numbers.UNTIMED_STEPS, default=None, help="untimed steps (10)")
     p.add_argument("--num-batches-per-iter", type=numbers.STEPS, default=None, help="steps per timed iteration (10)")
     p.add_argument("--num-iters", type=numbers.STEPS, default=None, help="timed iterations (10)")
-    p.add_argument("--num-classes", type=numbers.CLASSES, default=1000)
+    p.add_argument("--num-classes", type=numbers.CLASSES, default=1000,
+                   help="classes of the random labels: the width of the model's last layer")
     p.add_argument("--image-size", type=numbers.PIXELS, default=None, help="input size in pixels (224)")
     p.add_argument("--width", type=numbers.WIDTH, default=64,
                    help="base channel count; small values give tiny test models")
@@ -112,9 +113,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--wrap-single-rank", action="store_true",
                    help="wrap the model in DDP even on one rank (a one-rank process group; NCCL on a GPU): "
                         "what the wrapper costs (strategy.wrap_single_rank)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="auto: this rank's GPU when CUDA is visible, else the CPU")
     p.add_argument("--pool-batches", type=numbers.POOL, default=8, help="distinct random batches on the device")
-    p.add_argument("--seed", type=numbers.SEED, default=0)
+    p.add_argument("--seed", type=numbers.SEED, default=0,
+                   help="seed of the weights and the synthetic batches (rank r uses seed + r)")
     p.add_argument("--pg-timeout", type=numbers.PG_TIMEOUT, default=600.0,
                    help="seconds before a stuck collective fails")
     p.add_argument("--price-per-device-hour", type=numbers.PRICE, default=None, metavar="PRICE",
@@ -242,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
         if env.is_main:
             cfg = next(c for c in cfgs if c.batch_size == summary["batch_size"])
             config = write_run(run_dir, cfg, env, summary)
+            say_if_not_the_models_speed(run_dir.path, "the img/sec figures above are")
             _print_extras(summary)
             if "batch_curve" in summary:
                 say("\n".join([*curve_lines(summary["batch_curve"]), f"The figures above and summary.json's top "

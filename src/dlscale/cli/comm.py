@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from dlscale.bench.comm_table import MODES, OPS, CommConfig
-from dlscale.cli import numbers, paths
+from dlscale.cli import DefaultsHelpFormatter, numbers, paths
 from dlscale.cli.output import claim_outputs, write_summary_file
 from dlscale.config.sections import TOPOLOGY_NAMES
 from dlscale.errors import DlscaleError
@@ -28,7 +28,7 @@ def add_parser(subparsers) -> None:
         "message sizes, on NCCL (GPUs) or gloo (CPUs). Run it under a launcher: "
         "torchrun --nproc_per_node 2 -m dlscale comm. Writes summary.json (kind: comm) with a latency-bandwidth "
         "fit per collective for dlscale predict --comm-run.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--op", action="append", default=[], metavar="NAME[,NAME]",
                    help=f"collectives: {', '.join(OPS)}, or all (repeatable; default all_reduce)")
@@ -44,7 +44,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--topology", choices=sorted(TOPOLOGY_NAMES), default="exp2",
 
                                                           help="graph of the neighbour exchange (neighbor_allreduce)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="auto: this rank's GPU when CUDA is visible, else the CPU")
     p.add_argument("--pg-timeout", type=numbers.PG_TIMEOUT, default=600.0,
                    help="seconds before a stuck collective fails")
     p.add_argument("--json", type=paths.PATH, default=None, help="also write the summary object to this file")

@@ -1,4 +1,5 @@
-"""`dlscale config FILE_OR_NAME:PRESET [--world-size N]`: what a run will do, before paying for it."""
+"""`dlscale config FILE_OR_NAME:PRESET [--world-size N]`: what a run will do, before paying for it.
+`dlscale config --list`: the shipped presets, one line each."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import yaml
 from dlscale.cli import numbers
 from dlscale.cli.common import add_config_arguments, resolve_config
 from dlscale.config import TrainConfig
+from dlscale.config.presets import shipped_presets
 from dlscale.errors import DataError
 from dlscale.rundir import to_jsonable
 
@@ -21,7 +23,32 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("config", help="print a preset's resolved configuration and derived values")
     add_config_arguments(p, positional=True)
     p.add_argument("--world-size", type=numbers.WORLD, default=1, help="number of ranks the run would use")
+    p.add_argument("--list", action="store_true", help="list the shipped presets, one line each, and exit")
     p.set_defaults(run=run)
+
+
+def preset_line(settings: dict) -> str:
+    """What a resolved preset trains, in a few words: model, data, batch, precision, epochs and schedule."""
+    model, data = settings.get("model", {}), settings.get("data", {})
+    schedule = settings.get("schedule", {})
+    batch = (f"global batch {settings['global_batch_size']}" if settings.get("global_batch_size")
+             else f"batch {settings.get('batch_size', '?')} per rank")
+    width = f" width {model['width']}" if model.get("width") else ""
+    options = "".join(f" +{key}" for key, on in settings.get("speed", {}).items() if on is True)
+    warmup = f", {schedule['warmup_epochs']:g} warm-up epochs" if schedule.get("warmup_epochs") else ""
+    return (f"{model.get('name', 'resnet50')}{width} on {data.get('name', 'synthetic')}, {batch}, "
+            f"{settings.get('precision', 'fp32')}{options}, {schedule.get('epochs', 90)} epochs "
+            f"{schedule.get('name', 'step')} LR{warmup}")
+
+
+def list_presets() -> int:
+    rows = [(name, preset_line(settings)) for name, settings in shipped_presets()]
+    width = max(len(name) for name, _ in rows)
+    for name, line in rows:
+        print(f"{name.ljust(width)}  {line}")
+    print("Use one: dlscale train --config NAME (dlscale config NAME prints what it resolves to); a YAML file of "
+          "your own works as FILE.yaml:PRESET")
+    return 0
 
 
 def train_size(cfg: TrainConfig) -> tuple[int, str]:
@@ -38,6 +65,8 @@ def train_size(cfg: TrainConfig) -> tuple[int, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.list:
+        return list_presets()
     from dlscale.train.plan import make_plan  # torch: loaded when the command runs, not for --help
 
     cfg, preset = resolve_config(args)

@@ -72,7 +72,8 @@ def add_parser(subparsers) -> None:
                       help="image size in pixels (500x375)")
     make.add_argument("--processes", type=numbers.PROCESSES, default=available_cores(),
                       help="processes generating images")
-    make.add_argument("--seed", type=numbers.SEED, default=0)
+    make.add_argument("--seed", type=numbers.SEED, default=0,
+                      help="seed of the generated images: the same seed writes the same tree")
     make.set_defaults(run=run_make)
     download = actions.add_parser(
         "download", help="download CIFAR-10 or CIFAR-100 (the python version), its MD5 checked",

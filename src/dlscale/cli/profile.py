@@ -16,6 +16,7 @@ torch and the training code are imported by the functions that run a profile, no
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -208,6 +209,10 @@ def _profile_into(run: RunDir, args, env: DistEnv, device: torch.device, parts, 
     out = run.path
     if args.trace_steps:  # every rank writes its trace there: checked before the steps
         check_output_dir(out / "trace", "--out", "the trace folder")
+    if device.type == "cpu":
+        # torch.profiler's library (kineto) prints "USDT: ... profiler_start/stop" probe lines at each trace, for
+        # tracers a CPU run has none of; its log level above its last (USDT, 5) silences them before its first use.
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     result = profiling.profile_window(
         parts,
         batches,
@@ -232,14 +237,14 @@ def _profile_into(run: RunDir, args, env: DistEnv, device: torch.device, parts, 
         warning = input_bound_warning(
             worst["data_ms"] / 1000, worst["step_ms"] / 1000, cores=cores, batch_size=described["batch_size"], **loader
         )
-    nsys = nsys_command(
+    nsys = nsys_command(  # Nsight Systems traces CUDA and NVTX: nothing of a CPU run
         _cli_argv(),
         out_dir=out,
         world_size=env.world_size,
         local_world_size=env.local_world_size,
         num_nodes=env.num_nodes,
         rendezvous=f"{env.master_addr}:{env.master_port}",
-    )
+    ) if device.type == "cuda" else None
     _write(run, args, env, device, described, rows, result, table, warning, nsys)
     print(table, flush=True)
     if warning:
@@ -247,7 +252,8 @@ def _profile_into(run: RunDir, args, env: DistEnv, device: torch.device, parts, 
     if result["trace"] is not None:
         print(f"Trace ({args.trace_steps} steps, torch.profiler): {result['trace']} (Perfetto or chrome://tracing; "
               f"TensorBoard with torch-tb-profiler: tensorboard --logdir {out})", flush=True)
-    print(f"Nsight Systems, the same run capturing only PROFILE:\n  {nsys}", flush=True)
+    if nsys:
+        print(f"Nsight Systems, the same run capturing only PROFILE:\n  {nsys}", flush=True)
     print(f"Run directory: {out}", flush=True)
 
 

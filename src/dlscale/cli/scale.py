@@ -14,7 +14,7 @@ from pathlib import Path
 from dlscale.cli import numbers, paths
 from dlscale.cli.bench import config_from_args as bench_config_from_args
 from dlscale.cli.bench import single_batch_size
-from dlscale.cli.common import parse_command_flags, resolve_config
+from dlscale.cli.common import SETTING_FLAGS, parse_command_flags, resolve_config, typed_settings
 from dlscale.cli.slurm import add_job_arguments, job_options, loader_workers
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.errors import ConfigError
@@ -125,14 +125,20 @@ def command_facts(command: str, args: tuple[str, ...], sets: tuple = ()) -> Comm
     set_keys = {"dist_optimizer": "strategy.dist_optimizer", "precision": "precision"}
     fixed = frozenset(s for s, flag in flags.items() if given(args, flag) or set_keys[s] in keys)
     if command == "bench":
-        bench_config_from_args(ns, has_gpu=False)  # its values are checked here, not at every point
-        return CommandFacts(batch_size=single_batch_size(ns.batch_size), fixed=fixed)
+        bench, _ = bench_config_from_args(ns, has_gpu=False)  # its values are checked here, not at every point
+        return CommandFacts(batch_size=single_batch_size(ns.batch_size), fixed=fixed,
+                            dist_optimizer=bench.strategy.dist_optimizer)
     cfg, _ = resolve_config(ns)
+    for key, _ in sets:  # a flag of the swept setting would be overridden at every point: refused, as --set is
+        flags = ["/".join(row.flags) for row in SETTING_FLAGS if row.key == key and key in dict(typed_settings(ns))]
+        if flags:
+            raise ConfigError(f"{key} is swept by --set-sweep; remove {flags[0]} after --")
     for key, values in sets:  # every swept value checked by the config's own rules, before any point starts
         for value in values:
-            resolve_config(argparse.Namespace(**{**vars(ns), "overrides": [*ns.overrides, f"{key}={value}"]}))
+            resolve_config(ns, also=[f"{key}={value}"])
     return CommandFacts(batch_size=cfg.batch_size, global_batch_size=cfg.global_batch_size,
-                        accumulation_steps=cfg.optim.accumulation_steps, fixed=fixed)
+                        accumulation_steps=cfg.optim.accumulation_steps, fixed=fixed,
+                        dist_optimizer=cfg.strategy.dist_optimizer)
 
 
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:

@@ -12,7 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from dlscale.cli import OneLineErrorParser, numbers, paths
+from dlscale.cli import DefaultsHelpFormatter, OneLineErrorParser, numbers, paths
 from dlscale.cli.common import parse_command_flags, resolve_config
 from dlscale.errors import ConfigError
 from dlscale.launch.local import without_option
@@ -71,7 +71,7 @@ def add_parser(subparsers) -> None:
         "(torchrun per node with a c10d rendezvous on the first host, or one srun task per GPU), with "
         "USR1 preemption handling and requeue for train. Example: dlscale slurm --nodes 2 --gpus-per-node 4 "
         "--time 04:00:00 --submit train --config imagenet:hal-rn50 --data /shared/imagenet",
-        allow_abbrev=False, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        allow_abbrev=False, formatter_class=DefaultsHelpFormatter,
     )
     _layout_arguments(p)
     add_job_arguments(p)

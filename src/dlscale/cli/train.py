@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
+from pathlib import Path
 
-from dlscale.cli import numbers, paths
-from dlscale.cli.common import add_config_arguments, resolve_config
+from dlscale.cli import paths
+from dlscale.cli.common import (
+    TRAIN_FLAGS,
+    add_config_arguments,
+    add_setting_flags,
+    resolve_config,
+    say_if_not_the_models_speed,
+)
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
-from dlscale.metrics.cost import check_price
 from dlscale.metrics.ranks import describe
 
 
@@ -22,13 +27,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--resume", type=paths.TEXT, default="auto",
                    help="auto: continue from the run directory's latest checkpoint if there is one; "
                         "none: start fresh (refused if checkpoints exist); or a checkpoint file")
-    p.add_argument("--target-accuracy", type=numbers.FRACTION, default=None,
-                   help="stop when validation top-1 reaches this fraction (0.76) and record the time")
+    add_setting_flags(p, TRAIN_FLAGS)
     p.add_argument("--output-dir", type=paths.TEXT, default="runs", help="root of run directories")
-    p.add_argument("--name", type=paths.TEXT, default=None, help="run directory name (default: <file>-<preset>)")
-    p.add_argument("--price-per-device-hour", type=numbers.PRICE, default=None, metavar="PRICE",
-                   help="what one device costs for one hour: the summary states the cost per epoch and per run "
-                        "(sets price_per_device_hour)")
     p.add_argument("--raport-file", type=paths.TEXT, default=None,
                    help="also write NVIDIA DeepLearningExamples' JSON-lines log (DLLL records) here")
     add_tracking_arguments(p)
@@ -42,19 +42,18 @@ def run(args: argparse.Namespace) -> int:
     env = DistEnv.from_env()
     cfg, preset = resolve_config(args)
     tracking = tracking_from_args(args, args.output_dir)
-    if args.target_accuracy is not None:
-        cfg = replace(cfg, target_accuracy=args.target_accuracy)
-    if args.name:
-        cfg = replace(cfg, name=args.name)
-    if args.price_per_device_hour is not None:
-        cfg = replace(cfg, price_per_device_hour=check_price(args.price_per_device_hour))
     try:
         summary = fit(cfg, env, run_name=preset, output_dir=args.output_dir, resume=args.resume,
                       raport_file=args.raport_file, tracking=tracking)
     finally:
         shutdown()
     if env.is_main:
-        _print_summary(summary)
+        if summary.get("already_finished"):
+            print(summary["already_finished"], flush=True)
+        else:
+            _print_summary(summary)
+            if not summary["preempted"]:
+                say_if_not_the_models_speed(Path(args.output_dir) / (cfg.name or preset), "this run's img/s are")
     return 0
 
 

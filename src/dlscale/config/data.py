@@ -19,6 +19,14 @@ DECODE_PATHS = ("fast", "plain", "gpu")
 DECODERS = ("auto", "nvimgcodec", "nvjpeg", "pillow")
 """data.decoder: the device decode path's decoders (dlscale.data.device.decoders), or auto."""
 DECODE_ALIASES = {"cpu": "fast"}
+OWN_IMAGE_SIDE = {"imagefolder": 224}
+"""The image side data.image_size None takes (data/loader.py's builders): 224 for imagefolder, 32 for the
+others (CIFAR's own, and digits and synthetic at the same size)."""
+
+
+def own_image_size(name: str) -> int:
+    """The side in pixels of a data set's training images when data.image_size is unset."""
+    return OWN_IMAGE_SIDE.get(name, 32)
 """Other names of decode modes: "cpu" is the fast CPU path (`dlscale loader --decode cpu|gpu`)."""
 
 

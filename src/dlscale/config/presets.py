@@ -12,9 +12,11 @@ that lists the keys that exist, not a silently ignored setting.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import types
 import typing
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -89,10 +91,19 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
-def apply_overrides(settings: dict, overrides: list[str]) -> dict:
+Override = str | tuple[str, Any]
+"""One setting over a preset: `--set` text ('optim.lr=0.2', its value read as YAML), or a dotted key and its
+value already typed ('data.path', '2024': a flag's)."""
+
+
+def apply_overrides(settings: dict, overrides: Iterable[Override]) -> dict:
+    """The settings with each override merged in, in order (a later one wins)."""
     settings = dict(settings)
-    for text in overrides:
-        path, value = parse_override(text)
+    for override in overrides:
+        if isinstance(override, str):
+            path, value = parse_override(override)
+        else:
+            path, value = override[0].split("."), override[1]
         nested: dict = {path[-1]: value}
         for part in reversed(path[:-1]):
             nested = {part: nested}
@@ -100,15 +111,28 @@ def apply_overrides(settings: dict, overrides: list[str]) -> dict:
     return settings
 
 
-def load_config(spec: str, overrides: list[str] = ()) -> tuple[TrainConfig, str]:
+def load_config(spec: str, overrides: Iterable[Override] = ()) -> tuple[TrainConfig, str]:
     """Resolve `FILE_OR_NAME:PRESET` plus overrides into a checked TrainConfig and its preset name."""
-    source, sep, preset = spec.rpartition(":")
-    if not sep:
-        source, preset = spec, "default"
+    source, preset = split_spec(spec)
     path, presets = load_presets(source)
-    settings = apply_overrides(resolve_preset(presets, preset, str(path)), list(overrides))
+    settings = apply_overrides(resolve_preset(presets, preset, str(path)), overrides)
     cfg = build(TrainConfig, settings, "")
     return cfg, f"{Path(source).stem}-{preset}"
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    """`cifar100:bs256-amp` -> ('cifar100', 'bs256-amp'); a file alone names its `default` preset."""
+    source, sep, preset = spec.rpartition(":")
+    return (source, preset) if sep else (spec, "default")
+
+
+def shipped_presets() -> list[tuple[str, dict]]:
+    """Every shipped preset as `FILE:PRESET` with its resolved settings, file by file in name order."""
+    out = []
+    for source in sorted(preset_files()):
+        path, presets = load_presets(source)
+        out += [(f"{source}:{name}", resolve_preset(presets, name, str(path))) for name in presets]
+    return out
 
 
 # ------------------------------------------------------------- dict -> dataclass, type-checked
@@ -123,11 +147,13 @@ def build(cls: type, data: Any, where: str) -> Any:
         raise ConfigError(f"{where or 'the configuration'} must be a section (key: value pairs), got {data!r}")
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(data) - known, key=str)
     if unknown:
-        raise ConfigError(
-            f"unknown key {where}{unknown[0]!s}; {where.rstrip('.') or 'top level'} has: {', '.join(sorted(known))}"
-        )
+        key = f"{where}{unknown[0]!s}"
+        close = closest_keys(key)
+        guess = f": did you mean {' or '.join(close)}?" if close else ";"
+        section = where.rstrip(".") or "top level"
+        raise ConfigError(f"unknown key {key}{guess} {section} has: {', '.join(sorted(known))}")
     values = {name: _coerce(hints[name], value, f"{where}{name}") for name, value in data.items()}
     try:
         return cls(**values)
@@ -180,3 +206,36 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
             raise ConfigError(f"{where} must be a string, got {value!r}")
         return value
     return value
+
+
+def setting_keys(cls: type = TrainConfig, prefix: str = "") -> list[str]:
+    """Every setting of the configuration as its dotted key (`schedule.epochs`), sections included."""
+    keys = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        keys.append(f"{prefix}{f.name}")
+        if dataclasses.is_dataclass(hints[f.name]):
+            keys += setting_keys(hints[f.name], f"{prefix}{f.name}.")
+    return keys
+
+
+def closest_keys(key: str) -> list[str]:
+    """The settings a mistyped key most likely meant: those with its last part (`epochs` -> schedule.epochs),
+    else the closest spelling of the whole key or of its last part (`optim.lrr` -> optim.lr)."""
+    keys = setting_keys()
+    leaf = key.rsplit(".", 1)[-1]
+    same_leaf = [k for k in keys if k.rsplit(".", 1)[-1] == leaf and k != key]
+    if same_leaf:
+        return same_leaf
+    close = difflib.get_close_matches(key, keys, n=1, cutoff=0.75)
+    if close:
+        return close
+    leaves = {k.rsplit(".", 1)[-1]: k for k in keys}
+    return [leaves[name] for name in difflib.get_close_matches(leaf, list(leaves), n=1, cutoff=0.8)]
+
+
+def setting_type(key: str, cls: type = TrainConfig) -> Any:
+    """The type hint of a dotted key of the configuration (`data.path` -> str | None)."""
+    head, _, rest = key.partition(".")
+    hint = typing.get_type_hints(cls)[head]
+    return setting_type(rest, hint) if rest else hint

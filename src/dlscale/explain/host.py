@@ -2,13 +2,18 @@
 (oversubscription), and other work on those cores (a loaded host). The evidence is the run's host_load
 record (env.json at the start, summary.json at the end: metrics/host_load.py): ranks x threads per rank
 against the cores (sched_getaffinity), the load average at the start and end, and rank 0's CPU time over
-the timed part. Runs written before that record: env.json's torch_threads and cpu_available alone."""
+the timed part. Runs written before that record: env.json's torch_threads and cpu_available alone.
+
+A host is found loaded where the load average exceeded the machine's cores at the start, or where the run's
+own record shows that its rates are not the model's speed (metrics/host_load.py's disturbance: its threads
+kept off the cores, an interval wider than its mean): the verdict that marks its figures in the terminal,
+report and sweep, so explain and the marks agree."""
 
 from __future__ import annotations
 
 from dlscale.explain.context import Context, Result
 from dlscale.explain.findings import Effect, Finding, RuledOut
-from dlscale.metrics.host_load import HostLoad
+from dlscale.metrics.host_load import HostLoad, run_evidence
 
 OWN = "the run's own measurement"
 
@@ -63,17 +68,24 @@ def _oversubscribed(ctx: Context, facts: HostLoad, record: dict) -> Result:
 
 def _loaded(ctx: Context, facts: HostLoad, record: dict) -> Result:
     load, end = facts.load_start, record.get("load_avg_end")
-    if load is None:
+    own = run_evidence(ctx.run) if ctx.run.device == "cpu" else []  # a GPU run's interval: measurement's
+    if load is None and not own:
         return [RuledOut("host", "load average: not recorded (a run from before dlscale recorded it)")]
     at_end = f"; at the end {end[0]:.2f} (the run's own threads included)" if end else ""
     evidence = (f"load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (1, 5, 15 minutes; "
                 f"{record.get('load_avg_source') or '/proc/loadavg'}) when the run started, on the machine's "
-                f"{facts.machine_cores} cores{at_end}")
-    if not facts.loaded:
+                f"{facts.machine_cores} cores{at_end}" if load else "load average not recorded")
+    if not facts.loaded and not own:
         return [RuledOut("host", f"{evidence}: other work left the cores free")]
+    effect = _load_effect(ctx, facts, record)
+    if not facts.loaded and facts.oversubscribed and len(own) == 1 and own[0].startswith("its threads") \
+            and effect.factor == 1.0:
+        return [RuledOut("host", f"{evidence}; {own[0]}: its own oversubscription accounts for that (above)")]
     settings = facts.advice()
-    return [Finding("host", f"a loaded host: load average {load[0]:.2f} on {facts.machine_cores} cores before the run",
-                    evidence + _cpu_time(record), _load_effect(ctx, facts, record),
+    cause = (f"a loaded host: load average {load[0]:.2f} on {facts.machine_cores} cores before the run"
+             if facts.loaded else f"a busy host: {own[0]}")
+    said = f"; by its own record its rates are not the model's speed: {' and '.join(own)}" if own else ""
+    return [Finding("host", cause, evidence + _cpu_time(record) + said, effect,
                     "run where nothing else runs (a quiet machine, a job of its own)" +
                     (f"; else set {settings}" if settings else ""))]
 
@@ -97,6 +109,8 @@ def _load_effect(ctx: Context, facts: HostLoad, record: dict) -> Effect:
         return Effect(max(1.0 / share / own, 1.0),
                       f"{OWN}: its threads ran {100 * share:.0f}% of {when}; with the cores to themselves up to "
                       f"{1 / share:.2f}x faster{own_part}", bound=True)
+    if facts.load_start is None:
+        return Effect(None, "its rates swung more than their mean: by how much the host slowed them is not measured")
     demand = facts.load_start[0] + facts.threads
     return Effect(demand / max(facts.threads, facts.machine_cores),
                   f"the cores' fair share: {facts.load_start[0]:.2f} runnable tasks of other work and the run's "

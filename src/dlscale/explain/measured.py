@@ -19,6 +19,7 @@ from dlscale.metrics.input_bound import (
     cores_said,
     workers_said,
 )
+from dlscale.metrics.ranks import too_few
 from dlscale.predict import inputs
 from dlscale.predict.model import Strategy, predict
 from dlscale.rundir import number
@@ -148,7 +149,7 @@ def stragglers(ctx: Context) -> Result:
     rank = verdict["slowest_rank"]
     share = f"rank {rank} slowest in {verdict['slowest_windows']} of {verdict['windows']} " + \
             ("iterations" if run.kind == "bench" else "log windows")
-    if verdict["pattern"] == "even":
+    if verdict["pattern"] == "even" and not too_few(verdict):
         return [RuledOut("stragglers", f"ranks even ({share}, median +{verdict['median_excess_pct']:.0f}%)")]
     others = statistics.median(t for r, t in enumerate(lead) if r != rank) if lead else None
     effect = Effect(None, "the slow windows come and go: no steady cost")
@@ -158,7 +159,9 @@ def stragglers(ctx: Context) -> Result:
                         f"{OWN}: every step waits {excess:.1f} ms for rank {rank} ({step:.1f} ms steps)")
     times = ", ".join(f"rank {r} {t:.1f} ms" for r, t in enumerate(lead)) if lead else "not recorded"
     always = verdict["pattern"] == "always"
-    return [Finding("stragglers", f"{'straggler' if always else 'a rank sometimes slower'}: rank {rank}",
+    cause = f"straggler: rank {rank}" if always else f"{share}, too few to call it a straggler" if too_few(verdict) \
+        else f"a rank sometimes slower: rank {rank}"
+    return [Finding("stragglers", cause,
                     f"{share}, median +{verdict['median_excess_pct']:.0f}% data wait + forward over the other ranks' "
                     f"median; per step: {times}", effect,
                     f"look at rank {rank}'s host and device: other processes on its cores, its GPU's clocks and "

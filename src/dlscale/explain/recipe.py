@@ -4,6 +4,7 @@ reference's. Threads per rank are the host's (host.py)."""
 
 from __future__ import annotations
 
+from dlscale.config.data import own_image_size
 from dlscale.errors import DlscaleError
 from dlscale.explain import effects
 from dlscale.explain.context import Context, Result
@@ -22,13 +23,20 @@ def recipe(ctx: Context) -> Result:
             *_input_pipeline(ctx)]
 
 
+def _section(run, name: str) -> dict:
+    """A section of the run's config.json ({} where it has none, or a name in its place as older runs wrote)."""
+    section = run.config.get(name)
+    return section if isinstance(section, dict) else {}
+
+
 def _workload(ctx: Context) -> Result:
     """The work per image: model, width and image size against the reference's (MACs of dlscale's layer
     table, predict/layers.py), so that a cheaper or dearer image is not taken for a faster or slower run."""
     run, ref = ctx.run, ctx.target.reference
     theirs_size = ctx.target.recipe.get("image_size")
-    ours = (run.model, int(run.summary.get("width") or 64), int(run.summary.get("image_size") or
-                                                               run.config.get("data", {}).get("image_size") or 224))
+    ours = (run.model, int(run.summary.get("width") or _section(run, "model").get("width") or 64),
+            int(run.summary.get("image_size") or _section(run, "data").get("image_size")
+                or (own_image_size(run.data) if run.kind == "train" else 224)))
     if not ref.model or not theirs_size:
         return [RuledOut("recipe", f"work per image: the reference states no model and image size (run: {ours[0]} "
                                    f"at {ours[2]} px)")]

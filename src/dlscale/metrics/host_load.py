@@ -14,11 +14,18 @@ peer the kernel has descheduled spins. Hence both checks: ranks x intra-op threa
 
 The load average is /proc/loadavg's (os.getloadavg), or that of the file DLSCALE_LOADAVG_FILE names, in
 the same format: a container's own view of its load, or a machine made to look loaded in the tests.
+
+The load average samples the host at two moments and lags by a minute; what the run measured of itself says
+whether it got its cores: the share of its threads' time it ran, and how far its rate swung from one timed
+iteration (or log window) to the next. `disturbance` judges a finished run by those two, with the load
+samples beside them; every place that shows a run's rates marks them with it (the terminal, report's tables,
+CSV files and plots, the sweep's table) and `dlscale explain` ranks the host as a cause by it.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -26,6 +33,7 @@ from pathlib import Path
 
 from dlscale.errors import ConfigError
 from dlscale.metrics.hardware import available_cores
+from dlscale.rundir import Run, number
 
 LOADAVG_FILE_VARIABLE = "DLSCALE_LOADAVG_FILE"
 
@@ -162,3 +170,91 @@ class HostLoad:
                 "process_cpu_s": cpu, "process_cores_busy": busy,
                 "thread_share": busy / self.threads_per_rank if busy is not None else None,
                 "warning": self.warning()}
+
+
+# ------------------------------------------------------------------------- a finished run's own evidence
+
+SHARE_FLOOR = 0.5
+"""A CPU run's compute threads run all the time the step computes; one whose threads ran less than half the time
+they could (rank 0's CPU time over the timed part, its waits for data taken out) waited for a core longer than it
+ran: its rates are at least 2x below what the cores give the model, a measure of the host's other work (or of
+its own oversubscription), not of the model. The bench that showed it (`make bench` beside other work)
+recorded 45% and an interval wider than its mean."""
+Z95 = 1.96
+"""The +- of a rate: 1.96 x the population standard deviation over its timed iterations (metrics/timing.py)."""
+
+
+def disturbance(record: Mapping | None, *, cpu: bool, mean: float | None, ci95: float | None,
+                computing: float = 1.0) -> str | None:
+    """Why a finished run's rates are not the model's speed, in one clause: the run's own evidence (own_evidence)
+    with the load samples beside it; None when its own evidence shows nothing."""
+    own = own_evidence(record, cpu=cpu, mean=mean, ci95=ci95, computing=computing)
+    return " and ".join(own) + load_samples(record or {}) if own else None
+
+
+def own_evidence(record: Mapping | None, *, cpu: bool, mean: float | None, ci95: float | None,
+                 computing: float = 1.0) -> list[str]:
+    """What the run measured of itself that makes its rates no measure of the model: on a CPU, its threads' share
+    of the time below SHARE_FLOOR (the host's other work or its own oversubscription kept them off the cores); a
+    95% interval wider than its mean. computing: the share of the timed part the run was not waiting for data
+    (total over compute img/s)."""
+    own = []
+    share = number((record or {}).get("thread_share"))
+    if cpu and share is not None:
+        ran = min(share / min(max(computing, 0.01), 1.0), 1.0)
+        if ran < SHARE_FLOOR:
+            waits = "" if computing >= 0.99 else ", data waits left out"
+            own.append(f"its threads ran {100 * ran:.0f}% of the time they could (rank 0's CPU time{waits})")
+    if mean and ci95 is not None and ci95 > mean:
+        own.append(f"its 95% interval (+-{ci95:.1f}) is wider than its mean ({mean:.1f} img/s)")
+    return own
+
+
+def load_samples(record: Mapping) -> str:
+    """'; load average 1.40 at the start, 3.90 at the end, on 2 cores', as far as the record has them."""
+    said = [f"{value[0]:.2f} at the {when}" for when, value in (("start", record.get("load_avg_start")),
+                                                             ("end", record.get("load_avg_end")))
+            if isinstance(value, list) and value and number(value[0]) is not None]
+    cores = number(record.get("host_cores")) or number(record.get("cores_available"))
+    return f"; load average {', '.join(said)}{f', on {cores:.0f} cores' if cores else ''}" if said else ""
+
+
+def run_disturbance(run: Run) -> str | None:
+    """disturbance() of a run as its directory records it (metrics/host_load.py's record in env.json and
+    summary.json; bench: its iterations' interval; train: its steady log windows' rates)."""
+    return disturbance(host_record(run), **_measured(run))
+
+
+def run_evidence(run: Run) -> list[str]:
+    """own_evidence() of a run as its directory records it."""
+    return own_evidence(host_record(run), **_measured(run))
+
+
+def _measured(run: Run) -> dict:
+    mean, ci95 = rate_spread(run)
+    total, compute = run.steady_rates()
+    return {"cpu": run.device == "cpu", "mean": mean, "ci95": ci95,
+            "computing": total / compute if total and compute else 1.0}
+
+
+def host_record(run: Run) -> dict:
+    """The run's host_load record: env.json's at the start, updated by summary.json's at the end."""
+    env, summary = run.env.get("host_load"), run.summary.get("host_load")
+    return {**(env if isinstance(env, dict) else {}), **(summary if isinstance(summary, dict) else {})}
+
+
+def rate_spread(run: Run) -> tuple[float | None, float | None]:
+    """(mean, 95% half-width) of the run's rate: a bench's over its timed iterations, a train run's over its log
+    windows after each epoch's first (two at least)."""
+    if run.kind == "bench":
+        return run.total_ips, run.total_ci95
+    rates = [w["throughput_img_per_s"] for w in run.steady_windows() if number(w.get("throughput_img_per_s"))]
+    if len(rates) < 2:
+        return None, None
+    return statistics.fmean(rates), Z95 * statistics.pstdev(rates)
+
+
+def marked(text: str, reason: str) -> str:
+    """The terminal's line after a run's rates when disturbance() found a reason: what to read into them."""
+    return (f"warning: {text} not the model's speed: {reason}; run where nothing else runs (dlscale explain "
+            "ranks the causes)")

@@ -95,17 +95,33 @@ def _excess(lead_ms: Sequence[float], rank: int) -> float:
     return lead_ms[rank] / median - 1.0 if median > 0 else 0.0
 
 
+def too_few(verdict: dict) -> bool:
+    """A straggler's pattern (one rank the slowest in STRAGGLER_SHARE of the windows by STRAGGLER_EXCESS) in fewer
+    windows than MIN_WINDOWS: slower, but not yet named a straggler."""
+    return (verdict.get("straggler") is None and verdict.get("pattern") not in (None, "one rank")
+            and verdict["slowest_windows"] >= STRAGGLER_SHARE * verdict["windows"]
+            and (verdict["median_excess_pct"] or 0) >= 100 * STRAGGLER_EXCESS)
+
+
 def describe(verdict: dict, unit: str = "windows") -> str | None:
-    """One line for the terminal, or None with one rank."""
+    """One line for the terminal, or None with one rank. It never calls the ranks even where one rank was slower:
+    too few windows to name a straggler, and a rank slower in some windows only, are said as such."""
     if verdict["pattern"] == "one rank":
         return None
     rank, n = verdict["slowest_rank"], verdict["windows"]
     share = f"slowest in {verdict['slowest_windows']} of {n} {unit}, median +{verdict['median_excess_pct']:.0f}%"
+    excess = f"{100 * STRAGGLER_EXCESS:.0f}%"
     if verdict["straggler"] is not None:
         return (f"straggler: rank {rank} ({share} data wait + forward over the other ranks' median); the others "
                 "wait for it in every allreduce")
+    if too_few(verdict):
+        return (f"rank {rank} slower: {share} (data wait + forward over the other ranks' median); {n} {unit} are "
+                f"too few to call it a straggler ({MIN_WINDOWS} needed): measure longer to tell")
+    slower = verdict.get("slower_windows", 0)
     if verdict["pattern"] == "sometimes":
         ranks = ", ".join(map(str, verdict["slower_ranks"]))
-        return (f"ranks even on the whole: rank(s) {ranks} {100 * STRAGGLER_EXCESS:.0f}% slower in "
-                f"{verdict['slower_windows']} of {n} {unit}, no rank consistently (rank {rank} {share})")
-    return f"ranks even: no rank {100 * STRAGGLER_EXCESS:.0f}% slower than the others in any of {n} {unit}"
+        return (f"no straggler: rank(s) {ranks} {excess} slower than the others in {slower} of {n} {unit} only "
+                f"(rank {rank} {share})")
+    if slower:
+        return f"ranks even: a rank {excess} slower than the others in {slower} of {n} {unit} only"
+    return f"ranks even: no rank {excess} slower than the others in any of {n} {unit}"

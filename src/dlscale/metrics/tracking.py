@@ -117,14 +117,19 @@ def _warn(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
 class Tracker:
     """One MLflow run, fed from a background thread. `Tracker(None)` (not asked, or not rank 0) does nothing."""
 
     def __init__(self, target: TrackingTarget | None, *, run_name: str, tags: Mapping[str, str] | None = None,
-                 run_dir: Path | None = None, warn: Callable[[str], None] = _warn) -> None:
+                 run_dir: Path | None = None, warn: Callable[[str], None] = _warn,
+                 say: Callable[[str], None] = _say) -> None:
         self.target = target
         self.run_name, self.tags, self.run_dir = run_name, dict(tags or {}), run_dir
-        self.warn = warn
+        self.warn, self.say = warn, say
         self.run_id: str | None = None
         self.resumed = False
         """The run directory's MLflow run, logged into again (a resumed training run)."""
@@ -163,6 +168,16 @@ class Tracker:
             self.warn(f"warning: MLflow tracking ({self.target.uri}) still busy after {timeout_s:g} s; "
                       "what was not logged by then is not tracked")
         self._thread = None
+        if not self.failed and self.run_id:
+            self.say(self.where())
+
+    def where(self) -> str:
+        """Where the run was logged, and how to look at it."""
+        uri = self.target.uri
+        look = (f"open {uri}" if uri.startswith(("http://", "https://")) else "the Databricks workspace"
+                if uri.startswith("databricks") else f"mlflow ui --backend-store-uri {uri}")
+        return (f"MLflow: {'logged on to' if self.resumed else 'logged to'} run {self.run_id} of experiment "
+                f"{self.target.experiment!r} at {uri} (to see it: {look})")
 
     def _put(self, *item) -> None:
         if self.enabled:

@@ -92,7 +92,7 @@ def compute(collection: Collection, tolerance_pts: float) -> Figures:
     accuracy_of = accuracy_rows(collection.runs, tolerance_pts)
     flags = {a.run.path: f"top-1 {a.delta_pts:+.2f} pts vs batch {a.baseline.global_batch}"
              for a in accuracy_of if a.flagged}
-    efficiencies = {r.run.path: (r.efficiency, r.flag) for s in series for r in s.ok_rows}
+    efficiencies = {r.run.path: (r.efficiency, r.flag, r.host) for s in series for r in s.ok_rows}
     return Figures(collection, series, accuracy_of, flags, time_rows(series),
                    progression_rows(collection.runs, efficiencies), dist_optimizer_rows(collection.runs, efficiencies),
                    io_rates.io_runs([r for r in collection.runs if r.kind == "train"]),

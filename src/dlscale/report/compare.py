@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from dlscale.report.flags import host_note
 from dlscale.rundir import Run
 
 PRECISION_ORDER = ("fp32", "tf32", "amp_fp16", "amp_bf16")
@@ -28,11 +29,13 @@ class CompareRow:
     efficiency: float | None = None
     flag: str = ""
     """Why the efficiency cannot be true, when it is above 100% (report/flags.py)."""
+    host: str = ""
+    """Which of the run and its series' baseline did not measure the model's speed (report/flags.py)."""
 
 
 def progression_rows(runs: list[Run], efficiencies: dict | None = None) -> list[CompareRow]:
     """Precision and speed options side by side; efficiencies maps a run's path to its scaling
-    efficiency (from its own series) and the mark of one above 100% (efficiency, flag)."""
+    efficiency (from its own series), the mark of one above 100% and the host's (efficiency, flag, host)."""
     def fixed(run: Run) -> tuple:
         return _common(run) + (run.summary.get("dist_optimizer"),)
 
@@ -53,8 +56,8 @@ def dist_optimizer_rows(runs: list[Run], efficiencies: dict | None = None) -> li
 
 
 def _with_efficiency(rows: list[CompareRow], efficiencies: dict) -> list[CompareRow]:
-    return [CompareRow(r.group, r.world_size, r.setting, r.run, r.ratio, *efficiencies.get(r.run.path, (None, "")))
-            for r in rows]
+    return [CompareRow(r.group, r.world_size, r.setting, r.run, r.ratio,
+                       *efficiencies.get(r.run.path, (None, "", host_note(r.run)))) for r in rows]
 
 
 def _throughput_runs(runs: list[Run]) -> list[Run]:

@@ -12,16 +12,37 @@ same work. `above_ideal` names what the two runs' own records show, most telling
 - a loaded host at the baseline: a load average at or above those cores (env.json, where recorded);
 - noise: the two measurements' 95% intervals reach the ideal;
 - else a slow baseline of unknown cause (re-measure it on an idle machine).
+
+A figure whose run's own record shows it is not the model's speed (its threads' share of the time, an interval
+wider than its mean: metrics/host_load.py's disturbance) is marked too: `host_note` names it, its cells carry
+HOST_MARK, its plot points a grey square, and an efficiency against a baseline so measured is marked the
+same way.
 """
 
 from __future__ import annotations
 
+from dlscale.metrics.host_load import run_disturbance
 from dlscale.rundir import Run, number
 
 LIMIT = 1.0005
 """Efficiencies from here up print as above 100.0% and are marked."""
 MARK = " (!)"
 """What a marked figure carries in a table cell."""
+HOST_MARK = " (?)"
+"""What a figure carries in a table cell when its run (or its baseline) did not measure the model's speed."""
+
+
+def host_note(run: Run, base: Run | None = None) -> str:
+    """'' or one line: which of the run and its baseline did not measure the model's speed, with the evidence of
+    its own record."""
+    notes = [f"{who}{r.name}: {reason}" for who, r in (("", run), ("baseline ", base))
+             if r is not None and (r is run or r.path != run.path) and (reason := run_disturbance(r))]
+    return "; ".join(notes)
+
+
+def host_cell(text: str, run: Run | None) -> str:
+    """A table cell of the run's rate, marked where its own record shows it is not the model's speed."""
+    return text + (HOST_MARK if run is not None and run_disturbance(run) else "")
 
 
 def impossible(efficiency: float | None) -> bool:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from dlscale.metrics.host_load import run_disturbance
 from dlscale.report import io_rates, loader, predictions
 from dlscale.report import tables as t
-from dlscale.report.flags import MARK
+from dlscale.report.flags import HOST_MARK, MARK
 from dlscale.report.references import Reference
 
 MAX_EPOCH_ROWS = 120
@@ -30,6 +31,7 @@ def report(figures, refs: list[Reference], tables: dict, made, tolerance: float,
         "",
         "## Runs",
         "",
+        *_host(collection.runs),
         _table(tables, "runs", t.RUNS_HEADERS),
         "",
         *_scaling(figures, tables),
@@ -117,6 +119,17 @@ def _impossible(figures) -> list[str]:
         return []
     return [f"Efficiencies above 100% cannot be true for the same work per rank; they are marked{MARK} and not "
             "to be read as superlinear scaling:", "", *lines, ""]
+
+
+def _host(runs) -> list[str]:
+    """Every run whose own record shows its rates are not the model's speed, before the tables that show them."""
+    lines = [f"- **HOST** {run.name}: {reason}" for run in runs if (reason := run_disturbance(run))]
+    if not lines:
+        return []
+    return [f"The rates of these runs are not the model's speed, as their own records show (their threads' share "
+            f"of the time, an interval wider than its mean; the load average beside them): they, and every speedup "
+            f"and efficiency against them, are marked{HOST_MARK}; run them again where nothing else runs:", "",
+            *lines, ""]
 
 
 def _precision_section(grids) -> list[str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
+from dlscale.metrics.host_load import run_disturbance
 from dlscale.report import overlay
 from dlscale.report.compare import CompareRow
 from dlscale.report.figure import figure, legend, log2_axis
@@ -28,6 +29,7 @@ SCALED_NOTE = "references (other hardware): one factor per system, in its label,
 DEVICES = "devices (ranks; GPUs in the references)"
 PLAIN = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:g}")
 IMPOSSIBLE = "efficiency above 100%: impossible (report.md)"
+HOST = "not the model's speed: the host (report.md)"
 PREDICTED_STYLE = {"linestyle": "-.", "marker": "x", "alpha": 0.9}
 """Predicted curves (dlscale predict runs): drawn as predicted, absolute, never scaled."""
 
@@ -93,6 +95,12 @@ def mark_impossible(ax, rows: list[Row], y) -> None:
                         xytext=(6, -12), textcoords="offset points", fontsize=6, color="red")
 
 
+def mark_host(ax, points: list[tuple[float, float]]) -> None:
+    """Grey squares on the points of figures that are not the model's speed (report/flags.py host_note)."""
+    for x, y in points:
+        ax.plot([x], [y], "s", markerfacecolor="none", markeredgecolor="gray", markersize=12, mew=1.5, label=HOST)
+
+
 def predicted(ax, predictions, key: str, scale: float = 1.0) -> list[int]:
     xs = []
     for pred in predictions:
@@ -133,6 +141,7 @@ def throughput(series: list[Series], references: list[Reference], flagged: set, 
         if bad:
             ax.plot(*zip(*bad, strict=True), "x", color="red", markersize=12, mew=2, label="top-1 below tolerance")
         mark_impossible(ax, rows, lambda r: r.total_ips)
+        mark_host(ax, [(r.world_size, r.total_ips) for r in rows if run_disturbance(r.run)])
         xs += n
     for o in refs:
         ax.plot(o.xs, o.ys, **style(o.series, references), label=o.label)
@@ -162,6 +171,7 @@ def efficiency(series: list[Series], references: list[Reference], predictions=()
         rows = s.ok_rows
         ax.plot([r.world_size for r in rows], [100 * r.efficiency for r in rows], marker="o", label=s.label)
         mark_impossible(ax, rows, lambda r: 100 * r.efficiency)
+        mark_host(ax, [(r.world_size, 100 * r.efficiency) for r in rows if r.host])
         xs += [r.world_size for r in rows]
     for s, curve in curves:
         ax.plot([d for d, _ in curve], [100 * e for _, e in curve],
@@ -291,6 +301,8 @@ def dist_optimizers(rows: list[CompareRow], references: list[Reference]) -> Figu
             if r.setting == name and r.flag:
                 right.plot([r.world_size], [100 * r.efficiency], "o", markerfacecolor="none",
                            markeredgecolor="red", markersize=13, mew=1.5, label=IMPOSSIBLE)
+        mark_host(right, [(r.world_size, 100 * r.efficiency) for r in mine
+                          if r.setting == name and r.host and r.efficiency])
     for ref in references:
         for s in ref.of_kind("efficiency"):
             curve = s.efficiency_curve()

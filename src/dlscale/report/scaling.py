@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from dlscale.report.flags import above_ideal
+from dlscale.report.flags import above_ideal, host_note
 from dlscale.report.load import Collection, FailedPoint
 from dlscale.rundir import Run
 
@@ -47,6 +47,8 @@ class Row:
     """The run this row's speedup and efficiency are against (its series' smallest world size)."""
     flag: str = ""
     """Why the efficiency cannot be true, when it is above 100% (report/flags.py); '' otherwise."""
+    host: str = ""
+    """Which of the run and its baseline did not measure the model's speed, and why (report/flags.py)."""
 
     @property
     def total_ips(self) -> float | None:
@@ -138,18 +140,19 @@ def _rows(runs: list[Run]) -> list[Row]:
     rows = []
     for run in runs:
         if base is None or run.total_ips is None:
-            rows.append(Row(run.world_size, run.num_nodes, run))
+            rows.append(Row(run.world_size, run.num_nodes, run, host=host_note(run)))
             continue
         value = efficiency(run.total_ips, run.world_size, base.total_ips, base.world_size)
         rows.append(Row(run.world_size, run.num_nodes, run, speedup=run.total_ips / base.total_ips,
-                        efficiency=value, base=base, flag=above_ideal(run, base, value)))
+                        efficiency=value, base=base, flag=above_ideal(run, base, value), host=host_note(run, base)))
     return rows
 
 
 def scaling_metrics(series: list[Series]) -> list[tuple[int, dict[str, float]]]:
     """Per world size (the step), each series' figures as metrics: total_img_per_s, per_rank_img_per_s,
-    speedup, efficiency_pct (and efficiency_above_100pct = 1 where it cannot be true), prefixed by the series'
-    label when there are several (for MLflow)."""
+    speedup, efficiency_pct (and efficiency_above_100pct = 1 where it cannot be true, host_disturbed = 1 where
+    the run's or its baseline's rate is not the model's speed), prefixed by the series' label when there are
+    several (for MLflow)."""
     by_size: dict[int, dict[str, float]] = defaultdict(dict)
     for s in series:
         prefix = "_".join(s.label.split()) + "/" if len(series) > 1 else ""
@@ -157,7 +160,8 @@ def scaling_metrics(series: list[Series]) -> list[tuple[int, dict[str, float]]]:
             efficiency_pct = None if row.efficiency is None else 100 * row.efficiency
             values = {"total_img_per_s": row.total_ips, "per_rank_img_per_s": row.total_ips / row.world_size,
                       "speedup": row.speedup, "efficiency_pct": efficiency_pct,
-                      "efficiency_above_100pct": 1.0 if row.flag else None}
+                      "efficiency_above_100pct": 1.0 if row.flag else None,
+                      "host_disturbed": 1.0 if row.host else None}
             by_size[row.world_size].update({prefix + k: v for k, v in values.items() if v is not None})
     return sorted(by_size.items())
 
@@ -200,6 +204,10 @@ class TimeRow:
     @property
     def flag(self) -> str:
         return above_ideal(self.run, self.base, self.efficiency) if self.base else ""
+
+    @property
+    def host(self) -> str:
+        return host_note(self.run, self.base)
 
 
 def time_rows(series: list[Series]) -> list[TimeRow]:

@@ -10,9 +10,10 @@ import csv
 from pathlib import Path
 
 from dlscale.metrics.cost import imagenet_epoch_cost, train_costs
+from dlscale.metrics.host_load import run_disturbance
 from dlscale.report.compare import CompareRow, PrecisionGrid
 from dlscale.report.epochs import epoch_times
-from dlscale.report.flags import MARK
+from dlscale.report.flags import HOST_MARK, MARK, host_cell
 from dlscale.report.references import Reference
 from dlscale.report.scaling import AccuracyRow, Series, TimeRow
 from dlscale.rundir import writing
@@ -55,12 +56,14 @@ SCALING_HEADERS = ["series", "world size", "nodes", "total img/s ± 95%", "per-r
 SCALING_CSV = ["series", "world_size", "nnodes", "total_img_per_s", "total_img_per_s_ci95",
                "per_rank_img_per_s", "per_rank_img_per_s_ci95", "speedup", "efficiency",
                "final_top1_pct", "target_top1_pct", "time_to_target_s", "accuracy_flag", "efficiency_flag",
-               "baseline_run", "status", "error", "run_dir"]
+               "host_flag", "baseline_run", "status", "error", "run_dir"]
 
 
-def efficiency_cell(value: float | None, flag: str = "") -> str:
-    """'90.0%', or '152.7% (!)' for an efficiency that cannot be true (its cause is in the row's status)."""
-    return fmt(None if value is None else 100 * value, ".1f", "%") + (MARK if flag else "")
+def efficiency_cell(value: float | None, flag: str = "", host: str = "") -> str:
+    """'90.0%', '152.7% (!)' for an efficiency that cannot be true (its cause is in the row's status), '31.0% (?)'
+    for one of a run or baseline whose rate is not the model's speed (report/flags.py host_note)."""
+    marks = (MARK if flag else "") + (HOST_MARK if host else "")
+    return fmt(None if value is None else 100 * value, ".1f", "%") + marks
 
 
 def time_to_target(run) -> str:
@@ -83,20 +86,22 @@ def scaling_table(series: list[Series], flags: dict | None = None) -> tuple[list
             if run is None:
                 status = f"{row.status}: {row.error}".strip(": ")
                 shown.append([s.label, row.world_size, row.nnodes, *[NONE] * 6, status, NONE])
-                raw.append([s.label, row.world_size, row.nnodes, *[None] * 12, row.status, row.error, None])
+                raw.append([s.label, row.world_size, row.nnodes, *[None] * 13, row.status, row.error, None])
                 continue
             flag = flags.get(run.path, "")
-            status = "; ".join(["ok", *(note for note in (flag, row.flag) if note)])
+            status = "; ".join(["ok", *(note for note in (flag, row.flag) if note),
+                                *([f"not the model's speed: {row.host}"] if row.host else [])])
             shown.append([
-                s.label, row.world_size, row.nnodes, with_ci(run.total_ips, run.total_ci95),
-                with_ci(run.per_rank_ips, run.per_rank_ci95), fmt(row.speedup, ".2f", "x"),
-                efficiency_cell(row.efficiency, row.flag), fmt(run.final_top1, ".2f"), time_to_target(run), status,
-                run.name,
+                s.label, row.world_size, row.nnodes, host_cell(with_ci(run.total_ips, run.total_ci95), run),
+                host_cell(with_ci(run.per_rank_ips, run.per_rank_ci95), run), fmt(row.speedup, ".2f", "x"),
+                efficiency_cell(row.efficiency, row.flag, row.host), fmt(run.final_top1, ".2f"), time_to_target(run),
+                status, run.name,
             ])
             raw.append([s.label, row.world_size, row.nnodes, run.total_ips, run.total_ci95, run.per_rank_ips,
                         run.per_rank_ci95, row.speedup, row.efficiency, run.final_top1,
                         run.summary.get("target_top1_pct"), run.summary.get("time_to_target_s"), flag or None,
-                        row.flag or None, row.base.name if row.base else None, "ok", None, str(run.path)])
+                        row.flag or None, row.host or None, row.base.name if row.base else None, "ok", None,
+                        str(run.path)])
     return shown, raw
 
 
@@ -124,9 +129,10 @@ def runs_table(runs, price_per_device_hour: float | None = None) -> tuple[list, 
         values = [r.name, r.kind, s.get("model"), r.setting, s.get("dist_optimizer"), r.world_size,
                   r.global_batch, r.total_ips, r.final_top1, r.train_time_s, s.get("avg_power_w"),
                   s.get("joules_per_image"), _epoch_cost(r, price_per_device_hour), str(r.path)]
-        raw.append(values)
-        shown.append([*values[:7], fmt(r.total_ips), fmt(r.final_top1, ".2f"), fmt(r.train_time_s, ".2f"),
-                      fmt(values[10]), fmt(values[11], ".3f"), fmt(values[12], ".2f"), values[13]])
+        raw.append([*values, run_disturbance(r)])
+        shown.append([*values[:7], host_cell(fmt(r.total_ips), r), fmt(r.final_top1, ".2f"),
+                      fmt(r.train_time_s, ".2f"), fmt(values[10]), fmt(values[11], ".3f"), fmt(values[12], ".2f"),
+                      values[13]])
     return shown, raw
 
 
@@ -147,9 +153,10 @@ def time_table(rows: list[TimeRow]) -> tuple[list, list]:
     for r in rows:
         unit = "s" if r.run.kind == "train" else "s per 1000 img"
         flag = r.flag
-        shown.append([r.series, r.world_size, f"{r.time_s:.2f} {unit}", f"{r.speedup:.2f}",
-                      f"{r.ideal:.2f}", efficiency_cell(r.efficiency, flag), r.run.name])
-        raw.append([r.series, r.world_size, r.time_s, r.speedup, r.ideal, r.efficiency, flag or None,
+        host = r.host
+        shown.append([r.series, r.world_size, host_cell(f"{r.time_s:.2f} {unit}", r.run), f"{r.speedup:.2f}",
+                      f"{r.ideal:.2f}", efficiency_cell(r.efficiency, flag, host), r.run.name])
+        raw.append([r.series, r.world_size, r.time_s, r.speedup, r.ideal, r.efficiency, flag or None, host or None,
                     str(r.run.path)])
     return shown, raw
 
@@ -177,15 +184,15 @@ COMPARE_HEADERS = ["runs compared", "world size", "setting", "total img/s ± 95%
 def compare_table(rows: list[CompareRow]) -> tuple[list, list]:
     shown, raw = [], []
     for c in rows:
-        shown.append([c.group, c.world_size, c.setting, with_ci(c.run.total_ips, c.run.total_ci95),
-                      fmt(c.ratio, ".2f", "x"), efficiency_cell(c.efficiency, c.flag), c.run.name])
+        shown.append([c.group, c.world_size, c.setting, host_cell(with_ci(c.run.total_ips, c.run.total_ci95), c.run),
+                      fmt(c.ratio, ".2f", "x"), efficiency_cell(c.efficiency, c.flag, c.host), c.run.name])
         raw.append([c.group, c.world_size, c.setting, c.run.total_ips, c.ratio, c.efficiency, c.flag or None,
-                    str(c.run.path)])
+                    c.host or None, str(c.run.path)])
     return shown, raw
 
 
 PRECISION_CSV = ["runs_compared", "world_size", "per_rank_batch", "precision", "total_img_per_s",
-                 "total_img_per_s_ci95", "ratio_to_first", "path"]
+                 "total_img_per_s_ci95", "ratio_to_first", "host_flag", "path"]
 
 
 def precision_tables(grids: list[PrecisionGrid]) -> list[tuple[str, list[str], list[list]]]:
@@ -200,7 +207,7 @@ def precision_tables(grids: list[PrecisionGrid]) -> list[tuple[str, list[str], l
         for world in grid.world_sizes:
             runs = [grid.cells.get((world, p)) for p in grid.precisions]
             ratio = runs[-1].total_ips / runs[0].total_ips if runs[0] and runs[-1] else None
-            rows.append([world, *(with_ci(r.total_ips, r.total_ci95) if r else NONE for r in runs),
+            rows.append([world, *(host_cell(with_ci(r.total_ips, r.total_ci95), r) if r else NONE for r in runs),
                          fmt(ratio, ".2f", "x")])
         out.append((grid.group, headers, rows))
     return out
@@ -216,7 +223,7 @@ def precision_csv(grids: list[PrecisionGrid]) -> list[list]:
                 if run:
                     ratio = run.total_ips / first.total_ips if first and first.total_ips else None
                     raw.append([grid.group, world, grid.per_rank_batch, precision, run.total_ips, run.total_ci95,
-                                ratio, str(run.path)])
+                                ratio, run_disturbance(run), str(run.path)])
     return raw
 
 
@@ -274,16 +281,16 @@ def reference_table(references: list[Reference]) -> tuple[list, list]:
 CSV_HEADERS = {
     "runs": ["run", "kind", "model", "setting", "dist_optimizer", "world_size", "global_batch",
              "total_img_per_s", "final_top1_pct", "train_time_s", "avg_power_w", "joules_per_image",
-             "cost_per_epoch", "path"],
+             "cost_per_epoch", "path", "host_flag"],
     "scaling": SCALING_CSV,
     "speedup": ["series", "world_size", "time_s", "speedup_time_base_over_time_n", "ideal", "efficiency",
-                "efficiency_flag", "path"],
+                "efficiency_flag", "host_flag", "path"],
     "accuracy": ["run", "model_data", "world_size", "global_batch", "final_top1_pct", "best_top1_pct",
                  "delta_pts_vs_smallest_batch", "flagged"],
     "progression": ["group", "world_size", "setting", "total_img_per_s", "ratio_to_first", "efficiency",
-                    "efficiency_flag", "path"],
+                    "efficiency_flag", "host_flag", "path"],
     "dist_optimizers": ["group", "world_size", "dist_optimizer", "total_img_per_s", "ratio_to_first",
-                        "efficiency", "efficiency_flag", "path"],
+                        "efficiency", "efficiency_flag", "host_flag", "path"],
     "references": ["reference", "series", "devices", "img_per_s", "time_s", "efficiency", "final_top1_pct",
                    "final_top5_pct", "read_off_plot"],
 }

@@ -64,6 +64,8 @@ class CommandFacts:
     """train's optim.accumulation_steps."""
     fixed: frozenset[str] = frozenset()
     """Settings the command's own flags fix (dist_optimizer, precision): the sweep may not vary them."""
+    dist_optimizer: str = "allreduce"
+    """The strategy the command's own flags (or its configuration) run where the sweep does not vary it."""
 
 
 @dataclass
@@ -208,7 +210,37 @@ def plan_points(spec: SweepSpec, facts: CommandFacts) -> list[Point]:
                       series=" ".join([*words, group]).strip(), group=group)
         point.argv = [spec.command, *spec.args, *batch_flags, *_setting_flags(spec.command, settings)]
         points.append(point)
+    check_layouts(spec, facts, points)
     return points
+
+
+NODE_STRATEGIES = ("hierarchical_neighbor_allreduce",)
+"""Strategies that average inside each node, then between nodes (strategies/neighbor_allreduce.py): on more
+than one rank they need two or more nodes of two or more ranks."""
+
+
+def check_layouts(spec: SweepSpec, facts: CommandFacts, points: list[Point]) -> None:
+    """A point whose strategy cannot run on its nodes is refused before the sweep starts, not failed in it."""
+    bad = []
+    for point in points:
+        strategy = point.settings.get("dist_optimizer") or facts.dist_optimizer
+        nodes, per_node = node_layout(spec, point)
+        if strategy in NODE_STRATEGIES and point.world_size > 1 and (nodes < 2 or per_node < 2):
+            bad.append(f"{point.name} ({nodes} node(s) x {per_node} rank(s))")
+    if bad:
+        raise ConfigError(f"{NODE_STRATEGIES[0]} averages inside each node, then between nodes: it needs 2 or more "
+                          f"nodes of 2 or more ranks, and these points have not: {', '.join(bad)}; sweep --nnodes "
+                          "and --nproc of 2 or more (or --gpus of whole nodes, 2 or more), or another --dist-optimizer")
+
+
+def node_layout(spec: SweepSpec, point: Point) -> tuple[int, int]:
+    """(nodes, ranks per node) a point runs on: its own with torchrun; a SLURM sweep fills each node of
+    launcher_options' gpus_per_node first (launch/slurm_jobs.py)."""
+    per_node = spec.launcher_options.get("gpus_per_node")
+    if per_node is None:
+        return point.nnodes, point.nproc_per_node
+    world = point.world_size
+    return -(-world // per_node), min(world, per_node)
 
 
 def _word(key: str, value: str) -> str:

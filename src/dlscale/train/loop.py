@@ -43,6 +43,7 @@ from dlscale.precision import build_precision, precision_note
 from dlscale.rundir import RunDir, check_output_file, to_jsonable
 from dlscale.train.checkpoint import CheckpointManager
 from dlscale.train.evaluate import evaluate
+from dlscale.train.finished import finished
 from dlscale.train.optim import loss_fn
 from dlscale.train.plan import Plan, make_plan, per_rank_batch
 from dlscale.train.raport import convnets_parameters
@@ -98,7 +99,9 @@ class Run:
 
 def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path = "runs",
         resume: str = "auto", raport_file: str | None = None, tracking: TrackingTarget | None = None) -> dict:
-    """Train to the end (or the target accuracy, or a preemption signal); return the summary.
+    """Train to the end (or the target accuracy, or a preemption signal); return the summary. A run that is
+    already finished is not trained again: its recorded summary is returned, with `already_finished`, the line
+    that says so.
 
     tracking: also log the run to MLflow there (rank 0; dlscale.metrics.tracking).
 
@@ -111,6 +114,12 @@ def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path
         run_dir = RunDir(Path(output_dir) / (cfg.name or run_name))
         lock = _claim(run_dir, env, raport_file)  # before anything is built or written: one run per directory
         try:
+            done = _finished(run_dir, cfg, env)
+            if done is not None:  # run again, a finished run says so and changes nothing (train/finished.py)
+                line, summary = done
+                if resume != "auto":  # asked to train it from the start or from a checkpoint: refused
+                    raise ConfigError(f"--resume {resume}: {line}")
+                return {**summary, "already_finished": line}
             return _fit(cfg, env, device, run_dir, preemption, run_name=run_name, resume=resume,
                         raport_file=raport_file, tracking=tracking)
         finally:
@@ -133,6 +142,20 @@ def _claim(run_dir: RunDir, env: DistEnv, raport_file: str | None) -> RunDir | N
         kind, message = found
         raise error or (StorageError if kind == "StorageError" else ConfigError)(message)
     return lock
+
+
+def _finished(run_dir: RunDir, cfg: TrainConfig, env: DistEnv) -> tuple[str, dict] | None:
+    """Rank 0's finished() on every rank; its refusal of the settings raised on every rank."""
+    found, refused = None, None
+    if env.is_main:
+        try:
+            found = finished(run_dir.path, cfg, env.world_size)
+        except ConfigError as error:
+            refused = str(error)
+    found, refused = broadcast_from_main((found, refused))
+    if refused is not None:
+        raise ConfigError(refused)
+    return found
 
 
 def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, preemption: PreemptionHandler, *,
@@ -255,7 +278,8 @@ def _seed(seed: int, deterministic: bool, device: torch.device) -> None:
 def _epochs(run: Run, progress: Progress) -> bool:
     """Train from progress to the end; True when a preemption signal stopped the run."""
     cfg, plan = run.cfg, run.plan
-    while progress.epoch < plan.epochs:
+    # A run resumed after it reached its target trains no further: its time to solution is written.
+    while progress.epoch < plan.epochs and progress.time_to_target_s is None:
         stopped, images, train_s = _train_epoch(run, progress)
         if stopped:
             _save(run, progress, reason="preemption")
