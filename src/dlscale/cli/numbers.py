@@ -201,7 +201,7 @@ TRACE_STEPS = whole(0, 1000, "steps recorded by torch.profiler (0: no trace)", "
 GBPS = real(0, 1e6, "Gbit/s of bus bandwidth", "a petabit per second is no network")
 NICS = whole(1, 64, "network adapters per node", "no node has more")
 BN_GROUP = whole(1, 1024, "devices per BatchNorm group", "a group lives inside a node: no node has more")
-EPOCHS = real(0, 10_000, "epochs", "ten thousand epochs is no training run")
+EPOCHS_FRACTION = real(0, 10_000, "epochs", "ten thousand epochs is no training run")
 SECONDS_OR_ZERO = real(0, TIMEOUT_MAX_S, "seconds", "a year at most", above=False)
 NIC_GBPS = real(0, 1e4, "Gbit/s of one network adapter", "ten terabits per second is no adapter")
 LATENCY_US = real(0, 1e7, "microseconds of one algorithm step", "ten seconds is no network", above=False)

@@ -134,9 +134,9 @@ def add_parser(subparsers) -> None:
     ceilings.add_argument("--step-cv", type=numbers.SPREAD, default=None,
                           help="the spread (std / mean) of a step, given")
     rates = p.add_argument_group("end-to-end rate (optional): with --epochs, the time to train beside the step rate")
-    rates.add_argument("--epochs", type=numbers.EPOCHS, default=None,
+    rates.add_argument("--epochs", type=numbers.EPOCHS_FRACTION, default=None,
                        help="epochs of the run to accuracy (MLPerf's ResNet-50: 35 to 90)")
-    rates.add_argument("--eval-every", type=numbers.EPOCHS, default=1.0,
+    rates.add_argument("--eval-every", type=numbers.EPOCHS_FRACTION, default=1.0,
                        help="epochs between two evaluations of the 50,000 validation images")
     rates.add_argument("--startup-s", type=numbers.SECONDS_OR_ZERO, default=None,
                        help="seconds before the first step (default: unknown, taken as zero and said)")
