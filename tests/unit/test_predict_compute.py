@@ -230,6 +230,34 @@ def test_the_fit_would_use_the_other_batch_of_the_series():
     assert sorted(fed) == ["mlperf:h100_strong@64", "mlperf:h100_strong@8"] and len(work.step_time.points) == 2
 
 
+def test_a_point_is_fitted_only_over_its_own_program():
+    # MLPerf v0.7's DGX A100: 8 and 16 GPUs ran resnet-v1b-stats-fl, 768 GPUs resnet-v1b-fl (their config_*.sh).
+    # The 768-GPU point's compute is the 8-GPU figure with the A100's modelled fixed part, not a fit through the
+    # 16-GPU run, whose configuration differs from both; taken across programs the fit put the fixed part at 29 ms.
+    case = next(c for c in validate.CASES if c.series == "dgxa100_v07")
+    terms = validate.case_terms(case)
+    work, fed, fixed_fed = validate.case_workload(case, terms, predicted="mlperf_scale:dgxa100_v07@768",
+                                                  program="resnet-v1b-fl")
+    assert fed == ["mlperf_scale:dgxa100_v07@8"] and fixed_fed == ["predict/fixed.py's floor"]
+    assert work.step_time.fixed_kind == "modelled" and work.step_time.fixed_s < 0.005
+    across, fed, _ = validate.case_workload(case, terms, predicted="mlperf_scale:dgxa100_v07@768")
+    assert fed == ["mlperf_scale:dgxa100_v07@8", "mlperf_scale:dgxa100_v07@16"] and across.step_time.fixed_s > 0.025
+    _, fed, _ = validate.case_workload(case, terms, predicted="mlperf_scale:dgxa100_v07@16",
+                                       program="resnet-v1b-stats-fl")
+    assert fed == ["mlperf_scale:dgxa100_v07@8"]
+    # v2.0: the smallest point (the compute figure) and the other multi-node points of the 64-GPU point's program
+    case = next(c for c in validate.CASES if c.series == "dgxa100_v20")
+    _, fed, _ = validate.case_workload(case, validate.case_terms(case), predicted="mlperf_scale:dgxa100_v20@64",
+                                       program="resnet-v1b-fl")
+    assert sorted(fed) == ["mlperf_scale:dgxa100_v20@1024", "mlperf_scale:dgxa100_v20@4216",
+                           "mlperf_scale:dgxa100_v20@8"]
+    # every row says what fed its fixed part, a published point or not
+    rows, _ = validate.validate_references()
+    for row in rows:
+        step_from_fit = len([pid for parameter, pid in row.fed_by if parameter == "compute"]) >= 2
+        assert step_from_fit or any(parameter == "fixed part" for parameter, _ in row.fed_by), row.point_id
+
+
 # ----------------------------------------------------------------------------- same-host slowdown
 
 
