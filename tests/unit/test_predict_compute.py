@@ -10,11 +10,9 @@ import pytest
 
 from dlscale.errors import ConfigError
 from dlscale.predict import cases, compute, inputs, sweeps, validate
+from dlscale.predict.ceilings import Ceilings, EpochStart, NodeLoader
 from dlscale.predict.compute import Fixed, fit_fixed_per_image, from_one_point, from_points
 from dlscale.predict.model import (
-    Ceilings,
-    EpochStart,
-    NodeLoader,
     Strategy,
     expected_max_standard_normal,
     predict,

@@ -30,23 +30,15 @@ from dlscale.predict.cases import (
     Case,
     case_reference,
 )
+from dlscale.predict.ceilings import Ceilings, EpochStart, NodeLoader
 from dlscale.predict.compute import Fixed, fit_fixed_per_image, fixed_for_device, from_one_point, from_points
 from dlscale.predict.fixed import device_key, execution_of
 from dlscale.predict.inputs import reference_spread
-from dlscale.predict.model import (
-    Ceilings,
-    EpochStart,
-    NodeLoader,
-    Point,
-    Strategy,
-    Workload,
-    compute_for_step,
-    predict_point,
-    workload_for_model,
-)
+from dlscale.predict.model import Point, Strategy, compute_for_step, predict_point, workload_for_model
 from dlscale.predict.network import Network
 from dlscale.predict.platforms import platform
 from dlscale.predict.spread import default_spread
+from dlscale.predict.workload import Workload
 from dlscale.report.references import RefSeries, load_reference
 
 
