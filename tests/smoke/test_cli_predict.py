@@ -150,6 +150,11 @@ def test_validate_predicts_every_shipped_scaling_point(tmp_path):
     for word in (f"All {len(rows)} shipped points", "median |error|", "parameters from", "Inputs:", "hal:feb",
                  "mlperf:h100_strong", "mlperf_scale:dgxa100_v20"):
         assert word in out.stdout
+    # the published efficiencies of runs not shipped, apart from the shipped points and their goals
+    checks = report["efficiency_checks"]
+    assert {r["series"] for r in checks["rows"]} == {"goyal_2017", "akiba_2017", "jia_2018", "mikami_2018"}
+    assert checks["statistics"]["points"] == 4 and "4 published efficiencies: median |error|" in out.stdout
+    assert not any(r["reference"] == "large_batch" for r in rows)
     print("\n".join(out.stdout.splitlines()[:60]))
 
 

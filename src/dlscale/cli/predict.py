@@ -22,7 +22,7 @@ from dlscale.metrics.cost import check_price
 from dlscale.metrics.hardware import PEAK_TFLOPS
 from dlscale.metrics.tracking import numbers as figures
 from dlscale.metrics.tracking import track_finished
-from dlscale.predict import cases, caveats, output, scorecard, sweeps, validate
+from dlscale.predict import cases, caveats, efficiency, output, scorecard, sweeps, validate
 from dlscale.predict.cases import CASES
 from dlscale.predict.ceilings import Ceilings
 from dlscale.predict.endtoend import Schedule
@@ -240,7 +240,8 @@ def _header(title: str, workload: Workload, net: Network, strategy: Strategy, ce
 def _validate(args: argparse.Namespace) -> int:
     extra = cases.file_cases(str(args.reference_file)) if args.reference_file else ()
     rows, texts = validate.validate_references(CASES + extra)
-    print("\n".join(scorecard.lines(rows, texts, args.reference_file)))
+    checks = efficiency.efficiency_rows()
+    print("\n".join(scorecard.lines(rows, texts, args.reference_file, checks)))
     sweep_rows = []
     if args.sweep:
         if args.comm_run is None:
@@ -254,7 +255,7 @@ def _validate(args: argparse.Namespace) -> int:
                   f"({100 * r.error_with_stragglers:+.1f}%); {r.inputs}")
     if args.json:
         write_json_file(args.json, {
-            **scorecard.as_json(rows, texts),
+            **scorecard.as_json(rows, texts, checks),
             "sweeps": [{**asdict(r), "error": r.error, "error_with_stragglers": r.error_with_stragglers}
                        for r in sweep_rows]})
     return 0

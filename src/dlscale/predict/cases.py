@@ -62,6 +62,11 @@ def case_reference(case: Case) -> Reference:
     return _reference(case.path or case.reference)
 
 
+def shipped_reference(name: str) -> Reference:
+    """A shipped reference, read once per process (as the cases' are)."""
+    return _reference(name)
+
+
 @functools.lru_cache(maxsize=64)
 def _reference(name_or_path: str) -> Reference:
     """A reference read (and its shape checked) once per process: the validation asks for each many times."""
