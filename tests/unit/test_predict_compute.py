@@ -256,6 +256,32 @@ def test_a_point_is_fitted_only_over_its_own_program():
         assert step_from_fit or any(parameter == "fixed part" for parameter, _ in row.fed_by), row.point_id
 
 
+def test_a_reference_files_programs_are_kept_apart_as_the_shipped_ones(tmp_path):
+    # MLPerf v4.0's H100 steps at 400 and 50 per GPU and a made-up 16-GPU point at 200 of the 8-GPU run's program:
+    # the 64-GPU point, of another program, is predicted from the 8-GPU point and the H100's measured fixed part.
+    points = [{"devices": 8, "nodes": 1, "batch_per_device": 400, "img_per_s": 57288, "program": "big"},
+              {"devices": 16, "nodes": 2, "batch_per_device": 200, "img_per_s": 100000, "program": "big"},
+              {"devices": 64, "nodes": 8, "batch_per_device": 50, "img_per_s": 314118, "program": "small"}]
+    data = {"name": "mine", "title": "three points, two programs", "hardware": {"device": "H100"},
+            "sources": [{"id": "s", "where": "here", "what": "made up"}],
+            "series": [{"id": "h100", "label": "H100", "kind": "scaling", "device": "H100-SXM5-80GB",
+                        "precision": "fp16", "platform": "dgx-h100", "source": ["s"], "points": points}]}
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(data))
+    (case,) = cases.file_cases(str(path))
+    rows = {r.devices: r for r in validate.run_case(case)[0]}
+    assert rows[64].fed_by == (("compute", "mine:h100@8"), ("fixed part", "references/device_steps.json"),
+                               ("stragglers", "pytorch:ddp_benchmark@1"))
+    assert ("compute", "mine:h100@64") not in rows[16].fed_by and ("compute", "mine:h100@8") in rows[16].fed_by
+    for point in points:
+        point.pop("program")
+    path.write_text(json.dumps(data))
+    cases._reference.cache_clear()
+    (case,) = cases.file_cases(str(path))
+    rows = {r.devices: r for r in validate.run_case(case)[0]}
+    assert ("compute", "mine:h100@16") in rows[64].fed_by  # without programs, every other point fits it
+
+
 # ----------------------------------------------------------------------------- same-host slowdown
 
 
