@@ -158,6 +158,11 @@ def test_validate_predicts_every_shipped_scaling_point(tmp_path):
     for word in (f"All {len(rows)} shipped points", "median |error|", "parameters from", "Inputs:", "hal:feb",
                  "mlperf:h100_strong", "mlperf_scale:dgxa100_v20"):
         assert word in out.stdout
+    # the published efficiencies of runs not shipped, apart from the shipped points and their goals
+    checks = report["efficiency_checks"]
+    assert {r["series"] for r in checks["rows"]} == {"goyal_2017", "akiba_2017", "jia_2018", "mikami_2018"}
+    assert checks["statistics"]["points"] == 4 and "4 published efficiencies: median |error|" in out.stdout
+    assert not any(r["reference"] == "large_batch" for r in rows)
     print("\n".join(out.stdout.splitlines()[:60]))
 
 
@@ -274,6 +279,8 @@ def test_a_reference_file_is_anchored_and_validated_as_a_shipped_one(tmp_path):
                                                                       "not a number above 0"),
     (lambda d: d["series"][0].update(platform="dgx-z100"), "unknown --platform 'dgx-z100'; choose one of dgx1-v100"),
     (lambda d: d["series"][0].pop("platform"), "series h100 names no platform"),
+    (lambda d: d["series"][0]["points"][1].update(program=3), "the point at 64 devices has program 3: a program is "
+                                                               "text"),
 ])
 def test_a_bad_reference_file_is_one_line_naming_the_field(tmp_path, change, message):
     data = json.loads(json.dumps(MLPERF_AS_A_FILE))
@@ -328,3 +335,30 @@ def test_machines_by_flag(tmp_path):
     listed = dlscale_here("predict", "--list-platforms", cwd=tmp_path).stdout
     for name in ("dgx2h", "abci-v100", "xe8545-a100", "r750xa-a100-pcie", "dss8440-a100-pcie", "azure-ndm-a100-v4"):
         assert f"{name}: " in listed
+
+
+def test_stragglers_from_a_run_directory_by_hand(tmp_path):
+    """--stragglers-from: a bench run of two ranks whose iterations of 4 steps took 0.9 and 1.1 s alike (a spread of
+    0.1 per iteration, 0.1 x sqrt(4) = 0.2 per step), and a compute of 100 ms (1,000 img/s at batch 100 on one device):
+    an allreduce over 2 devices waits 0.2 x 100 ms x E[max of 2] = 20 / sqrt(pi) = 11.28 ms, over 3 devices
+    0.2 x 100 ms x 3 / (2 sqrt(pi)) = 16.93 ms (the closed forms of docs/references.md#order-statistics)."""
+    import math
+    from pathlib import Path
+
+    fixture = Path(__file__).parents[1] / "fixtures" / "runs-022c5c5" / "bench" / "summary.json"
+    summary = json.loads(fixture.read_text())
+    summary.update(world_size=2, num_batches_per_iter=4, iterations_per_rank=[[4 / 0.9, 4 / 1.1], [4 / 1.1, 4 / 0.9]])
+    run = tmp_path / "runs" / "bench-two"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps(summary))
+    out = dlscale_here("predict", "--from-reference", "rate=1000,devices=1,batch=100", "--intra-gbps", "1000",
+                       "--inter-gbps", "100", "--gpus-per-node", "8", "--gpus", "1,2,3", "--stragglers-from", str(run),
+                       "--json", "p.json", "--no-run-dir", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert f"stragglers: per-rank step spread of {run}: 20.0%" in out.stdout
+    points = {p["devices"]: p for p in json.loads((tmp_path / "p.json").read_text())["points"]}
+    assert points[1]["stragglers_ms"] == 0
+    assert points[2]["stragglers_ms"] == pytest.approx(0.2 * 100 / math.sqrt(math.pi), rel=1e-4)
+    assert points[3]["stragglers_ms"] == pytest.approx(0.2 * 100 * 3 / (2 * math.sqrt(math.pi)), rel=1e-4)
+    row = next(line for line in out.stdout.splitlines() if line.split()[:1] == ["3"])
+    assert f"{0.2 * 100 * 3 / (2 * math.sqrt(math.pi)):.2f}" in row.split()  # the term in the table's column

@@ -7,15 +7,9 @@ import pytest
 
 from dlscale.errors import ConfigError
 from dlscale.predict import graphs, timeline
+from dlscale.predict.ceilings import Ceilings
 from dlscale.predict.layers import forward_macs, model_parameters
-from dlscale.predict.model import (
-    Ceilings,
-    Strategy,
-    expected_max_standard_normal,
-    predict,
-    predict_point,
-    workload_for_model,
-)
+from dlscale.predict.model import Strategy, expected_max_standard_normal, predict, predict_point, workload_for_model
 from dlscale.predict.network import (
     BUSBW_FACTORS,
     Level,

@@ -10,11 +10,9 @@ import pytest
 
 from dlscale.errors import ConfigError
 from dlscale.predict import cases, compute, inputs, sweeps, validate
+from dlscale.predict.ceilings import Ceilings, EpochStart, NodeLoader
 from dlscale.predict.compute import Fixed, fit_fixed_per_image, from_one_point, from_points
 from dlscale.predict.model import (
-    Ceilings,
-    EpochStart,
-    NodeLoader,
     Strategy,
     expected_max_standard_normal,
     predict,
@@ -228,6 +226,60 @@ def test_the_fit_would_use_the_other_batch_of_the_series():
     assert fed == ["mlperf:h100_strong@8"] and len(work.step_time.points) == 1
     work, fed, _ = validate.case_workload(case, validate.Terms())
     assert sorted(fed) == ["mlperf:h100_strong@64", "mlperf:h100_strong@8"] and len(work.step_time.points) == 2
+
+
+def test_a_point_is_fitted_only_over_its_own_program():
+    # MLPerf v0.7's DGX A100: 8 and 16 GPUs ran resnet-v1b-stats-fl, 768 GPUs resnet-v1b-fl (their config_*.sh).
+    # The 768-GPU point's compute is the 8-GPU figure with the A100's modelled fixed part, not a fit through the
+    # 16-GPU run, whose configuration differs from both; taken across programs the fit put the fixed part at 29 ms.
+    case = next(c for c in validate.CASES if c.series == "dgxa100_v07")
+    terms = validate.case_terms(case)
+    work, fed, fixed_fed = validate.case_workload(case, terms, predicted="mlperf_scale:dgxa100_v07@768",
+                                                  program="resnet-v1b-fl")
+    assert fed == ["mlperf_scale:dgxa100_v07@8"] and fixed_fed == ["predict/fixed.py's floor"]
+    assert work.step_time.fixed_kind == "modelled" and work.step_time.fixed_s < 0.005
+    across, fed, _ = validate.case_workload(case, terms, predicted="mlperf_scale:dgxa100_v07@768")
+    assert fed == ["mlperf_scale:dgxa100_v07@8", "mlperf_scale:dgxa100_v07@16"] and across.step_time.fixed_s > 0.025
+    _, fed, _ = validate.case_workload(case, terms, predicted="mlperf_scale:dgxa100_v07@16",
+                                       program="resnet-v1b-stats-fl")
+    assert fed == ["mlperf_scale:dgxa100_v07@8"]
+    # v2.0: the smallest point (the compute figure) and the other multi-node points of the 64-GPU point's program
+    case = next(c for c in validate.CASES if c.series == "dgxa100_v20")
+    _, fed, _ = validate.case_workload(case, validate.case_terms(case), predicted="mlperf_scale:dgxa100_v20@64",
+                                       program="resnet-v1b-fl")
+    assert sorted(fed) == ["mlperf_scale:dgxa100_v20@1024", "mlperf_scale:dgxa100_v20@4216",
+                           "mlperf_scale:dgxa100_v20@8"]
+    # every row says what fed its fixed part, a published point or not
+    rows, _ = validate.validate_references()
+    for row in rows:
+        step_from_fit = len([pid for parameter, pid in row.fed_by if parameter == "compute"]) >= 2
+        assert step_from_fit or any(parameter == "fixed part" for parameter, _ in row.fed_by), row.point_id
+
+
+def test_a_reference_files_programs_are_kept_apart_as_the_shipped_ones(tmp_path):
+    # MLPerf v4.0's H100 steps at 400 and 50 per GPU and a made-up 16-GPU point at 200 of the 8-GPU run's program:
+    # the 64-GPU point, of another program, is predicted from the 8-GPU point and the H100's measured fixed part.
+    points = [{"devices": 8, "nodes": 1, "batch_per_device": 400, "img_per_s": 57288, "program": "big"},
+              {"devices": 16, "nodes": 2, "batch_per_device": 200, "img_per_s": 100000, "program": "big"},
+              {"devices": 64, "nodes": 8, "batch_per_device": 50, "img_per_s": 314118, "program": "small"}]
+    data = {"name": "mine", "title": "three points, two programs", "hardware": {"device": "H100"},
+            "sources": [{"id": "s", "where": "here", "what": "made up"}],
+            "series": [{"id": "h100", "label": "H100", "kind": "scaling", "device": "H100-SXM5-80GB",
+                        "precision": "fp16", "platform": "dgx-h100", "source": ["s"], "points": points}]}
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(data))
+    (case,) = cases.file_cases(str(path))
+    rows = {r.devices: r for r in validate.run_case(case)[0]}
+    assert rows[64].fed_by == (("compute", "mine:h100@8"), ("fixed part", "references/device_steps.json"),
+                               ("stragglers", "pytorch:ddp_benchmark@1"))
+    assert ("compute", "mine:h100@64") not in rows[16].fed_by and ("compute", "mine:h100@8") in rows[16].fed_by
+    for point in points:
+        point.pop("program")
+    path.write_text(json.dumps(data))
+    cases._reference.cache_clear()
+    (case,) = cases.file_cases(str(path))
+    rows = {r.devices: r for r in validate.run_case(case)[0]}
+    assert ("compute", "mine:h100@16") in rows[64].fed_by  # without programs, every other point fits it
 
 
 # ----------------------------------------------------------------------------- same-host slowdown

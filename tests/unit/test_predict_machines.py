@@ -7,9 +7,9 @@ import math
 import pytest
 
 from dlscale.errors import ConfigError
+from dlscale.predict.ceilings import Ceilings
 from dlscale.predict.endtoend import Schedule, end_to_end
 from dlscale.predict.model import (
-    Ceilings,
     Strategy,
     expected_max_standard_normal,
     norm_group_time,

@@ -18,11 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from dlscale.predict.cases import CASES, Case
+from dlscale.predict.ceilings import Ceilings
 from dlscale.predict.compute import UNKNOWN_FIXED, Fixed
 from dlscale.predict.inputs import PublishedStep, ReferenceFigure
-from dlscale.predict.model import Ceilings, Point, Strategy, Workload, compute_for_step, predict_point
+from dlscale.predict.model import Point, Strategy, compute_for_step, predict_point
 from dlscale.predict.network import Network
 from dlscale.predict.platforms import platform
+from dlscale.predict.workload import Workload
 
 
 @dataclass(frozen=True)

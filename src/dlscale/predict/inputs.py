@@ -18,8 +18,9 @@ from dlscale.metrics.hardware import PEAK_TFLOPS
 from dlscale.predict.compute import Fixed, fixed_for_device, from_one_point, from_points
 from dlscale.predict.fixed import device_key, execution_of
 from dlscale.predict.layers import forward_macs, model_parameters
-from dlscale.predict.model import GradSpec, Workload, workload_for_model
+from dlscale.predict.model import workload_for_model
 from dlscale.predict.network import Level, Network
+from dlscale.predict.workload import GradSpec, Workload
 from dlscale.report.references import RefSeries, load_reference, named_series
 from dlscale.rundir import read_comm_run, read_run, read_summary
 

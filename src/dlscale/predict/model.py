@@ -31,77 +31,22 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 
 from dlscale.errors import ConfigError
 from dlscale.predict import graphs, timeline
+from dlscale.predict.ceilings import Ceilings
 from dlscale.predict.compute import StepTime, from_one_point
 from dlscale.predict.layers import model_parameters
 from dlscale.predict.network import Network, allreduce_time, check_size, collective_time, exchange_time
+from dlscale.predict.workload import GradSpec, Workload
 
 STRATEGIES = ("allreduce", "gradient_allreduce", "neighbor_allreduce", "hierarchical_neighbor_allreduce")
 OVERLAPS = ("backward", "none", "step")
 LIMIT_THRESHOLD = 0.05
 """A point is called compute-bound while the other terms cost it less than 5% of its rate."""
-
-
-@dataclass(frozen=True)
-class GradSpec:
-    numel: int
-    ready_fraction: float
-    """When it is ready, as a fraction of backward (0 = start, 1 = end)."""
-
-
-@dataclass(frozen=True)
-class Workload:
-    """What one device computes per step, and what it has to communicate."""
-
-    model: str
-    batch_per_device: int
-    """The reference batch: the figure's own (weak scaling's default; the rate `small batch` is judged by)."""
-    step_time: StepTime
-    """One device's step as a function of its batch, no communication (compute.py)."""
-    grads: tuple[GradSpec, ...]
-    """Gradients in the order backward produces them."""
-    grad_bytes_per_element: int = 4
-    """4: fp32 gradients (torch autocast keeps them fp32); 2: fp16 gradients (apex O2, MXNet fp16)."""
-    forward_fraction: float = 1 / 3
-    backward_fraction: float = 2 / 3
-    cpu_threads: int | None = None
-    """CPU ranks: compute threads per rank (None for GPUs)."""
-    cpu_cores: int | None = None
-    """CPU ranks: cores of the machine they share."""
-    host_slowdown: float | None = None
-    """Measured: each rank's compute when the ranks of a device count share one host, over one rank's
-    alone (replaces the cores arithmetic of core_share)."""
-    source: str = ""
-    """Where the step time came from, in words."""
-
-    @property
-    def step_s(self) -> float:
-        """The step at the reference batch."""
-        return self.step_time.at(self.batch_per_device)
-
-    def core_share(self, ranks_per_node: int) -> tuple[float, bool]:
-        """CPU ranks share the machine's cores: (compute slowdown when they oversubscribe them, whether
-        any core is left for communication to run under backward). GPUs: (1, True)."""
-        if not self.cpu_threads or not self.cpu_cores:
-            return (self.host_slowdown or 1.0), True
-        busy = ranks_per_node * self.cpu_threads
-        slowdown = self.host_slowdown if self.host_slowdown is not None else max(1.0, busy / self.cpu_cores)
-        return slowdown, busy < self.cpu_cores
-
-    def compute_s(self, batch: int) -> float:
-        return self.step_time.at(batch)
-
-    @property
-    def grad_bytes(self) -> int:
-        return sum(g.numel for g in self.grads) * self.grad_bytes_per_element
-
-    @property
-    def param_bytes(self) -> int:
-        """What a neighbour exchange sends: the parameters, as fp32 (master) weights."""
-        return 4 * sum(g.numel for g in self.grads)
+NO_CEILINGS = Ceilings()
+"""No input ceiling, no spread of step times, no loader start-up."""
 
 
 def workload_for_model(model: str, *, batch_per_device: int, step_s: float | None = None,
@@ -167,60 +112,6 @@ class Strategy:
                   "gradient_allreduce": ("topology", "schedule", "overlap", "first_bucket_bytes", "fusion_cycle_s"),
                   }.get(self.name, ("bucket_cap_bytes", "first_bucket_bytes", "fusion_cycle_s"))
         return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self) if f.name not in unread)
-
-
-@dataclass(frozen=True)
-class NodeLoader:
-    """A node's input pipeline measured at two settings: each loader worker's rate alone, and the node's
-    rate with its cores full. Its devices share what it delivers."""
-
-    worker_img_per_s: float
-    """One worker's images/s when the workers do not crowd the cores."""
-    node_img_per_s: float
-    """The node's images/s with a worker on every core."""
-    workers_per_device: int
-
-    def per_device(self, devices_in_node: int) -> float:
-        workers = self.workers_per_device * devices_in_node
-        return min(workers * self.worker_img_per_s, self.node_img_per_s) / devices_in_node
-
-
-@dataclass(frozen=True)
-class EpochStart:
-    """A loader started afresh every epoch while the program's timer already runs: its first batch is made
-    by one worker alone (a DataLoader worker builds whole batches), batch / worker_img_per_s seconds that
-    the epoch's first timed window includes."""
-
-    worker_img_per_s: float
-    """One loader worker's images/s."""
-    epoch_images: int
-    """Images in an epoch over all devices (a DistributedSampler pads it to a multiple of N)."""
-    window_steps: int = 1
-    """Steps per timed window: the rate is averaged over whole windows (the last partial one dropped)."""
-
-    def per_step_s(self, devices: int, batch: int) -> float:
-        steps = math.ceil(math.ceil(self.epoch_images / devices) / batch)
-        windows = max(steps // self.window_steps, 1)
-        return batch / self.worker_img_per_s / (windows * self.window_steps)
-
-
-@dataclass(frozen=True)
-class Ceilings:
-    input_img_per_s: float | None = None
-    """The input pipeline's images/s per device; None: not limited."""
-    step_cv: float | None = None
-    """Spread of one device's step time (std / mean); None: no stragglers."""
-    node_loader: NodeLoader | None = None
-    """A node's measured input pipeline, shared by its devices (a ceiling per device)."""
-    epoch_start: EpochStart | None = None
-    """The loader's start-up per epoch inside the timed windows."""
-    source: dict = field(default_factory=dict)
-
-    def input_ceiling(self, devices_in_node: int) -> float | None:
-        ceilings = [c for c in (self.input_img_per_s,
-                                self.node_loader.per_device(devices_in_node) if self.node_loader else None)
-                    if c is not None]
-        return min(ceilings) if ceilings else None
 
 
 @dataclass(frozen=True)
@@ -356,7 +247,7 @@ def waited_on(n: int, strategy: Strategy, net: Network) -> int:
     return min(n, k * (1 + peers))
 
 
-def predict_point(n: int, workload: Workload, strategy: Strategy, net: Network, ceilings: Ceilings = Ceilings(),
+def predict_point(n: int, workload: Workload, strategy: Strategy, net: Network, ceilings: Ceilings = NO_CEILINGS,
                   batch: int | None = None) -> Point:
     """The step of one device among n."""
     check_size(n)
@@ -401,7 +292,7 @@ def _limit(ideal_rate: float, rate: float, ceiling: float | None, losses: dict[s
 
 
 def predict(devices: Sequence[int], workload: Workload, strategy: Strategy, net: Network,
-            ceilings: Ceilings = Ceilings(), *, batch: int | None = None,
+            ceilings: Ceilings = NO_CEILINGS, *, batch: int | None = None,
             global_batch: int | None = None) -> list[Point]:
     """Every device count, smallest first; efficiency = per-device rate over the smallest count's.
     global_batch: strong scaling (batch per device = global_batch / N); else weak scaling at `batch`

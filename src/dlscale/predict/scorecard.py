@@ -8,6 +8,7 @@ import statistics
 from collections.abc import Sequence
 
 from dlscale.predict.cases import NOT_PREDICTED
+from dlscale.predict.efficiency import EfficiencyRow
 from dlscale.predict.endtoend import Schedule, end_to_end
 from dlscale.predict.output import duration
 from dlscale.predict.platforms import platform
@@ -89,9 +90,41 @@ def format_end_to_end(found: Sequence[tuple[Row, float, float]]) -> list[str]:
     return lines
 
 
-def lines(rows: Sequence[Row], texts: dict[str, str], file: object = None) -> list[str]:
+def efficiency_statistics(checks: Sequence[EfficiencyRow]) -> dict:
+    errors = [abs(c.error) for c in checks]
+    if not errors:
+        return {"points": 0}
+    worst = max(checks, key=lambda c: abs(c.error))
+    return {"points": len(errors), "median_abs_error": statistics.median(errors), "max_abs_error": max(errors),
+            "worst": f"{worst.spec} at {worst.devices}", "within_25pct": sum(e <= 0.25 for e in errors),
+            "within_10pct": sum(e <= 0.10 for e in errors)}
+
+
+def format_efficiency(checks: Sequence[EfficiencyRow]) -> list[str]:
+    """The published scaling efficiencies of references/large_batch.json beside their predictions."""
+    stats = efficiency_statistics(checks)
+    if not checks:
+        return []
+    out = ["Published scaling efficiencies of runs dlscale ships no rates for (references/large_batch.json), each "
+           "predicted from the run's own time to train on the machine its paper names (predict/efficiency.py): not "
+           "fitted, not among the shipped points; the same goals",
+           f"{'series':<28} {'devices':>7} {'base':>5} {'published':>10} {'predicted':>10} {'error':>7}  "
+           f"{'exposed ms':>10} {'stragglers ms':>13} {'step ms':>8}"]
+    for c in checks:
+        about = {"approximate": "~", "lower": ">="}.get(c.bound, "")
+        out.append(f"{c.spec:<28} {c.devices:>7} {c.base:>5} {about + f'{100 * c.published:.1f}%':>10} "
+                   f"{100 * c.predicted:>9.1f}% {100 * c.error:>+6.1f}%  {c.point.exposed_ms:>10.2f} "
+                   f"{c.point.stragglers_ms:>13.2f} {c.point.step_ms:>8.2f}")
+    out.append(f"{stats['points']} published efficiencies: median |error| {100 * stats['median_abs_error']:.1f}% (goal "
+               f"<= 10%), max {100 * stats['max_abs_error']:.1f}% ({stats['worst']}; goal <= 25%)")
+    return out
+
+
+def lines(rows: Sequence[Row], texts: dict[str, str], file: object = None,
+          checks: Sequence[EfficiencyRow] = ()) -> list[str]:
     """The validation as printed: the table, the goals over every shipped point, a reference file's points apart,
-    the published times to train, the errors per class of machine, what is not predicted, every case's inputs."""
+    the published times to train, the errors per class of machine, the published efficiencies of runs not shipped,
+    what is not predicted, every case's inputs."""
     shipped = [r for r in rows if r.case.path is None]
     every = statistics_of(shipped)
     out = ["Published scaling points, predicted from each system's smallest published figure and documented hardware",
@@ -115,11 +148,15 @@ def lines(rows: Sequence[Row], texts: dict[str, str], file: object = None) -> li
                 f"|error| {100 * errors[len(errors) // 2]:.1f}%", *format_end_to_end(timed)]
     out += ["", "Errors per class of machine (references/platforms.json's class):", *format_classes(shipped)]
     out += [f"Not predicted: {name}: {reason}" for name, reason in NOT_PREDICTED.items()]
-    return [*out, "", "Inputs:", *(f"  {key}: {text}" for key, text in texts.items())]
+    if checks:
+        out += ["", *format_efficiency(checks)]
+    inputs = [*(f"  {key}: {text}" for key, text in texts.items()), *(f"  {c.spec}: {c.inputs}" for c in checks)]
+    return [*out, "", "Inputs:", *inputs]
 
 
-def as_json(rows: Sequence[Row], texts: dict[str, str]) -> dict:
-    """--validate's --json: the goals' statistics, per class, a reference file's apart, every row and input."""
+def as_json(rows: Sequence[Row], texts: dict[str, str], checks: Sequence[EfficiencyRow] = ()) -> dict:
+    """--validate's --json: the goals' statistics, per class, a reference file's apart, every row and input, and the
+    published efficiencies of runs not shipped with their statistics."""
     shipped = [r for r in rows if r.case.path is None]
     own = [r for r in rows if r.case.path is not None]
     return {"kind": "predict_validation", "all": statistics_of(shipped), "classes": statistics_per_class(shipped),
@@ -129,4 +166,8 @@ def as_json(rows: Sequence[Row], texts: dict[str, str]) -> dict:
                       "published": r.published, "predicted": r.predicted, "error": r.error, "limit": r.limit,
                       "bound": r.bound, "fed_by": [{"parameter": k, "point": v} for k, v in r.fed_by]}
                      for r in rows],
-            "inputs": texts}
+            "inputs": texts,
+            "efficiency_checks": {"statistics": efficiency_statistics(checks), "rows": [
+                {"reference": c.series.reference, "series": c.series.id, "devices": c.devices, "base": c.base,
+                 "published": c.published, "bound": c.bound, "predicted": c.predicted, "error": c.error,
+                 "point": c.point.as_dict(), "inputs": c.inputs} for c in checks]}}

@@ -16,8 +16,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dlscale.errors import ConfigError
+from dlscale.predict.ceilings import Ceilings
 from dlscale.predict.inputs import network_from_comm_run, workload_from_run
-from dlscale.predict.model import Ceilings, Strategy, predict_point
+from dlscale.predict.model import Strategy, predict_point
 from dlscale.rundir import read_summary, read_sweep
 
 

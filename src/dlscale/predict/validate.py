@@ -3,7 +3,10 @@ system's own smallest published point and its documented hardware and software, 
 point it predicts.
 
 Each case names where every input comes from: the compute figure (the system's smallest published
-point, per device; with two batch sizes per device published, the fit over them), the platform
+point, per device; with two batch sizes per device published, the fit over them: over the smallest point and
+the other points of the predicted point's own step program where the points name one, since a fit across
+configurations puts their differences into the fixed part; else a fixed part from another series of the same
+device and stack, the device's measured curve or its modelled floor), the platform
 (references/platforms.json, every figure sourced), the software facts that choose the strategy
 (sources in `software`), and the terms a system needs beyond compute and network, each from a source
 of its own: the input pipeline of a node (Marconi100's thesis, its workers sweep), a loader start-up
@@ -27,23 +30,15 @@ from dlscale.predict.cases import (
     Case,
     case_reference,
 )
+from dlscale.predict.ceilings import Ceilings, EpochStart, NodeLoader
 from dlscale.predict.compute import Fixed, fit_fixed_per_image, fixed_for_device, from_one_point, from_points
 from dlscale.predict.fixed import device_key, execution_of
 from dlscale.predict.inputs import reference_spread
-from dlscale.predict.model import (
-    Ceilings,
-    EpochStart,
-    NodeLoader,
-    Point,
-    Strategy,
-    Workload,
-    compute_for_step,
-    predict_point,
-    workload_for_model,
-)
+from dlscale.predict.model import Point, Strategy, compute_for_step, predict_point, workload_for_model
 from dlscale.predict.network import Network
 from dlscale.predict.platforms import platform
 from dlscale.predict.spread import default_spread
+from dlscale.predict.workload import Workload
 from dlscale.report.references import RefSeries, load_reference
 
 
@@ -169,14 +164,23 @@ def case_terms(case: Case) -> Terms:
 # ----------------------------------------------------------------------------- the compute
 
 
-def _compute_points(case: Case) -> tuple[RefSeries, list[tuple[str, int, dict]]]:
-    """The compute figure's series and its candidate points: per batch per device, the point with the fewest
-    devices (the case's own input point first)."""
+def same_program(point: dict, program: str | None) -> bool:
+    """Whether a published point ran the step program `program` (MXNet's NETWORK symbol of its configuration
+    file): a point or a prediction that names none matches any."""
+    return program is None or point.get("program") in (None, program)
+
+
+def _compute_points(case: Case, program: str | None = None,
+                    predicted: str | None = None) -> tuple[RefSeries, list[tuple[str, int, dict]]]:
+    """The compute figure's series and the points that may feed a prediction's compute: the case's own input point
+    (the compute figure, whatever its program) and, per batch per device, the point with the fewest devices of those
+    that ran `program`; never the point `predicted` (reference:series@devices)."""
     series = case_reference(case).get(case.input_series or case.series)
     first = series.point(devices=case.input_devices)
     chosen = {_batch(series, first): first}
     for p in sorted(series.points, key=lambda p: p.get("devices", 0)):
-        if p.get("devices") and (series.value(p, "img_per_s") or p.get("epoch_time_s")):
+        if p.get("devices") and (series.value(p, "img_per_s") or p.get("epoch_time_s")) and same_program(p, program) \
+                and point_id(case.reference, series.id, p["devices"]) != predicted:
             chosen.setdefault(_batch(series, p), p)
     return series, [(point_id(case.reference, series.id, p["devices"]), b, p) for b, p in chosen.items()]
 
@@ -207,14 +211,14 @@ def anchored_step(case: Case, point: dict, batch: int, step_s: float, terms: Ter
     return solved[0] if solved else step_s
 
 
-def case_workload(case: Case, terms: Terms, predicted: str | None = None) -> tuple[Workload, list[str], list[str]]:
+def case_workload(case: Case, terms: Terms, predicted: str | None = None,
+                  program: str | None = None) -> tuple[Workload, list[str], list[str]]:
     """The compute of a case, never from the point `predicted` (reference:series@devices): the fit over
     the series' batch sizes without it, else the input point with a fixed part from elsewhere (stack_fixed,
     else the device's: its measured curve or its first-principles model, else unknown). Each figure is
     anchored: its own communication, stragglers and loader start-up out. Also the points that fed the compute,
     and those that fed the fixed part."""
-    series, candidates = _compute_points(case)
-    usable = [(pid, b, p) for pid, b, p in candidates if pid != predicted]
+    series, usable = _compute_points(case, program, predicted)
     net = case_network(case)
     steps, fed = [], []
     for pid, batch, p in usable:
@@ -229,9 +233,11 @@ def case_workload(case: Case, terms: Terms, predicted: str | None = None) -> tup
         step_time = replace(step_time, fixed_source=f"fitted to {', '.join(fed)}", fixed_kind="published")
     else:
         batch, step = steps[0]
-        fixed, fixed_fed = stack_fixed(case, predicted)
-        fixed = fixed or fixed_for_device(device, series.meta.get("precision"), execution_of(ref.recipe_of(series)),
-                                          case.model)
+        fixed, fixed_fed = stack_fixed(case, predicted, program)
+        if fixed is None:
+            fixed = fixed_for_device(device, series.meta.get("precision"), execution_of(ref.recipe_of(series)),
+                                     case.model)
+            fixed_fed = [DEVICE_FIXED[fixed.kind]]
         step_time = from_one_point(batch, step, fixed, text)
         fed = fed[:1]
     workload = workload_for_model(case.model, batch_per_device=steps[0][0], step_time=step_time,
@@ -240,12 +246,17 @@ def case_workload(case: Case, terms: Terms, predicted: str | None = None) -> tup
     return workload, fed, fixed_fed
 
 
+DEVICE_FIXED = {"measured": "references/device_steps.json", "modelled": "predict/fixed.py's floor",
+                "unknown": "none (taken as zero)"}
+"""What fed a fixed part that no published point gave, as the table's `parameters from` names it."""
+
+
 def case_network(case: Case) -> Network:
     net = platform(case.platform).network()
     return replace(net, devices_per_node=case.devices_per_node) if case.devices_per_node else net
 
 
-def stack_fixed(case: Case, predicted: str | None = None) -> tuple[Fixed | None, list[str]]:
+def stack_fixed(case: Case, predicted: str | None = None, program: str | None = None) -> tuple[Fixed | None, list[str]]:
     """The fixed part fitted to another shipped series of the same device and software stack that publishes two
     batch sizes per device or more (MLPerf's DGX A100 runs for Azure's, of the same NGC container), anchored in
     that series' own setting, never from the point `predicted`; (None, []) where there is none. The series with
@@ -261,8 +272,7 @@ def stack_fixed(case: Case, predicted: str | None = None) -> tuple[Fixed | None,
         them = case_reference(other).get(other.series)
         if them.id == series.id or them.meta.get("stack") != stack or device_key(them.meta.get("device")) != device:
             continue
-        _, candidates = _compute_points(other)
-        usable = [(pid, b, p) for pid, b, p in candidates if pid != predicted]
+        _, usable = _compute_points(other, program, predicted)
         if len({b for _, b, _ in usable}) >= 2 and (best is None or len(usable) > len(best[1])):
             best = (other, usable)
     if best is None:
@@ -301,7 +311,7 @@ def run_case(case: Case) -> tuple[list[Row], str]:
         if same and n == case.input_devices:
             continue
         own = point_id(case.reference, case.series, n)
-        workload, fed, fixed_fed = case_workload(case, terms, predicted=own)
+        workload, fed, fixed_fed = case_workload(case, terms, predicted=own, program=point.get("program"))
         text = text or _inputs_text(case, workload, fed, terms)
         fed_by = tuple([("compute", pid) for pid in fed] + [("fixed part", pid) for pid in fixed_fed] + terms.fed_by)
         batch = int(point.get("batch_per_device") or series.meta.get("batch_per_device") or workload.batch_per_device)
@@ -318,7 +328,17 @@ def run_case(case: Case) -> tuple[list[Row], str]:
             base = predict_point(base_point["devices"], workload, case.strategy, net, terms.ceilings, batch=batch)
             rows.append(Row(case, n, "speedup", point["speedup"], predicted.img_per_s_total / base.img_per_s_total,
                             predicted.limit, fed_by=fed_by))
-    return rows, text
+    return rows, text + _programs_text(series)
+
+
+def _programs_text(series: RefSeries) -> str:
+    """The step program of each point where the series names them (MLPerf's configuration files)."""
+    named = [p for p in series.points if p.get("program")]
+    if not named:
+        return ""
+    listed = ", ".join(f"{p['devices']}: {p['program']} ({p.get('config', 'its configuration')})" for p in named)
+    return (f"; programs: {listed}; a point's compute is fitted over the series' smallest point and its other "
+            "points of the same program only")
 
 
 def validate_references(cases: Sequence[Case] = CASES) -> tuple[list[Row], dict[str, str]]:

@@ -1,0 +1,54 @@
+"""--validate's published efficiencies of runs dlscale ships no rates for (references/large_batch.json): each is the
+prediction a user gets from `dlscale predict` with the paper's own figures, and the efficiency it is judged against
+is never one of its inputs."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from dlscale.cli import main
+from dlscale.errors import ConfigError
+from dlscale.predict import efficiency
+from dlscale.predict.cases import IMAGENET_TRAIN_IMAGES
+
+
+def _series(name):
+    return efficiency.shipped_reference(efficiency.REFERENCE).get(name)
+
+
+def _with(series, **changes):
+    points = tuple({**p, **changes} if p.get("efficiency") else p for p in series.points)
+    return replace(series, points=points)
+
+
+def test_a_check_is_the_prediction_of_the_command_a_user_runs(tmp_path):
+    # Goyal et al.: 90 epochs in one hour on 256 P100 at 32 per GPU, 8 per server on one 50 Gbit Ethernet port.
+    row = efficiency.check(_series("goyal_2017"))
+    rate = 90 * IMAGENET_TRAIN_IMAGES / 3600
+    path = tmp_path / "p.json"
+    assert main(["predict", "--from-reference", f"rate={rate!r},devices=256,batch=32,nodes=32", "--platform",
+                 "dgx1-v100", "--nics", "1", "--nic-gbps", "50", "--transport", "tcp", "--gpus", "8,256", "--json",
+                 str(path), "--no-run-dir"]) == 0
+    points = {p["devices"]: p for p in json.loads(path.read_text())["points"]}
+    assert points[256]["img_per_s_total"] == pytest.approx(rate, rel=1e-9)  # anchored at its own count
+    assert row.predicted == pytest.approx(points[256]["efficiency"], rel=1e-9)
+    assert row.point.step_ms == pytest.approx(points[256]["step_ms"], rel=1e-9)
+    assert (row.devices, row.base, row.published) == (256, 8, 0.90)
+
+
+def test_the_published_efficiency_is_never_an_input():
+    for series in efficiency.shipped_reference(efficiency.REFERENCE).of_kind("efficiency"):
+        row = efficiency.check(series)
+        assert efficiency.check(_with(series, efficiency=0.5)).predicted == pytest.approx(row.predicted)
+        # what it is predicted from does reach it: a slower run (twice its time to train) loses less to its network
+        timed = tuple({**p, "train_time_s": 2 * series.value(p, "train_time_s")} if p.get("epochs") else p
+                      for p in series.points)
+        assert efficiency.check(replace(series, points=timed)).predicted > row.predicted
+        assert row.error == pytest.approx(row.predicted / row.published - 1)
+
+
+@pytest.mark.parametrize("base", [0, 256, 2.5, True])
+def test_a_base_that_is_not_a_smaller_device_count_is_one_line(base):
+    with pytest.raises(ConfigError, match="base_devices must be a whole number of devices from 1 to below 256"):
+        efficiency.check(_with(_series("goyal_2017"), base_devices=base))
