@@ -40,7 +40,8 @@ def test_profile_bench_writes_trace_breakdown_and_nsys_line(tmp_path):
     assert nsys == summary["nsys_command"]
     assert nsys.startswith("NSYS_NVTX_PROFILER_REGISTER_ONLY=0 nsys profile ")
     assert "--capture-range=nvtx --nvtx-capture=PROFILE" in nsys
-    rerun = "-m dlscale profile bench " + " ".join(TINY) + " --warmup 2 --steps 3 --out prof --trace-steps 0"
+    # into a run directory of its own (a run directory holds one run), in the nsys folder beside the report
+    rerun = "-m dlscale profile bench " + " ".join(TINY) + " --warmup 2 --steps 3 --out prof/nsys/run --trace-steps 0"
     assert nsys.endswith(rerun)
 
 

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dataset == "imagefolder":  # refused here, in one line, where the device decoder cannot run
         cfg = cfg.on_path(resolve_decode(cfg.decode, device))
     out = RunDir(args.out) if args.out else RunDir(Path("runs") / default_run_name("loader", args.dataset))
-    with out.claim("--out"):  # before the work: a run directory that cannot be written is one line now
+    with out.claim("loader", "--out"):  # before the work: a run directory that cannot be written is one line now
         rows, table = _measure(args, cfg, workers, device)
         _write(out, args, cfg, device, rows, table)
     best = max(rows, key=lambda row: row["images_per_s"])

@@ -19,7 +19,7 @@ from dlscale.cli.slurm import add_job_arguments, job_options, loader_workers
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.errors import ConfigError
 from dlscale.metrics.tracking import track_finished
-from dlscale.rundir import read_json
+from dlscale.rundir import read_json, run_path
 from dlscale.sweep.plan import (
     MODES,
     SWEEPABLE_COMMANDS,
@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
     check_spec(spec)  # the sweep's own flags first, then the swept command's
     tracking = tracking_from_args(args, args.output_dir)
     points = plan_points(spec, command_facts(spec.command, spec.args, spec.sets))
-    sweep_dir = args.output_dir / (args.name or time.strftime("sweep-%Y%m%d-%H%M%S"))
+    sweep_dir = run_path(args.output_dir, args.name or time.strftime("sweep-%Y%m%d-%H%M%S"))
     points = run_sweep(spec, points, sweep_dir, out=lambda line: print(line, flush=True))
     submitted = [p for p in points if p.status == "submitted"]
     if submitted:  # the jobs run on without the sweep

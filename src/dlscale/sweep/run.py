@@ -24,7 +24,7 @@ from typing import Protocol
 from dlscale.errors import ConfigError
 from dlscale.launch import local, slurm_jobs
 from dlscale.metrics.progress import ProgressDisplay
-from dlscale.rundir import RunDir, check_output_dir, is_run, is_sweep
+from dlscale.rundir import RunDir, check_output_dir, is_run
 from dlscale.sweep.plan import Point, SweepSpec, given
 
 Say = Callable[[str], None]
@@ -44,8 +44,8 @@ class Outcome:
 
 
 class Launcher(Protocol):
-    def prepare(self, spec: SweepSpec, points: list[Point]) -> None:
-        """Adjust the planned points (a node layout) before anything is written; may refuse them."""
+    def prepare(self, spec: SweepSpec, points: list[Point], sweep_dir: Path) -> None:
+        """Adjust the planned points (a node layout) before anything is written; refuses what cannot run."""
 
     def header(self, spec: SweepSpec) -> dict:
         """The launcher's own fields of sweep.json's header."""
@@ -81,7 +81,7 @@ class PointByPoint:
     def __init__(self, launch: Callable[[SweepSpec, Point, Path], Outcome]) -> None:
         self.launch = launch
 
-    def prepare(self, spec: SweepSpec, points: list[Point]) -> None:
+    def prepare(self, spec: SweepSpec, points: list[Point], sweep_dir: Path) -> None:
         pass
 
     def header(self, spec: SweepSpec) -> dict:
@@ -144,11 +144,14 @@ class SlurmJobs:
     ends FAILED, CANCELLED, NODE_FAIL or OUT_OF_MEMORY, or COMPLETED without a summary, is a failed
     point, as a failed local point is. Ctrl-C, an error or --timeout cancels the jobs not ended."""
 
-    def prepare(self, spec: SweepSpec, points: list[Point]) -> None:
-        """World size -> nodes x GPUs per node, filling a node first; refuses partial nodes up front."""
+    def prepare(self, spec: SweepSpec, points: list[Point], sweep_dir: Path) -> None:
+        """World size -> nodes x GPUs per node, filling a node first; refuses partial nodes, and every job whose
+        script could not be written (a control character in a flag, a time SLURM does not read), up front."""
+        options = spec.launcher_options
         for point in points:
-            point.nnodes, point.nproc_per_node = slurm_jobs.node_layout(
-                point.world_size, spec.launcher_options["gpus_per_node"])
+            point.nnodes, point.nproc_per_node = slurm_jobs.node_layout(point.world_size, options["gpus_per_node"])
+            slurm_jobs.point_job(point.name, _resumable(point.argv), point.world_size, options["gpus_per_node"],
+                                 sweep_dir, **options["job"]).check()
 
     def header(self, spec: SweepSpec) -> dict:
         return {"gpus": list(spec.nproc), "gpus_per_node": spec.launcher_options["gpus_per_node"]}
@@ -222,10 +225,8 @@ def run_sweep(spec: SweepSpec, points: list[Point], sweep_dir: Path, out: Say = 
     if spec.launcher not in SWEEP_LAUNCHERS:
         raise ConfigError(f"--launcher {spec.launcher!r}: choose one of {', '.join(SWEEP_LAUNCHERS)}")
     launcher = SWEEP_LAUNCHERS[spec.launcher]
-    launcher.prepare(spec, points)
-    if is_sweep(sweep_dir):
-        raise ConfigError(f"{sweep_dir} already holds a sweep; pick another --name")
-    record = RunDir(sweep_dir).claim()
+    launcher.prepare(spec, points, sweep_dir)
+    record = RunDir(sweep_dir).claim("sweep", name_flag="--name")  # a new folder: never another sweep's or run's
     check_output_dir(sweep_dir / "logs", "--output-dir", "the sweep's log folder")
     header = {**_header(spec), **launcher.header(spec)}
     # The sweep only waits for its points: the bar may redraw itself (live) without disturbing them.

@@ -33,12 +33,14 @@ import numpy as np
 import torch
 
 from dlscale.errors import ConfigError
+from dlscale.rundir import replace_atomically
 from dlscale.train.checksum import DamagedCheckpoint, save_with_checksum, verify_checksum
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d{9,})\.pt$")
-TMP_PATTERN = re.compile(r"^(ckpt|latest)\.tmp\.\d+$")
+CHECKPOINT_PATTERN = re.compile(r"checkpoint-([0-9]{9,})\.pt")
+TMP_PATTERN = re.compile(r"(ckpt|latest)\.tmp\.[0-9]+")
+"""File names, matched whole (fullmatch)."""
 LATEST_POINTER = "latest"
 
 
@@ -58,7 +60,8 @@ class CheckpointManager:
         """Atomically write `state` plus `epoch` and `step`; returns the checkpoint's path.
 
         Raises TypeError (and writes nothing) when `state` holds something that
-        `torch.load(weights_only=True)` would refuse, e.g. a numpy array.
+        `torch.load(weights_only=True)` would refuse, e.g. a numpy array; OSError when the disk refuses
+        the write (full, read-only, not permitted), the previous checkpoint left as it was.
         """
         for key, value in (("epoch", epoch), ("step", step)):
             if key in state and state[key] != value:
@@ -75,33 +78,18 @@ class CheckpointManager:
         self._rotate(current_step=int(step))
         return path
 
-    def _write_atomically(
-        self,
-        path: Path,
-        tmp_prefix: str,
-        write: Callable[[BinaryIO], object],
-        *,
-        verify: bool = False,
-    ) -> None:
-        """`<prefix>.tmp.<pid>` in the same directory -> flush -> fsync -> os.replace -> fsync dir."""
-        tmp = self.directory / f"{tmp_prefix}.tmp.{os.getpid()}"
-        try:
-            with open(tmp, "wb") as f:
-                write(f)
-                f.flush()
-                os.fsync(f.fileno())
-            if verify:
-                _check_weights_only_loadable(tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        _fsync_directory(self.directory)
+    def _write_atomically(self, path: Path, tmp_prefix: str, write: Callable[[BinaryIO], object], *,
+                          verify: bool = False) -> None:
+        """`<prefix>.tmp.<pid>` in the same directory -> flush -> fsync -> checked -> os.replace -> fsync dir
+        (rundir's one atomic writer). An OSError (a full disk) is raised as it is: the caller names the
+        checkpoint that is intact."""
+        replace_atomically(path, write, tmp=self.directory / f"{tmp_prefix}.tmp.{os.getpid()}",
+                           verify=_check_weights_only_loadable if verify else None, durable=True)
 
     def _remove_leftover_tmp_files(self) -> None:
         """A tmp file is a write that crashed before its rename: never read, removed here."""
         for path in self.directory.iterdir():
-            if TMP_PATTERN.match(path.name):
+            if TMP_PATTERN.fullmatch(path.name):
                 log.info("removing an unfinished checkpoint write: %s", path)
                 path.unlink(missing_ok=True)
 
@@ -135,7 +123,7 @@ class CheckpointManager:
             return []
         found = []
         for path in self.directory.iterdir():
-            match = CHECKPOINT_PATTERN.match(path.name)
+            match = CHECKPOINT_PATTERN.fullmatch(path.name)
             if match and path.is_file():
                 found.append((int(match.group(1)), path))
         return sorted(found, reverse=True)
@@ -149,7 +137,7 @@ class CheckpointManager:
         pointer = self.directory / LATEST_POINTER
         if pointer.is_file():
             name = pointer.read_text().strip()
-            if CHECKPOINT_PATTERN.match(name) and (self.directory / name).is_file():
+            if CHECKPOINT_PATTERN.fullmatch(name) and (self.directory / name).is_file():
                 return self.directory / name
         files = self._checkpoints_newest_first()
         return files[0][1] if files else None
@@ -253,15 +241,6 @@ def _check_weights_only_loadable(path: Path) -> None:
             "the checkpoint state holds objects that torch.load(weights_only=True) refuses; "
             f"store plain tensors, dicts, lists, numbers and strings ({error})"
         ) from None
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the rename itself durable (POSIX: the directory entry lives in the directory)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # ---------------------------------------------------------------------- RNG state

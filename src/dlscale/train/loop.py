@@ -24,8 +24,8 @@ from dlscale.config.sections import TrainConfig
 from dlscale.data import DatasetInfo, DeviceNormalizer, DevicePrefetcher, build_loaders
 from dlscale.data.counting import ReadMeter, count_reads
 from dlscale.data.decode_process import DecodeProcess, decode_process_for
-from dlscale.distributed import DistEnv, broadcast_from_main, init_process_group, select_device, sum_over_ranks
-from dlscale.errors import ConfigError, DlscaleError, StorageError
+from dlscale.distributed import DistEnv, init_process_group, on_main, select_device, sum_over_ranks
+from dlscale.errors import ConfigError
 from dlscale.metrics.compile import CompileWatch, counting_replays, timed_first_step
 from dlscale.metrics.compile import describe as describe_compile
 from dlscale.metrics.cost import train_costs
@@ -40,7 +40,7 @@ from dlscale.metrics.tracking import TrackingTarget
 from dlscale.models import build_model
 from dlscale.models.memory import check_fits, footprint
 from dlscale.precision import build_precision, precision_note
-from dlscale.rundir import RunDir, check_output_file, to_jsonable
+from dlscale.rundir import RunDir, check_output_file, run_path, to_jsonable
 from dlscale.train.checkpoint import CheckpointManager
 from dlscale.train.evaluate import evaluate
 from dlscale.train.optim import loss_fn
@@ -110,7 +110,7 @@ def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path
     with PreemptionHandler() as preemption:
         device = select_device(env, cfg.device)
         init_process_group(env, device, cfg.pg_timeout_s, one_rank_group=cfg.strategy.wrap_single_rank)
-        run_dir = RunDir(Path(output_dir) / (cfg.name or run_name))
+        run_dir = RunDir(run_path(output_dir, cfg.name or run_name))
         lock = _claim(run_dir, env, raport_file)  # before anything is built or written: one run per directory
         try:
             return _fit(cfg, env, device, run_dir, preemption, run_name=run_name, resume=resume,
@@ -122,19 +122,13 @@ def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path
 
 def _claim(run_dir: RunDir, env: DistEnv, raport_file: str | None) -> RunDir | None:
     """Rank 0 checks its outputs, creates and locks the run directory; every rank raises rank 0's error, if any."""
-    lock, error = None, None
-    if env.is_main:
-        try:
-            if raport_file:
-                check_output_file(raport_file, "--raport-file")
-            lock = run_dir.claim()
-        except DlscaleError as raised:
-            error = raised
-    found = broadcast_from_main(None if error is None else (type(error).__name__, str(error)))
-    if found is not None:
-        kind, message = found
-        raise error or (StorageError if kind == "StorageError" else ConfigError)(message)
-    return lock
+
+    def claim() -> RunDir:
+        if raport_file:
+            check_output_file(raport_file, "--raport-file")
+        return run_dir.claim("train", name_flag="--name", reuse=True)  # a run resumes in its own directory
+
+    return on_main(env.is_main, claim)
 
 
 def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, preemption: PreemptionHandler, *,
