@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from dlscale.config.bounds import IMAGE_SIDE_MAX, SEED_MAX, SYNTHETIC_MAX, WORKERS_MAX
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 
 DATASET_NAMES = ("synthetic", "digits", "cifar10", "cifar100", "imagefolder")
 ON_BAD_SAMPLE = ("skip", "error")
@@ -129,34 +129,34 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         if self.name not in DATASET_NAMES:
-            raise ConfigError(f"data.name={self.name!r} is unknown; use one of {', '.join(DATASET_NAMES)}")
+            raise ConfigError(f"data.name={shown(self.name)} is unknown; use one of {', '.join(DATASET_NAMES)}")
         if self.decode in DECODE_ALIASES:
             object.__setattr__(self, "decode", DECODE_ALIASES[self.decode])  # one name downstream
         if self.decode not in DECODE_MODES:
-            raise ConfigError(f"data.decode={self.decode!r}; use one of {', '.join(DECODE_MODES)} "
+            raise ConfigError(f"data.decode={shown(self.decode)}; use one of {', '.join(DECODE_MODES)} "
                               f"(or {', '.join(DECODE_ALIASES)})")
         share = self.device_decode_share
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
-            raise ConfigError(f"data.device_decode_share={share!r}; use a share above 0 and at most 1 (0.6: the "
+            raise ConfigError(f"data.device_decode_share={shown(share)}; use a share above 0 and at most 1 (0.6: the "
                               "device decodes 60% of the training JPEGs, the loader workers the rest)")
         if share != 1 and self.decode in ("fast", "plain"):
             raise ConfigError(f"data.device_decode_share={share} splits the device decode path's work; with "
                               f"data.decode={self.decode} the loader workers decode every file: set data.decode=gpu "
                               "(or auto), or leave the share at 1")
         if not isinstance(self.device_decode_process, bool):
-            raise ConfigError(f"data.device_decode_process={self.device_decode_process!r}; use true or false")
+            raise ConfigError(f"data.device_decode_process={shown(self.device_decode_process)}; use true or false")
         if self.device_decode_process and self.decode in ("fast", "plain"):
             raise ConfigError(f"data.device_decode_process decodes on the device; with data.decode={self.decode} "
                               "the loader workers decode every file: set data.decode=gpu (or auto), or drop it")
         if self.on_bad_sample not in ON_BAD_SAMPLE:
-            raise ConfigError(f"data.on_bad_sample={self.on_bad_sample!r}; use 'skip' or 'error'")
+            raise ConfigError(f"data.on_bad_sample={shown(self.on_bad_sample)}; use 'skip' or 'error'")
         for key in ("image_size", "val_image_size", "val_resize"):
             value = getattr(self, key)
             if value is not None and not 1 <= value <= IMAGE_SIDE_MAX:
                 raise ConfigError(f"data.{key}={value}; use 1 to {IMAGE_SIDE_MAX:,} pixels or leave it unset")
         if isinstance(self.device_ahead, bool) or not isinstance(self.device_ahead, int) \
                 or not 0 <= self.device_ahead <= 64:
-            raise ConfigError(f"data.device_ahead={self.device_ahead!r}; use 0 (the training thread brings each "
+            raise ConfigError(f"data.device_ahead={shown(self.device_ahead)}; use 0 (the training thread brings each "
                               "batch over) to 64 batches brought over ahead by a background thread")
         for key, most in (("prefetch_factor", 1024), ("max_consecutive_bad", SYNTHETIC_MAX), ("decode_chunk", 65_536),
                           ("synthetic_size", SYNTHETIC_MAX), ("synthetic_val_size", SYNTHETIC_MAX),

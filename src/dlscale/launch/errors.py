@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
+from pathlib import Path
 
 PEER_FAILURE_MESSAGES = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing",
                          "NCCL communicator was aborted", "Broken pipe")
@@ -16,6 +18,26 @@ PEER_FAILURE_MESSAGES = ("Connection closed by peer", "Connection reset by peer"
 def peer_failed(error: BaseException) -> bool:
     """True for the error a collective raises because another rank died (its own error says why)."""
     return isinstance(error, RuntimeError) and any(text in str(error) for text in PEER_FAILURE_MESSAGES)
+
+
+TAIL_BYTES = 64 << 10
+"""How much of a log's end last_line reads."""
+
+
+def last_line(path: Path) -> str:
+    """The last line of a log that is not blank (a failed worker's stderr), from its last TAIL_BYTES only; "" when
+    there is no such regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as file:
+        size = os.fstat(fd).st_size
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        file.seek(max(0, size - TAIL_BYTES))
+        lines = [line for line in file.read(TAIL_BYTES).decode(errors="replace").splitlines() if line.strip()]
+    return " ".join(lines[-1].split())[:500] if lines else ""
 
 
 def record_error_for_launcher(line: str) -> None:
