@@ -23,6 +23,7 @@ from dlscale.config.bounds import (
     BATCH_MAX,
     GLOBAL_BATCH_MAX,
     IMAGE_SIDE_MAX,
+    IMAGE_SIDE_MIN,
     SEED_MAX,
     TIMEOUT_MAX_S,
     WIDTH_MAX,
@@ -139,7 +140,7 @@ POLL_S = real(0, 3600, "seconds between two queries of the jobs' states", "an ho
 PRICE = real(0, 1e9, "what one device costs for one hour", "no currency")
 FRACTION = real(0, 1, "a fraction")
 SHARE = real(0, 1, "the share of the JPEGs the device decodes", "0.6: 60%, the loader workers the rest")
-PIXELS = whole(8, IMAGE_SIDE_MAX, "pixels of a square image's side",
+PIXELS = whole(IMAGE_SIDE_MIN, IMAGE_SIDE_MAX, "pixels of a square image's side",
                "a ResNet's stride-2 stages need 8; 16,384 is beyond any ResNet input")
 BATCH = whole(1, BATCH_MAX, "images per rank per step", "more is beyond any device's memory")
 BATCH_LIST = Counts(BATCH, "16,32,64", unique=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from dlscale.errors import ConfigError, shown
 from dlscale.launch.errors import last_line
-from dlscale.launch.local import children, send_signal
+from dlscale.launch.local import check_local_ranks, children, send_signal
 
 PASSED_ON = (signal.SIGTERM, signal.SIGUSR1)
 """Signals passed on to the workers, whose training checkpoints and stops on either."""
@@ -59,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         argv = ["--signals-to-handle", AGENT_SIGNALS, *argv]  # TERM and USR1 are handled here
     parsed = _parse(torch_run, argv)
     _check_rendezvous_host(parsed)
+    if parsed.nproc_per_node.isdigit():  # gpu, cpu, auto: torchrun counts the devices
+        check_local_ranks(int(parsed.nproc_per_node), "--nproc-per-node")
     received: list[int] = []
 
     def pass_on(signum: int, frame) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dlscale.config.bounds import IMAGE_SIDE_MAX, SEED_MAX, SYNTHETIC_MAX, WORKERS_MAX
+from dlscale.config.bounds import IMAGE_SIDE_MAX, IMAGE_SIDE_MIN, SEED_MAX, SYNTHETIC_MAX, WORKERS_MAX
 from dlscale.errors import ConfigError, shown
 
 DATASET_NAMES = ("synthetic", "digits", "cifar10", "cifar100", "imagefolder")
@@ -152,8 +152,13 @@ class DataConfig:
             raise ConfigError(f"data.on_bad_sample={shown(self.on_bad_sample)}; use 'skip' or 'error'")
         for key in ("image_size", "val_image_size", "val_resize"):
             value = getattr(self, key)
-            if value is not None and not 1 <= value <= IMAGE_SIDE_MAX:
-                raise ConfigError(f"data.{key}={value}; use 1 to {IMAGE_SIDE_MAX:,} pixels or leave it unset")
+            if value is not None and not IMAGE_SIDE_MIN <= value <= IMAGE_SIDE_MAX:
+                raise ConfigError(f"data.{key}={value}; use {IMAGE_SIDE_MIN} to {IMAGE_SIDE_MAX:,} pixels (a ResNet's "
+                                  "stride-2 stages need 8) or leave it unset")
+        crop = self.val_image_size or self.image_size
+        if self.val_resize is not None and crop is not None and self.val_resize < crop:
+            raise ConfigError(f"data.val_resize={self.val_resize} is below the {crop}-pixel validation crop taken from "
+                              f"it; use at least {crop} (the default is the crop x 256 / 224)")
         if isinstance(self.device_ahead, bool) or not isinstance(self.device_ahead, int) \
                 or not 0 <= self.device_ahead <= 64:
             raise ConfigError(f"data.device_ahead={shown(self.device_ahead)}; use 0 (the training thread brings each "

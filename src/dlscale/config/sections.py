@@ -24,6 +24,7 @@ from dlscale.config.bounds import (
     BATCH_MAX,
     GLOBAL_BATCH_MAX,
     IMAGE_SIDE_MAX,
+    IMAGE_SIDE_MIN,
     SEED_MAX,
     TIMEOUT_MAX_S,
     WIDTH_MAX,
@@ -377,8 +378,9 @@ class BenchConfig:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.num_warmup_batches < 0:
             raise ConfigError(f"--num-warmup-batches must be >= 0, got {self.num_warmup_batches}")
-        if not 8 <= self.image_size <= IMAGE_SIDE_MAX:
-            raise ConfigError(f"--image-size must be 8 to {IMAGE_SIDE_MAX:,} pixels, got {self.image_size}")
+        if not IMAGE_SIDE_MIN <= self.image_size <= IMAGE_SIDE_MAX:
+            raise ConfigError(f"--image-size must be {IMAGE_SIDE_MIN} to {IMAGE_SIDE_MAX:,} pixels, got "
+                              f"{self.image_size}")
         for name, most in (("batch_size", BATCH_MAX), ("width", WIDTH_MAX), ("pool_batches", 1024)):
             if getattr(self, name) > most:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at most {most:,}, got {getattr(self, name)}")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 from dlscale.rundir import read_json
 from dlscale.rundir.shape import Maybe, check
 
@@ -200,7 +200,7 @@ def named_series(spec: str, choose=None) -> tuple[Reference, RefSeries, list[Ref
         try:
             return ref, ref.get(series_id), candidates
         except KeyError:
-            raise ConfigError(f"reference {name} has no series {series_id!r}; choose one of "
+            raise ConfigError(f"reference {name} has no series {shown(series_id)}; choose one of "
                               f"{', '.join(s.id for s in candidates) or '(none with img/s)'}") from None
     if not candidates:
         raise ConfigError(f"reference {name} publishes no images/s per device count")

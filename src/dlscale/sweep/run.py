@@ -82,7 +82,10 @@ class PointByPoint:
         self.launch = launch
 
     def prepare(self, spec: SweepSpec, points: list[Point], sweep_dir: Path) -> None:
-        pass
+        """Every point's ranks (its emulated nodes' together) must fit this host's memory."""
+        for point in points:
+            nodes = f" --nnodes {point.nnodes}" if point.nnodes > 1 else ""
+            local.check_local_ranks(point.nproc_per_node * point.nnodes, f"--nproc {point.nproc_per_node}{nodes}")
 
     def header(self, spec: SweepSpec) -> dict:
         return {}

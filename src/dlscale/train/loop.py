@@ -231,6 +231,27 @@ def check_memory(cfg: TrainConfig, env: DistEnv, device: torch.device, plan: Pla
                      train=not (cfg.sync_batchnorm and env.is_distributed))  # SyncBatchNorm counts every rank's
     check_fits(need, device, settings=settings, amp=cfg.precision.startswith("amp"),
                ranks_on_host=env.local_world_size if device.type == "cpu" else 1)
+    _check_last_batch(cfg, env, plan, info)
+
+
+def _check_last_batch(cfg: TrainConfig, env: DistEnv, plan: Plan, info: DatasetInfo) -> None:
+    """A kept partial last batch (data.drop_last=false, HAL's recipe) of one image per rank, which BatchNorm in
+    training cannot normalise where the model leaves one value per channel: refused now, not at the end of the
+    first epoch."""
+    per_rank_samples = -(-info.train_size // env.world_size)
+    last = per_rank_samples % plan.per_rank_batch
+    reached = plan.steps_per_epoch * plan.per_rank_batch >= per_rank_samples
+    if cfg.data.drop_last or last != 1 or not reached or cfg.model.norm != "batch" \
+            or (cfg.sync_batchnorm and env.is_distributed):
+        return
+    try:
+        footprint(cfg.model.name, num_classes=info.num_classes, width=cfg.model.width, norm=cfg.model.norm,
+                  batch=1, image_size=info.image_size)
+    except ConfigError:
+        raise ConfigError(f"the last batch of every epoch holds 1 image per rank ({info.train_size:,} training "
+                          f"images over {env.world_size} rank(s) in batches of {plan.per_rank_batch}), and BatchNorm "
+                          f"cannot train on one image at {info.image_size} px (one value per channel): set "
+                          "data.drop_last=true, or change the batch") from None
 
 
 def _seed(seed: int, deterministic: bool, device: torch.device) -> None:
