@@ -16,7 +16,7 @@ from dlscale.cli.output import write_json_file
 from dlscale.errors import ConfigError
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.progress import ProgressDisplay
-from dlscale.rundir import check_output_dir, check_output_file
+from dlscale.rundir import check_output_dir, check_output_file, storing
 
 if TYPE_CHECKING:
     from dlscale.data.check import DecodeRate, Survey
@@ -212,8 +212,9 @@ def run_make(args: argparse.Namespace) -> int:
         if (args.path / split).exists():
             raise ConfigError(f"{args.path / split} exists; give an empty or new folder (make-jpegs does not add to a "
                               "tree)")
-    done = write_tree(args.path, train=args.train, val=args.val, classes=args.classes, unique=unique, size=size,
-                      seed=args.seed, processes=args.processes)
+    with storing(args.path, "DIR"):  # a full disk halfway through the tree: one line
+        done = write_tree(args.path, train=args.train, val=args.val, classes=args.classes, unique=unique, size=size,
+                          seed=args.seed, processes=args.processes)
     print(f"wrote {done.train_files:,} training JPEGs ({done.unique:,} distinct) and {done.val_files:,} validation "
           f"JPEGs of {size[0]}x{size[1]}, {done.mean_kib:.0f} KiB each on average, in {done.classes} classes under "
           f"{args.path} in {done.seconds:.1f} s. Try it: dlscale loader --data {args.path}", flush=True)

@@ -21,6 +21,7 @@ from filelock import FileLock
 
 from dlscale.data.cifar import CifarLayout, cifar_folder
 from dlscale.errors import DataError, shown
+from dlscale.rundir import storage_error
 
 CHUNK_BYTES = 1 << 20
 TIMEOUT_S = 60.0
@@ -82,9 +83,16 @@ def fetch(url: str, path: Path, md5: str) -> int:
         partial.unlink(missing_ok=True)
         raise DataError(f"{url}: {error.size:,} bytes or more, larger than any CIFAR archive (at most "
                         f"{ARCHIVE_LIMIT_BYTES >> 20} MiB taken); not the data set: stopped and removed") from None
-    except (urllib.error.URLError, OSError, ValueError) as error:
+    except OSError as error:
         partial.unlink(missing_ok=True)
+        if not isinstance(error, urllib.error.URLError) and error.filename is not None:  # writing, not fetching
+            raise storage_error(partial, error, "DIR") from None
         reason = getattr(error, "reason", None) or error
+        raise DataError(f"{url}: download failed ({reason}); check the address and the network, or put the "
+                        f"files in {path.parent} yourself") from None
+    except ValueError as error:
+        partial.unlink(missing_ok=True)
+        reason = error
         raise DataError(f"{url}: download failed ({reason}); check the address and the network, or put the "
                         f"files in {path.parent} yourself") from None
     if digest.hexdigest() != md5:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from dlscale.errors import ConfigError
 from dlscale.metrics.hardware import host_memory_bytes
+from dlscale.rundir import storing
 
 TERM_GRACE_S = 20.0
 """After SIGTERM, how long a command that timed out may take to stop before it is killed."""
@@ -119,7 +120,7 @@ def run_commands(commands: list[list[str]], logs: list[Path], timeout_s: float) 
     procs = []
     try:
         for command, log in zip(commands, logs, strict=True):
-            with open(log, "wb") as out:
+            with storing(log, "--output-dir"), open(log, "wb") as out:
                 procs.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
                                               start_new_session=True))
         deadline = time.monotonic() + timeout_s

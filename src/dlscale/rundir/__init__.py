@@ -25,6 +25,7 @@ from dlscale.rundir.files import (
     replace_atomically,
     storage_cause,
     storage_error,
+    storing,
     to_jsonable,
     write_json_file,
     write_text,
@@ -49,6 +50,6 @@ __all__ = [
     "FIGURES", "FILES", "THROUGHPUT_KINDS", "VERSION", "CommRun", "Run", "RunDir", "RunInUse", "Sweep",
     "check_output_dir", "check_output_file", "default_run_name", "is_run", "is_sweep", "json_line", "json_value",
     "number", "open_append", "read_comm_run", "read_json", "read_optional", "read_run", "read_runs", "read_summary",
-    "read_sweep", "replace_atomically", "run_path", "stamped", "storage_cause", "storage_error", "to_jsonable",
-    "write_json_file", "write_text", "writing",
+    "read_sweep", "replace_atomically", "run_path", "stamped", "storage_cause", "storage_error", "storing",
+    "to_jsonable", "write_json_file", "write_text", "writing",
 ]

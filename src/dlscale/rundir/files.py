@@ -342,8 +342,16 @@ def writing(path: str | os.PathLike, flag: str) -> Iterator[Path]:
     FIFO of that name is refused before."""
     path = Path(path)
     refuse_non_regular(path, flag)
-    try:
+    with storing(path, flag):
         yield path
+
+
+@contextlib.contextmanager
+def storing(path: str | os.PathLike, flag: str = "") -> Iterator[None]:
+    """Writes into `path` (a file or a folder another library fills: TensorBoard's events, a trace, logs) inside
+    the block: an OSError is one line naming it and the cause (storage_error)."""
+    try:
+        yield
     except OSError as error:
         raise storage_error(path, error, flag) from None
 

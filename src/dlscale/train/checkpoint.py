@@ -34,6 +34,7 @@ import torch
 
 from dlscale.errors import ConfigError
 from dlscale.rundir import replace_atomically
+from dlscale.rundir.files import read_bounded
 from dlscale.train.checksum import DamagedCheckpoint, save_with_checksum, verify_checksum
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ CHECKPOINT_PATTERN = re.compile(r"checkpoint-([0-9]{9,})\.pt")
 TMP_PATTERN = re.compile(r"(ckpt|latest)\.tmp\.[0-9]+")
 """File names, matched whole (fullmatch)."""
 LATEST_POINTER = "latest"
+POINTER_LIMIT_BYTES = 256
+"""The `latest` pointer holds one file name."""
 
 
 class CheckpointManager:
@@ -135,10 +138,12 @@ class CheckpointManager:
         rename and the pointer update leaves a newer complete file that it still uses.
         """
         pointer = self.directory / LATEST_POINTER
-        if pointer.is_file():
-            name = pointer.read_text().strip()
-            if CHECKPOINT_PATTERN.fullmatch(name) and (self.directory / name).is_file():
-                return self.directory / name
+        try:
+            name = read_bounded(pointer, POINTER_LIMIT_BYTES, "").decode("ascii").strip()
+        except (OSError, ConfigError, UnicodeDecodeError):  # missing, damaged or not a file: the files decide
+            name = ""
+        if CHECKPOINT_PATTERN.fullmatch(name) and (self.directory / name).is_file():
+            return self.directory / name
         files = self._checkpoints_newest_first()
         return files[0][1] if files else None
 
@@ -180,8 +185,11 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> tup
     """(state, None) for a dlscale checkpoint; (None, error) for a damaged file (DamagedCheckpoint when its
     CRC-32 disagrees); ConfigError for a file dlscale did not write (a plain pickle, or forbidden objects
     in an archive), which is never loaded. Every byte is checked against the CRC-32 before torch.load."""
-    with open(path, "rb") as file:
-        head = file.read(4)
+    try:
+        with open(path, "rb") as file:
+            head = file.read(4)
+    except OSError as error:
+        raise _unreadable(path, error) from None
     if head.startswith(PICKLE_HEADERS):
         raise ConfigError(f"{path} is a plain pickle, not a checkpoint dlscale wrote (those are torch zip archives); "
                           "it is not loaded: move it away, or resume from another file or --name")
@@ -193,8 +201,8 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> tup
             raise ConfigError(f"{path} holds objects that torch.load(weights_only=True) refuses; it was not "
                               f"written by dlscale and is not loaded: move it out of {path.parent}") from None
         return None, error
-    except PermissionError:
-        raise
+    except OSError as error:  # not damaged but not readable now: stop, rather than resume from an older one
+        raise _unreadable(path, error) from None
     except Exception as error:  # a damaged file fails in many ways (IndexError included)
         return None, error
     if not isinstance(state, dict) or "step" not in state:
@@ -202,6 +210,12 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> tup
     if not verified:
         _warn(f"checkpoint {path} carries no checksum (dlscale wrote it before it stored them); loaded unverified")
     return state, None
+
+
+def _unreadable(path: Path, error: OSError) -> ConfigError:
+    return ConfigError(f"checkpoint {path} cannot be read ({error.strerror or error}); make it readable and run the "
+                       "same command again (it is not skipped: the run would resume from an older checkpoint), or "
+                       "move it away")
 
 
 def what_is_wrong(error: BaseException) -> str:
