@@ -14,6 +14,7 @@ at most every 30 s (dlscale.metrics.progress).
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -117,11 +118,23 @@ class Records:
 
             # purge_step: events at or after the resume step, left by an interrupted attempt,
             # are hidden, so every tag reads as one increasing sequence (docs/references.md#tensorboard-purge-step).
-            with storing(run.path / "tb"):
-                self.writer = SummaryWriter(str(run.path / "tb"), purge_step=resume_step or None)
+            self._thread_hook, threading.excepthook = threading.excepthook, self._thread_failed  # before its thread
+            try:
+                with storing(run.path / "tb"):
+                    self.writer = SummaryWriter(str(run.path / "tb"), purge_step=resume_step or None)
+            except BaseException:
+                threading.excepthook = self._thread_hook
+                raise
         if raport_file:
             self.raport = open_append(raport_file, "--raport-file")  # closed in close()
             self.raport_path = raport_file
+
+    def _thread_failed(self, args) -> None:
+        """TensorBoard's writer thread lets a failed write escape (a traceback on stderr) and raises it again in
+        this thread at the next add_scalar, flush or close, which makes it one line: the thread's is not shown."""
+        if isinstance(args.exc_value, OSError) and type(args.thread).__name__ == "_AsyncWriterThread":
+            return
+        self._thread_hook(args)
 
     def parameters(self, params: dict) -> None:
         """The run's parameters (one PARAMETER record), then one METADATA record per metric."""
@@ -225,7 +238,10 @@ class Records:
         writer, raport, self.writer, self.raport = self.writer, self.raport, None, None
         with storing(self.run.path / "tb"):
             if writer is not None:
-                writer.close()
+                try:
+                    writer.close()
+                finally:
+                    threading.excepthook = self._thread_hook
         with storing(self.raport_path, "--raport-file"):
             if raport is not None:
                 raport.close()

@@ -291,7 +291,9 @@ def open_append(path: str | os.PathLike, flag: str, *, check: bool = True) -> IO
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        refuse_non_regular(path, flag)
+        named = f"{flag} {path}" if flag else str(path)
+        raise ConfigError(f"{named} is {_file_type(mode)}, not a file: dlscale appends only to a regular file; "
+                          + (f"give another {flag}" if flag else "move it away"))
     os.set_blocking(fd, True)
     return os.fdopen(fd, "a", encoding="utf-8")
 
@@ -349,11 +351,12 @@ def writing(path: str | os.PathLike, flag: str) -> Iterator[Path]:
 @contextlib.contextmanager
 def storing(path: str | os.PathLike, flag: str = "") -> Iterator[None]:
     """Writes into `path` (a file or a folder another library fills: TensorBoard's events, a trace, logs) inside
-    the block: an OSError is one line naming it and the cause (storage_error)."""
+    the block: an OSError is one line naming the file it names (else `path`) and the cause (storage_error)."""
     try:
         yield
     except OSError as error:
-        raise storage_error(path, error, flag) from None
+        named = os.fsdecode(error.filename) if isinstance(error.filename, str | bytes) else path
+        raise storage_error(named, error, flag) from None
 
 
 def _why(path: Path, error: OSError, cause: str = "") -> str:
