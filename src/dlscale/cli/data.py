@@ -16,7 +16,7 @@ from dlscale.cli.output import write_json_file
 from dlscale.errors import ConfigError
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.progress import ProgressDisplay
-from dlscale.rundir import check_output_dir, check_output_file, storing
+from dlscale.rundir import check_output_dir, check_output_file, refuse_a_run, storing
 
 if TYPE_CHECKING:
     from dlscale.data.check import DecodeRate, Survey
@@ -207,6 +207,7 @@ def run_make(args: argparse.Namespace) -> int:
     size = parse_size(args.size)
     unique = min(DEFAULT_UNIQUE, args.train) if args.unique is None else args.unique
     check_shape(train=args.train, val=args.val, classes=args.classes, unique=unique, size=size)
+    refuse_a_run(args.path, "DIR", "a JPEG tree")
     check_output_dir(args.path, "DIR", "the tree's folder")
     for split in ("train", "val"):
         if (args.path / split).exists():

@@ -29,7 +29,7 @@ from dlscale.predict.graphs import SCHEDULES, TOPOLOGIES
 from dlscale.predict.model import OVERLAPS, STRATEGIES, Ceilings, Strategy, Workload, predict
 from dlscale.predict.network import ALGORITHMS, Network
 from dlscale.predict.platforms import platform, platforms
-from dlscale.rundir import check_output_dir, check_output_file, read_summary
+from dlscale.rundir import check_output_dir, check_output_file, read_summary, run_path
 
 MIB = 1024 * 1024
 
@@ -240,6 +240,8 @@ def run(args: argparse.Namespace) -> int:
     if args.validate:
         return _validate(args)
     if not args.no_run_dir:
+        if args.name:
+            run_path(args.output_dir, args.name)  # a name, not a path: refused before any folder is made
         check_output_dir(args.output_dir, "--output-dir", "the folder of run directories")
     devices = list(args.gpus)
     price = check_price(args.price_per_device_hour)

@@ -98,6 +98,15 @@ def occupant(path: Path) -> Occupant | None:
     return Occupant(None, names=names)
 
 
+def refuse_a_run(path: str | os.PathLike, flag: str, what: str) -> None:
+    """A folder that `what` fills with files of its own (a report, a JPEG tree) is never a run's directory: one
+    line naming `flag` when `path` holds a run of dlscale."""
+    there = occupant(Path(path))
+    if there is not None and there.kind is not None:
+        raise ConfigError(f"{flag} {path} holds a {there.kind} run; {what} goes into a folder of its own: choose "
+                          f"another {flag}")
+
+
 def _recorded_kind(file: Path) -> str:
     try:
         kind = files.read_json(file).get("kind")
