@@ -235,17 +235,17 @@ def _directives(job: SlurmJob) -> list[str]:
     else:
         tasks, why = job.procs_per_node, "one task per rank, started by srun (no torchrun)"
     rows = [
-        (f"--job-name={job.job_name}", ""),
+        (f"--job-name={_value(job.job_name, '--job-name')}", ""),
         (f"--nodes={job.nodes}", ""),
         (f"--ntasks-per-node={tasks}", why),
         *([(f"--gpus-per-node={job.procs_per_node}", "")] if job.request_gpus else []),
         (f"--cpus-per-task={job.cpus().per_task}", "how: the header above"),
         *([(job.memory(), "")] if job.memory() else []),
-        *([(f"--partition={job.partition}", "")] if job.partition else []),
+        *([(f"--partition={_value(job.partition, '--partition')}", "")] if job.partition else []),
         *([(f"--time={job.time}", "")] if job.time else []),
-        *([(f"--account={job.account}", "")] if job.account else []),
-        (f"--chdir={job.workdir}", "relative paths below are relative to this"),
-        (f"--output={job.log}", "%j is the job id"),
+        *([(f"--account={_value(job.account, '--account')}", "")] if job.account else []),
+        (f"--chdir={_value(str(job.workdir), 'the working directory')}", "relative paths below are relative to this"),
+        (f"--output={_value(str(job.log), '--output-dir')}", "%j is the job id"),
         ("--open-mode=append", "a requeued job appends to the same log"),
     ]
     if job.preemptible:
@@ -255,8 +255,23 @@ def _directives(job: SlurmJob) -> list[str]:
     if job.preemptible:
         rows.append((f"--signal=B:USR1@{job.signal_s}",
                      f"USR1 to this script {job.signal_s} s before the time limit"))
-    rows += [(option, "") for option in job.sbatch_options]
+    rows += [(_option(option), "") for option in job.sbatch_options]
     return [f"#SBATCH {d:<34} # {why}" if why else f"#SBATCH {d}" for d, why in rows]
+
+
+def _value(text: str, flag: str) -> str:
+    """A value as an #SBATCH line holds it: sbatch splits the line at blanks and reads quotes as its own (a lone
+    one is fatal: `Unmatched '`), so a value with a blank is put in double quotes and one with a quote refused."""
+    if "'" in text or '"' in text:
+        raise ConfigError(f"{flag} {shown(text)} holds a quote, which sbatch reads in an #SBATCH line as its own: the "
+                          "job could not be submitted; remove it")
+    return f'"{text}"' if any(char.isspace() for char in text) else text
+
+
+def _option(option: str) -> str:
+    """--sbatch-option as a directive: `--comment=a b` with its value in quotes, which sbatch takes off."""
+    name, equals, value = option.partition("=")
+    return f"{name}={_value(value, '--sbatch-option')}" if equals else option
 
 
 def _rendezvous(job: SlurmJob) -> list[str]:
