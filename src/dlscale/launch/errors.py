@@ -24,19 +24,25 @@ TAIL_BYTES = 64 << 10
 """How much of a log's end last_line reads."""
 
 
-def last_line(path: Path) -> str:
-    """The last line of a log that is not blank (a failed worker's stderr), from its last TAIL_BYTES only; "" when
-    there is no such regular file."""
+def tail_text(path: str | os.PathLike, limit: int = TAIL_BYTES) -> str:
+    """The last `limit` bytes of a log as text; "" when there is no such regular file (a FIFO or a device is never
+    read: it could wait or never end)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return ""
     with os.fdopen(fd, "rb") as file:
-        size = os.fstat(fd).st_size
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        facts = os.fstat(fd)
+        if not stat.S_ISREG(facts.st_mode):
             return ""
-        file.seek(max(0, size - TAIL_BYTES))
-        lines = [line for line in file.read(TAIL_BYTES).decode(errors="replace").splitlines() if line.strip()]
+        file.seek(max(0, facts.st_size - limit))
+        return file.read(limit).decode(errors="replace")
+
+
+def last_line(path: Path) -> str:
+    """The last line of a log that is not blank (a failed worker's stderr), from its end only; "" when there is no
+    such regular file."""
+    lines = [line for line in tail_text(path).splitlines() if line.strip()]
     return " ".join(lines[-1].split())[:500] if lines else ""
 
 

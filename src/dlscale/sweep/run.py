@@ -23,6 +23,7 @@ from typing import Protocol
 
 from dlscale.errors import ConfigError
 from dlscale.launch import local, slurm_jobs
+from dlscale.launch.errors import tail_text
 from dlscale.metrics.progress import ProgressDisplay
 from dlscale.rundir import RunDir, check_output_dir, is_run
 from dlscale.sweep.plan import Point, SweepSpec, given
@@ -112,7 +113,7 @@ class PointByPoint:
         point.elapsed_s = time.monotonic() - start
         point.returncode, point.commands = outcome.returncode, outcome.commands
         point.logs = [os.path.relpath(p, sweep_dir) for p in outcome.logs]
-        text = "\n".join(Path(p).read_text(errors="replace") for p in outcome.logs if Path(p).exists())
+        text = "\n".join(map(tail_text, outcome.logs))  # each log's end: the error is there
         if outcome.timed_out:
             point.status, point.error = "timeout", outcome.error or f"stopped after {spec.timeout_s:g} s (--timeout)"
         elif outcome.returncode != 0:
@@ -214,7 +215,7 @@ def _slurm_outcome(spec: SweepSpec, point: Point, state: str, sweep_dir: Path) -
                        "(--timeout); cancelled")
     if point.status != "ok":
         log = sweep_dir / "logs" / f"{point.name}.log"
-        point.error_tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.is_file() else ""
+        point.error_tail = "\n".join(tail_text(log).splitlines()[-20:])
 
 
 # ------------------------------------------------------------------------------- the sweep
