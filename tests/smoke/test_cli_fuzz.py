@@ -19,8 +19,8 @@ from cli_fuzz import run as run_fuzz
 
 from dlscale.cli import main
 
-CASES = int(os.environ.get("DLSCALE_FUZZ_CASES", "400"))
-"""Cases of the default run: each of the 57 (command, class) pairs seven times, in about 15 s on 2 cores."""
+CASES = int(os.environ.get("DLSCALE_FUZZ_CASES", "420"))
+"""Cases of the default run: each of the 70 (command, class) pairs six times."""
 SEED = os.environ.get("DLSCALE_FUZZ_SEED", "0")
 HEADROOM_BYTES = 8 * 2**30
 """Address space the fuzz may take beyond what the process holds: a case that allocates terabytes fails as a

@@ -21,7 +21,7 @@ from filelock import FileLock
 
 from dlscale.data.cifar import CifarLayout, cifar_folder
 from dlscale.errors import DataError, shown
-from dlscale.rundir import storage_error
+from dlscale.rundir import check_output_file, storage_error
 
 CHUNK_BYTES = 1 << 20
 TIMEOUT_S = 60.0
@@ -46,7 +46,8 @@ def ensure_cifar(root: str | Path, layout: CifarLayout, *, url: str | None = Non
         root.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise DataError(f"cannot create the data folder {root} for {layout.folder}: {error.strerror}") from None
-    with FileLock(str(root / f".{layout.folder}.download.lock")):
+    lock = check_output_file(root / f".{layout.folder}.download.lock", "DIR")  # a lock that cannot be made waits
+    with FileLock(str(lock)):
         found = cifar_folder(root, layout)  # another rank may have fetched it while this one waited
         if found is not None:
             return found
