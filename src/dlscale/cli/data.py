@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from dlscale.cli import numbers, paths
 from dlscale.cli.output import write_json_file
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.progress import ProgressDisplay
 from dlscale.rundir import check_output_dir, check_output_file, refuse_a_run, storing
@@ -226,7 +226,7 @@ def parse_size(text: str) -> tuple[int, int]:
     try:
         width, height = (int(v) for v in text.lower().split("x"))
     except ValueError:
-        raise ConfigError(f"--size {text!r}: give WIDTHxHEIGHT in pixels, e.g. 500x375") from None
+        raise ConfigError(f"--size {shown(text)}: give WIDTHxHEIGHT in pixels, e.g. 500x375") from None
     return width, height
 
 

@@ -29,6 +29,7 @@ from dlscale.config.bounds import (
     WIDTH_MAX,
     WORKERS_MAX,
 )
+from dlscale.errors import shown
 
 
 class Number:
@@ -46,7 +47,7 @@ class Number:
     def __call__(self, text: str) -> int | float:
         value = self.parse(text)
         if value is None or not self.holds(value):
-            raise argparse.ArgumentTypeError(f"{text!r}: give {self.bounds()} ({self.reason()})")
+            raise argparse.ArgumentTypeError(f"{shown(text)}: give {self.bounds()} ({self.reason()})")
         return value
 
     def parse(self, text: str) -> int | float | None:
@@ -88,11 +89,11 @@ class Counts:
         values = [self.count.parse(part) for part in parts]
         if not parts or any(v is None or not self.count.holds(v) for v in values):
             each = self.count.bounds().replace("a whole number", "whole numbers")
-            raise argparse.ArgumentTypeError(f"{text!r}: give {each} separated by commas, e.g. {self.example} "
+            raise argparse.ArgumentTypeError(f"{shown(text)}: give {each} separated by commas, e.g. {self.example} "
                                              f"({self.count.reason()})")
         repeated = sorted({v for v in values if values.count(v) > 1})
         if self.unique and repeated:
-            raise argparse.ArgumentTypeError(f"{text!r} names {', '.join(map(str, repeated))} more than once; "
+            raise argparse.ArgumentTypeError(f"{shown(text)} names {', '.join(map(str, repeated))} more than once; "
                                              "give each once")
         return tuple(values)
 

@@ -17,7 +17,7 @@ from dlscale.cli.bench import single_batch_size
 from dlscale.cli.common import parse_command_flags, resolve_config
 from dlscale.cli.slurm import add_job_arguments, job_options, loader_workers
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 from dlscale.metrics.tracking import track_finished
 from dlscale.rundir import read_json, run_path
 from dlscale.sweep.plan import (
@@ -98,7 +98,7 @@ def parse_set_sweeps(values: list[str]) -> tuple[tuple[str, tuple[str, ...]], ..
         key, sep, listed = text.partition("=")
         names = parse_names(listed)
         if not sep or not key.strip() or not names:
-            raise ConfigError(f"--set-sweep {text!r}: give KEY=V,V,... e.g. --set-sweep data.num_workers=0,2,4")
+            raise ConfigError(f"--set-sweep {shown(text)}: give KEY=V,V,... e.g. --set-sweep data.num_workers=0,2,4")
         if key.strip() in out:
             raise ConfigError(f"--set-sweep {key.strip()} is given twice; list all its values in one")
         out[key.strip()] = names

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 from dlscale.launch import local, slurm_jobs
 from dlscale.launch.errors import tail_text
 from dlscale.metrics.progress import ProgressDisplay
@@ -227,7 +227,7 @@ def run_sweep(spec: SweepSpec, points: list[Point], sweep_dir: Path, out: Say = 
     """Run planned points (dlscale.sweep.plan.plan_points) into sweep_dir; returns them with their
     status. Points still 'submitted' afterwards run on without the sweep (slurm, wait=False)."""
     if spec.launcher not in SWEEP_LAUNCHERS:
-        raise ConfigError(f"--launcher {spec.launcher!r}: choose one of {', '.join(SWEEP_LAUNCHERS)}")
+        raise ConfigError(f"--launcher {shown(spec.launcher)}: choose one of {', '.join(SWEEP_LAUNCHERS)}")
     launcher = SWEEP_LAUNCHERS[spec.launcher]
     launcher.prepare(spec, points, sweep_dir)
     record = RunDir(sweep_dir).claim("sweep", name_flag="--name")  # a new folder: never another sweep's or run's
