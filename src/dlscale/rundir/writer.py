@@ -71,8 +71,9 @@ class Occupant:
             return ConfigError(f"{path} already holds files that are not a run of dlscale ({listed}); a run goes "
                                f"into a new or empty folder: choose another {flag}")
         by = f" ({shown(self.command, 80)})" if self.command else ""
-        return ConfigError(f"{path} holds a {self.kind} run{by}: a run directory holds one run and nothing replaces "
-                           f"it; choose another {flag}, or remove that run")
+        what = "a run of an unknown kind" if self.kind == "unknown" else f"a {self.kind} run"
+        return ConfigError(f"{path} holds {what}{by}: a run directory holds one run and nothing replaces it; choose "
+                           f"another {flag}, or remove that run")
 
 
 def occupant(path: Path) -> Occupant | None:
@@ -103,8 +104,8 @@ def refuse_a_run(path: str | os.PathLike, flag: str, what: str) -> None:
     line naming `flag` when `path` holds a run of dlscale."""
     there = occupant(Path(path))
     if there is not None and there.kind is not None:
-        raise ConfigError(f"{flag} {path} holds a {there.kind} run; {what} goes into a folder of its own: choose "
-                          f"another {flag}")
+        raise ConfigError(f"{flag} {path} holds a dlscale run ({there.kind}); {what} goes into a folder of its own: "
+                          f"choose another {flag}")
 
 
 def _recorded_kind(file: Path) -> str:
