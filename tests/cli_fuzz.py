@@ -649,9 +649,9 @@ def _torch_globals():
         torch.set_float32_matmul_precision(saved[4])
 
 
-OUTSIDE = (Path("/"), Path(__file__).resolve().parents[1], Path(tempfile.gettempdir()))
-"""Places a case must not write into (it writes into its own folder only): the file system's root, the checkout,
-the temporary folder its own folder is in."""
+OUTSIDE = (Path("/"), Path(__file__).resolve().parents[1])
+"""Places a case must not write into (it writes into its own folder only): the file system's root and the
+checkout (./runs of a command given no --output-dir)."""
 DLSCALE_NAMES = re.compile(r"(config|env|summary|sweep)\.json|metrics\.jsonl|\.lock(\.holder)?|\.dlscale\.json|logs|tb|"
                            r"jobs|checkpoints|runs|report|PWNED|mlflow\.db|mlartifacts|"
                            r"(bench|train|comm|loader|profile|predict|sweep|scale)-.*")
