@@ -148,6 +148,7 @@ def test_a_resumed_run_logs_into_the_same_mlflow_run(tmp_path):
 
 
 def test_targets(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a store given as a relative path is made (checked) there, not in the checkout
     assert tracking.tracking_target(None, output_dir=tmp_path) is None
     env = {"MLFLOW_TRACKING_URI": "http://tracker:5000", "MLFLOW_EXPERIMENT_NAME": "resnet"}
     assert tracking.tracking_target("", output_dir=tmp_path, environ=env) == \
