@@ -8,11 +8,16 @@ A case is a command's working base line (BASES) with one bad input of a class:
               zero, negative, infinite, NaN, huge, fractional, empty, malformed lists
     outputs   a flag or argument that names something to write (--json, --raport-file, --script, --output-dir,
               --out, --name, a folder to fill): a directory where a file goes, a file where a folder goes, a
-              path under a file, a path under /proc where nothing can be created
+              path under a file, a path under /proc where nothing can be created, another command's run (a copy
+              of tests/fixtures), `..`, a character device (mknod) or a FIFO where a file or a folder goes
     inputs    a flag or argument that reads from disk, given a damaged copy of a real one: a run or sweep
               directory of tests/fixtures, a preset file, a reference file, a checkpoint, a data folder;
               damaged by binary bytes, truncation, the wrong JSON or YAML type at the top or at one field
-              chosen at random, a field removed
+              chosen at random, a field removed; or one of its files made a FIFO, a link to /dev/zero, a number
+              of 5,000 digits or a nesting deeper than Python recurses
+    text      a flag that takes free text (a job's name, a partition, --sbatch-option, an MLflow experiment, a
+              --set value): a newline and other control characters, shell marks, quotes, a byte that is not
+              UTF-8, 100,000 characters
     setups    tiny training set-ups that torch would reject deep inside (BatchNorm on one image per rank,
               images smaller than the model's strides, one class, a validation set smaller than its batch):
               these run one real step
@@ -36,8 +41,10 @@ import io
 import json
 import os
 import random
+import re
 import shutil
 import sys
+import tempfile
 import traceback
 import typing
 import urllib.request
@@ -45,12 +52,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from faults import Hung, device, hang_guard
 
 from dlscale.cli import build_parser, main
 from dlscale.config import TrainConfig
 
 FIXTURES = Path(__file__).parent / "fixtures" / "runs-022c5c5"
-CLASSES = ("numbers", "outputs", "inputs", "setups", "any")
+CLASSES = ("numbers", "outputs", "inputs", "setups", "text", "any")
 
 # ------------------------------------------------------------------------------------ the base lines
 
@@ -141,7 +149,12 @@ YAML_NUMBERS = ["0", "-1", "-7", ".inf", "-.inf", ".nan", "1.0e+308", "1" + "0" 
                 "9223372036854775808", "true", "[1, 2]", "{a: 1}", "'3'", "null", "", "4294967296"]
 LONG_NAMES = ["n" * 300, "d/" * 2100]
 """A name longer than a file system's 255 bytes, a path longer than Linux's 4,096."""
-JUNK = ["x", "-", "--", "a,b", "1x1", "0x0", "∞", "\x7f", "../..", "/", "//x", ":", "none:none", *LONG_NAMES]
+JUNK = ["x", "-", "--", "a,b", "1x1", "0x0", "∞", "\x7f", "../..", "/proc", "//proc/x", ":", "none:none", *LONG_NAMES]
+"""Never `/` or a path outside the case's folder that could be created: a case writes only into its folder."""
+TEXT = ["x\ny", "x\n", "\nsrun touch PWNED", "x\r", "\x1b[2J", "a\x00b", "x\u2028y", "\u202ex", "\udcff",
+        "$(touch PWNED)", "`touch PWNED`", "a;b", "it's", 'a"b', "a b", "x" * 100_000]
+"""Free text a flag may be given: control characters (one that ends a line in a job script above all), shell marks,
+quotes, a blank, a byte that is not UTF-8 (as Python holds it from argv), a long value."""
 WRONG_JSON = ["fast", None, [], {}, 0, -1, True, 1e308, -1e308, float("nan"), float("inf"), [1, "x"], {"x": 1},
               "", 2**64]
 
@@ -183,6 +196,11 @@ def is_numeric(action: argparse.Action) -> bool:
     if isinstance(default, str) and default and set(default) <= set("0123456789,"):
         return True
     return any(word in (action.metavar or "") for word in ("N,N", "N[,N", "B[,B", "SECONDS", "PRICE"))
+
+
+def is_text(action: argparse.Action) -> bool:
+    """An option that takes free text: no number, no path, no fixed choices (a name, a partition, --set)."""
+    return not (is_numeric(action) or getattr(action.type, "path", False) or action.choices)
 
 
 def numeric_keys(cls: type = TrainConfig, prefix: str = "") -> list[str]:
@@ -249,6 +267,9 @@ def damage_run_dir(kind: str, place: Path, rng: random.Random) -> Path:
     if rng.random() < 0.1:
         chosen.unlink() if rng.random() < 0.5 else chosen.write_text("")
         return target
+    if rng.random() < 0.2:
+        hostile(chosen, rng)
+        return target
     if chosen.suffix == ".jsonl":
         lines = chosen.read_text().splitlines()
         index = rng.randrange(len(lines))
@@ -290,12 +311,31 @@ def damage_reference(place: Path, rng: random.Random) -> str:
     return str(path)
 
 
+def hostile(path: Path, rng: random.Random) -> None:
+    """path made a file no reader may read without bound: a FIFO (a read would wait for a writer forever), a link
+    to /dev/zero (a read that never ends), a number of 5,000 digits, a nesting deeper than Python recurses."""
+    path.unlink(missing_ok=True)
+    how = rng.choice(["fifo", "zero", "digits", "nesting"])
+    if how == "fifo":
+        os.mkfifo(path)
+    elif how == "zero":
+        path.symlink_to("/dev/zero")
+    elif how == "digits":
+        path.write_text('{"kind": "bench", "world_size": ' + "7" * 5000 + "}\n")
+    else:
+        path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+
+
 def bad_file(place: Path, rng: random.Random, what: str) -> str:
-    """Something that is not what a flag reads: binary bytes, JSON, an empty file, a folder, nothing."""
+    """Something that is not what a flag reads: binary bytes, JSON, an empty file, a folder, nothing, or a file no
+    reader may read without bound."""
     path = place / f"not-a-{what}"
-    how = rng.choice(["binary", "json", "empty", "dir", "missing", "dir-of-junk", "long"])
+    how = rng.choice(["binary", "json", "empty", "dir", "missing", "dir-of-junk", "long", "hostile"])
     if how == "long":
         return str(place / rng.choice(LONG_NAMES))
+    if how == "hostile":
+        hostile(path, rng)
+        return str(path)
     if how == "binary":
         path.write_bytes(rng.randbytes(rng.randrange(1, 200)))
     elif how == "json":
@@ -328,9 +368,31 @@ def bad_output(place: Path, rng: random.Random, kind: str) -> str:
     folder.mkdir(exist_ok=True)
     file.write_text("x")
     if kind == "name":
-        return rng.choice(["a-file", "", "/proc/x", "../a-file", "a-file/x", ".", "/", *LONG_NAMES])
+        run = _run_copy(place, rng)
+        return rng.choice(["a-file", "", "/proc/x", "../a-file", "a-file/x", ".", "..", "/", "a\nb", *LONG_NAMES,
+                           f"../{place.name}/{run.name}", run.name])
     return rng.choice([str(folder), str(file), f"{file}/x", f"{file}/x/y.json", "/proc/x", "/proc/x/y.json",
-                       "/proc/self/x", "", "/", str(place / LONG_NAMES[0]), str(place / LONG_NAMES[1])])
+                       "/proc/self/x", "", "/proc", str(place / LONG_NAMES[0]), str(place / LONG_NAMES[1]),
+                       str(_run_copy(place, rng)), "..", str(_special(place, rng))])
+
+
+def _run_copy(place: Path, rng: random.Random) -> Path:
+    """A copy of one kind of run of tests/fixtures in place: a run another command wrote, which no output may
+    take over."""
+    kind = rng.choice(RUN_DIRS)
+    target = place / f"run-of-{kind}"
+    if not target.exists():
+        shutil.copytree(FIXTURES / kind, target)
+    return target
+
+
+def _special(place: Path, rng: random.Random) -> Path:
+    """A character device (mknod; a FIFO where this process may not make one) or a FIFO: no file output may
+    replace or write either, no folder output may be made there."""
+    path = place / "special"
+    if not path.exists():
+        device(path) if rng.random() < 0.5 else os.mkfifo(path)
+    return path
 
 
 # ------------------------------------------------------------------------------------------ cases
@@ -358,7 +420,8 @@ def pairs(found: dict[tuple[str, ...], argparse.ArgumentParser]) -> list[tuple[t
         opts = options(parser)
         has = {"numbers": any(map(is_numeric, opts)) or any(a.dest == "overrides" for a in opts),
                "outputs": any(a.dest in OUTPUT_DESTS for a in opts) or words in OUTPUT_POSITIONALS,
-               "inputs": words in INPUTS, "setups": words in SETUPS, "any": bool(opts)}
+               "inputs": words in INPUTS, "setups": words in SETUPS, "text": any(map(is_text, opts)),
+               "any": bool(opts)}
         out += [(words, kind) for kind in CLASSES if has[kind]]
     return out
 
@@ -431,6 +494,14 @@ def make_case(seed: int, index: int, words: tuple[str, ...], kind: str, found: d
     elif kind == "setups":
         extra, what = SETUPS[words](rng)
         steps = 1
+    elif kind == "text":
+        action = rng.choice([a for a in options(parser) if is_text(a)])
+        value = rng.choice(TEXT)
+        if action.dest == "overrides":
+            extra = [f"--set={rng.choice(['name', 'data.path', 'model.name', 'precision'])}={value}"]
+        else:
+            extra = [f"{flag(action)}={value}"]
+        what = f"{flag(action)} {value[:20]!r}"
     else:
         action = rng.choice(options(parser))
         extra = _value_tokens(action, rng.choice(["numbers", "outputs", "junk"]), rng, folder)
@@ -579,8 +650,39 @@ def _torch_globals():
         torch.set_float32_matmul_precision(saved[4])
 
 
+OUTSIDE = (Path("/"), Path(__file__).resolve().parents[1])
+"""Places a case must not write into (it writes into its own folder only): the file system's root and the
+checkout (./runs of a command given no --output-dir)."""
+DLSCALE_NAMES = re.compile(r"(config|env|summary|sweep)\.json|metrics\.jsonl|\.lock(\.holder)?|\.dlscale\.json|logs|tb|"
+                           r"jobs|checkpoints|runs|report|PWNED|mlflow\.db|mlartifacts|"
+                           r"(bench|train|comm|loader|profile|predict|sweep|scale)-.*")
+"""What dlscale would leave there: a run's files and folders, a default run name."""
+
+
+CASE_GUARD_S = 120
+"""A case that outlives this waits on something (a FIFO, a lock): it fails. Cases take a second or two."""
+
+
+def _outside() -> set[str]:
+    return {str(root / name) for root in OUTSIDE for name in os.listdir(root) if DLSCALE_NAMES.fullmatch(name)}
+
+
 def run_case(case: Case, cwd: Path) -> Outcome:
-    """main(case.argv) in this process, in cwd, with the work stubbed."""
+    """main(case.argv) in this process, in cwd, with the work stubbed; failed also when it wrote into a place
+    outside its folder (OUTSIDE)."""
+    before = _outside()
+    try:
+        with hang_guard(CASE_GUARD_S):
+            outcome = _run_case(case, cwd)
+    except Hung as hung:  # a read that waits, a lock that is never taken: a failed case, not a stopped fuzz
+        outcome = Outcome(case, "failed", str(hung))
+    wrote = sorted(_outside() - before)
+    if wrote and outcome.result != "failed":
+        return Outcome(case, "failed", f"wrote outside its folder: {', '.join(wrote)}")
+    return outcome
+
+
+def _run_case(case: Case, cwd: Path) -> Outcome:
     stubs = _stubs(case)
     saved = [(module, name, getattr(module, name)) for module, name, _ in stubs]
     out, err = io.StringIO(), io.StringIO()
@@ -635,8 +737,6 @@ def run(seed: int, count: int, place: Path, say=lambda line: None, **narrow) -> 
 
 
 if __name__ == "__main__":
-    import tempfile
-
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--cases", type=int, default=200)
     cli.add_argument("--seed", type=int, default=0)

@@ -1,5 +1,9 @@
 """Errors the user can fix. The CLI prints them as one line on stderr, never a traceback."""
 
+from __future__ import annotations
+
+import reprlib
+
 
 class DlscaleError(Exception):
     """An error caused by input or environment that the message tells the user how to fix."""
@@ -19,3 +23,26 @@ class DataError(DlscaleError):
 
 class StorageError(DlscaleError):
     """A run directory that cannot be created or written (no permission, a full disk)."""
+
+
+SHOWN_CHARS = 60
+"""The most of a value an error message quotes: enough to recognise it, never the whole of a hostile one."""
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """`value` as an error message quotes it: its repr, cut to `limit` characters. The work is bounded as well
+    as the text: a structure is walked only to a few items and levels (an alias bomb of a YAML file expands to
+    more than memory holds), and a whole number of thousands of digits is described, not converted."""
+    text = _SHORT.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class _ShortRepr(reprlib.Repr):
+    def repr_int(self, value: int, level: int) -> str:
+        digits = int(value.bit_length() * 0.30103) + 1
+        return super().repr_int(value, level) if digits <= self.maxlong else f"<a number of about {digits:,} digits>"
+
+
+_SHORT = _ShortRepr()
+_SHORT.maxlevel, _SHORT.maxdict, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxset = 3, 4, 4, 4, 4
+_SHORT.maxstring = _SHORT.maxlong = _SHORT.maxother = SHOWN_CHARS

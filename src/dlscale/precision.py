@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from dlscale.config.sections import PRECISIONS
-from dlscale.errors import DeviceError
+from dlscale.errors import DeviceError, shown
 
 _AUTOCAST_DTYPE = {"fp32": None, "tf32": None, "amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}
 """Each of PRECISIONS (dlscale.config.sections, the one list of names) -> its autocast dtype."""
@@ -60,7 +60,7 @@ class Precision:
 def build_precision(name: str, device: torch.device, *, init_scale: float = 2.0**16) -> Precision:
     """Check that `device` can run `name`, set the process-wide TF32 switches, return the object."""
     if name not in PRECISIONS:
-        raise DeviceError(f"unknown precision {name!r}; choose one of {', '.join(PRECISIONS)}")
+        raise DeviceError(f"unknown precision {shown(name)}; choose one of {', '.join(PRECISIONS)}")
     _check_supported(name, device)
     if device.type == "cuda":
         # TF32 for fp32 matmuls/convolutions: on in tf32 and AMP modes (NVIDIA's containers default

@@ -39,7 +39,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from dlscale.distributed import gather_over_ranks
+from dlscale.errors import StorageError
 from dlscale.metrics.timing import device_synchronizer, mean_ci95
+from dlscale.rundir import check_output_dir, storing, write_text
+from dlscale.rundir.files import is_file
 from dlscale.train.step import Batch, StepParts, train_step
 
 Clock = Callable[[], float]
@@ -371,14 +374,17 @@ def record_trace(run: Callable[[Callable[[], None]], None], steps: int, path: Pa
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    check_output_dir(path.parent, "--out", "the trace folder")
     schedule = torch.profiler.schedule(wait=0, warmup=1, active=steps, repeat=1)
-    with torch.profiler.profile(activities=activities, schedule=schedule,
-                                on_trace_ready=lambda done: done.export_chrome_trace(str(path))) as profiler:
+    with storing(path, "--out"), torch.profiler.profile(  # the trace is written as its last step ends
+            activities=activities, schedule=schedule,
+            on_trace_ready=lambda done: done.export_chrome_trace(str(path))) as profiler:
         run(profiler.step)
+    if not is_file(path):  # torch's exporter reports a failed write in its log alone
+        raise StorageError(f"cannot write {path} (the profiler wrote no trace there); choose another --out")
     sort_by = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     table = profiler.key_averages().table(sort_by=sort_by, row_limit=25)
-    path.with_name(path.name.replace(".pt.trace.json", "") + ".ops.txt").write_text(table + "\n")
+    write_text(path.with_name(path.name.replace(".pt.trace.json", "") + ".ops.txt"), table + "\n", flag="--out")
     return path
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from dlscale.errors import ConfigError, DeviceError
+from dlscale.errors import ConfigError, DeviceError, shown
 
 if TYPE_CHECKING:
     import torch
@@ -65,13 +65,13 @@ class SpeedOptions:
 
     def __post_init__(self) -> None:
         if self.compile_mode not in COMPILE_MODES:
-            raise ConfigError(f"speed.compile_mode={self.compile_mode!r}: use one of {', '.join(COMPILE_MODES)}")
+            raise ConfigError(f"speed.compile_mode={shown(self.compile_mode)}: use one of {', '.join(COMPILE_MODES)}")
         if self.coordinate_descent_tuning and not self.compile:
             raise ConfigError("coordinate-descent tuning is a torch.compile option: add --compile (or "
                               "speed.compile=true) or drop --coordinate-descent-tuning")
         if self.cudnn_benchmark_limit is not None and (isinstance(self.cudnn_benchmark_limit, bool)
                                                        or not 0 <= self.cudnn_benchmark_limit <= 10_000):
-            raise ConfigError(f"speed.cudnn_benchmark_limit={self.cudnn_benchmark_limit!r}: use 0 (every "
+            raise ConfigError(f"speed.cudnn_benchmark_limit={shown(self.cudnn_benchmark_limit)}: use 0 (every "
                               "algorithm) or a count up to 10,000 (cuDNN offers fewer)")
         if self.cudnn_benchmark_limit is not None and not self.cudnn_benchmark:
             raise ConfigError("speed.cudnn_benchmark_limit needs cuDNN autotuning: add --cudnn-benchmark "

@@ -97,7 +97,7 @@ def _evaluate_rank(rank, world_size, size, batch_size):
     from dlscale.config import DataConfig
     from dlscale.data import all_reduce_eval_sums, build_loaders
 
-    cfg = DataConfig(name="synthetic", synthetic_size=16, synthetic_val_size=size, image_size=4,
+    cfg = DataConfig(name="synthetic", synthetic_size=16, synthetic_val_size=size, image_size=8,
                      synthetic_classes=3, num_workers=0)
     _, val_loader, _ = build_loaders(cfg, rank=rank, world_size=world_size, batch_size=2,
                                      val_batch_size=batch_size)
@@ -116,7 +116,7 @@ def _train_rank(rank, world_size, size, batch_size, epochs):
     from dlscale.config import DataConfig
     from dlscale.data import build_loaders
 
-    cfg = DataConfig(name="synthetic", synthetic_size=size, image_size=4, num_workers=0)
+    cfg = DataConfig(name="synthetic", synthetic_size=size, image_size=8, num_workers=0)
     train_loader, _, _ = build_loaders(cfg, rank=rank, world_size=world_size, batch_size=batch_size, seed=7)
     order = []
     for epoch in range(epochs):

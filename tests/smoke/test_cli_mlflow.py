@@ -93,15 +93,43 @@ def test_train_and_bench_read_back_as_their_run_directories(tmp_path):
     assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"summary.json", "config.json"}
 
 
-def test_a_failing_tracker_is_one_warning_and_training_goes_on(tmp_path, capsys):
-    (tmp_path / "not-a-folder").write_text("a file where the store's folder should be\n")
-    store = f"sqlite:///{tmp_path / 'not-a-folder' / 'mlflow.db'}"
+def test_a_failing_tracker_is_one_warning_and_training_goes_on(tmp_path, capsys, monkeypatch):
+    def unreachable(uri):  # the store answered the check before the run, then went away
+        raise ConnectionError("the tracking store stopped answering")
+
+    monkeypatch.setattr(tracking, "_mlflow_client", unreachable)
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert main([*TRAIN, "--output-dir", str(tmp_path / "runs"), "--name", "t", "--mlflow", store]) == 0
     stderr = capsys.readouterr().err
     warnings = [line for line in stderr.splitlines() if "MLflow" in line]
     assert len(warnings) == 1 and warnings[0].startswith(f"warning: MLflow tracking ({store}) failed"), stderr
     summary = json.loads((tmp_path / "runs" / "t" / "summary.json").read_text())
     assert summary["epochs_completed"] == 2 and not (tmp_path / "runs" / "t" / "mlflow.json").exists()
+
+
+@pytest.mark.parametrize("store,message", [
+    ("{file}/mlflow.db", "cannot create the MLflow store's folder"),  # a file where its folder should be
+    ("{tmp}/text.db", "the SQLite store {tmp}/text.db cannot be written (file is not a database)"),
+    ("{tmp}/fifo.db", "{tmp}/fifo.db is a FIFO, not a file"),
+    (":::garbage", "--mlflow ':::garbage' is not a tracking URI"),
+])
+def test_a_store_that_cannot_be_written_is_refused_before_the_run(tmp_path, capsys, store, message):
+    import os
+
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "text.db").write_text("not a database, " * 100)
+    os.mkfifo(tmp_path / "fifo.db")
+    store = store.format(file=tmp_path / "a-file", tmp=tmp_path)
+    assert main([*TRAIN, "--output-dir", str(tmp_path / "runs"), "--mlflow", store]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and message.format(tmp=tmp_path) in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_tracking_uri_from_the_environment_that_is_none_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="MLFLOW_TRACKING_URI ':::garbage' is not a tracking URI"):
+        tracking.tracking_target("", output_dir=tmp_path, environ={"MLFLOW_TRACKING_URI": ":::garbage"})
+    assert list(tmp_path.iterdir()) == []  # no folder made of it
 
 
 def test_a_resumed_run_logs_into_the_same_mlflow_run(tmp_path):
@@ -125,6 +153,7 @@ def test_a_resumed_run_logs_into_the_same_mlflow_run(tmp_path):
 
 
 def test_targets(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a store given as a relative path is made (checked) there, not in the checkout
     assert tracking.tracking_target(None, output_dir=tmp_path) is None
     env = {"MLFLOW_TRACKING_URI": "http://tracker:5000", "MLFLOW_EXPERIMENT_NAME": "resnet"}
     assert tracking.tracking_target("", output_dir=tmp_path, environ=env) == \

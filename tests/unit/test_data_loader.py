@@ -51,7 +51,7 @@ def test_synthetic_loaders_batch_structure():
 
 
 def test_per_rank_shards_and_exact_validation():
-    cfg = DataConfig(name="synthetic", synthetic_size=50, synthetic_val_size=11, image_size=4, num_workers=0)
+    cfg = DataConfig(name="synthetic", synthetic_size=50, synthetic_val_size=11, image_size=8, num_workers=0)
     seen, val_labels = [], []
     for rank in range(3):
         train_loader, val_loader, _ = build_loaders(cfg, rank=rank, world_size=3, batch_size=4)
@@ -116,7 +116,7 @@ def test_without_drop_last_the_order_is_padded_like_distributed_sampler():
 
 
 def test_without_drop_last_the_last_partial_batch_is_kept():
-    cfg = DataConfig(name="synthetic", synthetic_size=100, image_size=4, num_workers=0, drop_last=False)
+    cfg = DataConfig(name="synthetic", synthetic_size=100, image_size=8, num_workers=0, drop_last=False)
     sizes = []
     for rank in range(3):  # ceil(100 / 3) = 34 per rank: 16 + 16 + 2
         loader, _, _ = build_loaders(cfg, rank=rank, world_size=3, batch_size=16)

@@ -72,7 +72,7 @@ def test_multi_node_without_rendezvous_host_is_an_error():
 
 @pytest.mark.parametrize("environ,match", [
     ({"RANK": "4", "WORLD_SIZE": "4", "LOCAL_RANK": "0"}, "rank 4 .* not in 0..3"),
-    ({"RANK": "x", "WORLD_SIZE": "4", "LOCAL_RANK": "0"}, "RANK='x' is not an integer"),
+    ({"RANK": "x", "WORLD_SIZE": "4", "LOCAL_RANK": "0"}, "RANK='x' is not a whole number the launcher sets"),
     ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_TASKS_PER_NODE": "two"}, "SLURM_TASKS_PER_NODE"),
 ])
 def test_bad_values_name_the_variable(environ, match):

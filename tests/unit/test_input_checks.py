@@ -65,8 +65,12 @@ def test_a_document_of_the_right_shape_passes_with_what_it_may_lack():
 
 def test_an_output_that_cannot_be_written_is_one_line_naming_it(tmp_path):
     (tmp_path / "plot.png").mkdir()
-    with pytest.raises(StorageError, match="cannot write .*plot.png .*choose another --out"), \
+    with pytest.raises(ConfigError, match="--out .*plot.png is a directory; give a file name"), \
             writing(tmp_path / "plot.png", "--out") as path:
+        path.write_bytes(b"png")
+    (tmp_path / "sub").write_text("x")
+    with pytest.raises(StorageError, match="cannot write .*sub/plot.png .*sub is a file.; choose another --out"), \
+            writing(tmp_path / "sub" / "plot.png", "--out") as path:
         path.write_bytes(b"png")
 
 

@@ -281,3 +281,12 @@ def test_gradients_are_ready_in_backward_order():
     names = [r["name"] for r in sorted(ready, key=lambda r: r["ready_ms"])]
     assert names[:2] == ["2.bias", "2.weight"] and names[-2:] in (["0.bias", "0.weight"], ["0.weight", "0.bias"])
     assert {r["name"]: r["numel"] for r in ready} == {"0.weight": 128, "0.bias": 16, "2.weight": 48, "2.bias": 3}
+
+
+def test_the_nsys_rerun_goes_into_a_run_directory_of_its_own(tmp_path, monkeypatch):
+    """A run directory holds one run: the nsys line's rerun writes into the profile's nsys/run, never over it."""
+    from dlscale.cli import profile
+
+    monkeypatch.setattr("sys.argv", ["dlscale", "profile", "bench", "--steps", "3", "--out", "prof", "--name", "x"])
+    assert profile._rerun_argv(tmp_path / "prof") == ["profile", "bench", "--steps", "3",
+                                                      "--out", str(tmp_path / "prof" / "nsys" / "run")]

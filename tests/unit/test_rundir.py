@@ -108,7 +108,7 @@ def test_report_explain_and_predict_read_todays_directories(tmp_path):
 
 
 def test_the_writers_files_read_back_as_written_with_the_version(tmp_path):
-    run = RunDir.claim_new(tmp_path, "run")
+    run = RunDir.claim_new(tmp_path, "run", "bench")
     run.write_setup({"kind": "bench", "batch_size": 8, "shape": (3, 32)}, {"hostname": "h", "world_size": 2})
     run.append({"record": "train", "epoch": 0, "throughput_img_per_s": float("nan")})
     run.finish({"kind": "bench", "world_size": 2, "img_per_sec_total_mean": 10.0, "batch_size": 8})
@@ -127,11 +127,11 @@ def test_the_writers_files_read_back_as_written_with_the_version(tmp_path):
 
 
 def test_one_run_per_directory_and_the_lock_dies_with_its_release(tmp_path):
-    first = RunDir.claim_new(tmp_path, "run")
+    first = RunDir.claim_new(tmp_path, "run", "bench")
     with pytest.raises(RunInUse, match=r"is in use by `dlscale[^`]*` \(pid \d+"):  # its arguments, if any
-        RunDir.claim_new(tmp_path, "run")
+        RunDir.claim_new(tmp_path, "run", "bench")
     first.release()
-    with RunDir.claim_new(tmp_path, "run") as again:
+    with RunDir.claim_new(tmp_path, "run", "bench") as again:
         assert again.path == tmp_path / "run"
 
 
@@ -201,7 +201,7 @@ def test_output_paths_that_cannot_be_written_are_one_line(tmp_path):
     with pytest.raises(StorageError, match=r"cannot create the folder .*sub .*/file is a file.; choose another --json"):
         check_output_file(tmp_path / "file" / "sub" / "out.json", "--json")
     with pytest.raises(StorageError, match=r"cannot create the run directory .*a file of that name exists"):
-        RunDir.claim_new(tmp_path, "file")
+        RunDir.claim_new(tmp_path, "file", "bench")
     with pytest.raises(DlscaleError, match="choose another --out"):
         check_output_dir("/proc/no-such-place/run", "--out")
     with pytest.raises(DlscaleError, match="choose another --json"):

@@ -17,7 +17,12 @@ HAL = ["train", "--config", "imagenet:hal-rn50", "--data", "/shared/imagenet"]  
 
 
 def script(capsys, tmp_path, *argv):
-    assert main(["slurm", "--script", str(tmp_path / "job.sbatch"), *argv, "--output-dir", str(tmp_path)]) == 0
+    """The script of `dlscale slurm ARGV`, the job's run directory in tmp_path: --output-dir goes right after the
+    command, where it is the command's own (after a sweep's `--` it would be the swept command's, and the sweep's
+    folder would be ./runs of the directory the tests run in)."""
+    at = next(i for i, word in enumerate(argv) if word in ("bench", "train", "scale")) + 1
+    argv = [*argv[:at], "--output-dir", str(tmp_path), *argv[at:]]
+    assert main(["slurm", "--script", str(tmp_path / "job.sbatch"), *argv]) == 0
     capsys.readouterr()
     return (tmp_path / "job.sbatch").read_text()
 

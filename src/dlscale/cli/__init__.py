@@ -40,7 +40,9 @@ class OneLineErrorParser(argparse.ArgumentParser):
     """Bad flags get one line on stderr naming the problem, not the whole usage block."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        line = f"{self.prog}: error: {message} (see `{self.prog} --help`)"
+        record_error_for_launcher(line)  # a worker of torchrun: its summary names this line
+        self.exit(2, line + "\n")
 
     def _get_values(self, action: argparse.Action, arg_strings: list[str]):
         # argparse (Python 3.11) drops a value written "--" (`--width=--`) and stores [] where one value belongs,

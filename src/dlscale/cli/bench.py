@@ -236,7 +236,8 @@ def run(args: argparse.Namespace) -> int:
     has_gpu = args.device != "cpu" and torch.cuda.is_available()
     cfgs, note = _configs(args, has_gpu, env.world_size)
     tracking = tracking_from_args(args, args.output_dir)
-    run_dir = claim_outputs(args.output_dir, args.name or run_name(cfgs[-1], env), args.json, is_main=env.is_main)
+    run_dir = claim_outputs(args.output_dir, args.name or run_name(cfgs[-1], env), args.json, "bench",
+                            is_main=env.is_main)
     if note and env.is_main:
         print(note, flush=True)
     say = functools.partial(print, flush=True)

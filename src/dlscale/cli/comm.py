@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                      step_factor=args.step_factor, warmup_iters=args.warmup_iters, iters=args.iters,
                      mode=args.mode, topology=args.topology, device=args.device, pg_timeout_s=args.pg_timeout)
     env = DistEnv.from_env()
-    run_dir = claim_outputs(args.output_dir, args.name or run_name(cfg, env), args.json, is_main=env.is_main)
+    run_dir = claim_outputs(args.output_dir, args.name or run_name(cfg, env), args.json, "comm", is_main=env.is_main)
     try:
         summary = run_comm(cfg, env, out=lambda line: print(line, flush=True))
         if env.is_main:

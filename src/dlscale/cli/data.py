@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 from dlscale.cli import numbers, paths
 from dlscale.cli.output import write_json_file
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.progress import ProgressDisplay
-from dlscale.rundir import check_output_dir, check_output_file
+from dlscale.rundir import check_output_dir, check_output_file, refuse_a_run, storing
 
 if TYPE_CHECKING:
     from dlscale.data.check import DecodeRate, Survey
@@ -216,13 +216,15 @@ def run_make(args: argparse.Namespace) -> int:
     size = parse_size(args.size)
     unique = min(DEFAULT_UNIQUE, args.train) if args.unique is None else args.unique
     check_shape(train=args.train, val=args.val, classes=args.classes, unique=unique, size=size)
+    refuse_a_run(args.path, "DIR", "a JPEG tree")
     check_output_dir(args.path, "DIR", "the tree's folder")
     for split in ("train", "val"):
         if (args.path / split).exists():
             raise ConfigError(f"{args.path / split} exists; give an empty or new folder (make-jpegs does not add to a "
                               "tree)")
-    done = write_tree(args.path, train=args.train, val=args.val, classes=args.classes, unique=unique, size=size,
-                      seed=args.seed, processes=args.processes)
+    with storing(args.path, "DIR"):  # a full disk halfway through the tree: one line
+        done = write_tree(args.path, train=args.train, val=args.val, classes=args.classes, unique=unique, size=size,
+                          seed=args.seed, processes=args.processes)
     print(f"wrote {done.train_files:,} training JPEGs ({done.unique:,} distinct) and {done.val_files:,} validation "
           f"JPEGs of {size[0]}x{size[1]}, {done.mean_kib:.0f} KiB each on average, in {done.classes} classes under "
           f"{args.path} in {done.seconds:.1f} s. Try it: dlscale loader --data {args.path}", flush=True)
@@ -233,7 +235,7 @@ def parse_size(text: str) -> tuple[int, int]:
     try:
         width, height = (int(v) for v in text.lower().split("x"))
     except ValueError:
-        raise ConfigError(f"--size {text!r}: give WIDTHxHEIGHT in pixels, e.g. 500x375") from None
+        raise ConfigError(f"--size {shown(text)}: give WIDTHxHEIGHT in pixels, e.g. 500x375") from None
     return width, height
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from dlscale.cli import numbers, paths
 from dlscale.config import DataConfig
 from dlscale.config.data import DATASET_NAMES, DECODE_ALIASES, DECODE_MODES
-from dlscale.errors import DeviceError
+from dlscale.errors import DataError, DeviceError
 from dlscale.metrics.hardware import available_cores, host_memory_bytes
 from dlscale.metrics.progress import ProgressDisplay
 from dlscale.rundir import RunDir, default_run_name
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dataset == "imagefolder":  # refused here, in one line, where the device decoder cannot run
         cfg = cfg.on_path(resolve_decode(cfg.decode, device, cfg.decoder))
     out = RunDir(args.out) if args.out else RunDir(Path("runs") / default_run_name("loader", args.dataset))
-    with out.claim("--out"):  # before the work: a run directory that cannot be written is one line now
+    with out.claim("loader", "--out"):  # before the work: a run directory that cannot be written is one line now
         rows, table = _measure(args, cfg, workers, device)
         _write(out, args, cfg, device, rows, table)
     best = max(rows, key=lambda row: row["images_per_s"])
@@ -176,11 +176,14 @@ def _measure(args: argparse.Namespace, cfg: DataConfig, workers: list[int],
 
 
 def _prewarm(root: Path) -> None:
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            with open(path, "rb") as file:
-                while file.read(1 << 20):
-                    pass
+    try:
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                with open(path, "rb") as file:
+                    while file.read(1 << 20):
+                        pass
+    except OSError as error:
+        raise DataError(f"--prewarm: {error.filename or root} cannot be read ({error.strerror or error})") from None
 
 
 def _said(decode: str, device: torch.device | None, share: float = 1.0) -> str:

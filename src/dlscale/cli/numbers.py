@@ -23,11 +23,13 @@ from dlscale.config.bounds import (
     BATCH_MAX,
     GLOBAL_BATCH_MAX,
     IMAGE_SIDE_MAX,
+    IMAGE_SIDE_MIN,
     SEED_MAX,
     TIMEOUT_MAX_S,
     WIDTH_MAX,
     WORKERS_MAX,
 )
+from dlscale.errors import shown
 
 
 class Number:
@@ -45,7 +47,7 @@ class Number:
     def __call__(self, text: str) -> int | float:
         value = self.parse(text)
         if value is None or not self.holds(value):
-            raise argparse.ArgumentTypeError(f"{text!r}: give {self.bounds()} ({self.reason()})")
+            raise argparse.ArgumentTypeError(f"{shown(text)}: give {self.bounds()} ({self.reason()})")
         return value
 
     def parse(self, text: str) -> int | float | None:
@@ -87,11 +89,11 @@ class Counts:
         values = [self.count.parse(part) for part in parts]
         if not parts or any(v is None or not self.count.holds(v) for v in values):
             each = self.count.bounds().replace("a whole number", "whole numbers")
-            raise argparse.ArgumentTypeError(f"{text!r}: give {each} separated by commas, e.g. {self.example} "
+            raise argparse.ArgumentTypeError(f"{shown(text)}: give {each} separated by commas, e.g. {self.example} "
                                              f"({self.count.reason()})")
         repeated = sorted({v for v in values if values.count(v) > 1})
         if self.unique and repeated:
-            raise argparse.ArgumentTypeError(f"{text!r} names {', '.join(map(str, repeated))} more than once; "
+            raise argparse.ArgumentTypeError(f"{shown(text)} names {', '.join(map(str, repeated))} more than once; "
                                              "give each once")
         return tuple(values)
 
@@ -159,7 +161,7 @@ POLL_S = real(0, 3600, "seconds between two queries of the jobs' states", "an ho
 PRICE = real(0, 1e9, "what one device costs for one hour", "no currency")
 FRACTION = real(0, 1, "a fraction")
 SHARE = real(0, 1, "the share of the JPEGs the device decodes", "0.6: 60%, the loader workers the rest")
-PIXELS = whole(8, IMAGE_SIDE_MAX, "pixels of a square image's side",
+PIXELS = whole(IMAGE_SIDE_MIN, IMAGE_SIDE_MAX, "pixels of a square image's side",
                "a ResNet's stride-2 stages need 8; 16,384 is beyond any ResNet input")
 BATCH = whole(1, BATCH_MAX, "images per rank per step", "more is beyond any device's memory")
 BATCH_LIST = Counts(BATCH, "16,32,64", unique=True)

@@ -10,14 +10,16 @@ from dlscale import rundir
 from dlscale.rundir import RunDir, stamped
 
 
-def claim_outputs(root: str | Path, name: str, json_path: Path | None, *, is_main: bool = True) -> RunDir | None:
-    """Before the work: the --json file checked and the run directory created and locked (rank 0; None
-    elsewhere). A path that cannot be written is one line now, not a traceback after the measurement."""
+def claim_outputs(root: str | Path, name: str, json_path: Path | None, kind: str, *,
+                  is_main: bool = True) -> RunDir | None:
+    """Before the work: the --json file checked and the run directory of this `kind` created and locked (rank 0;
+    None elsewhere). A path that cannot be written, or a directory that holds another run, is one line now, not a
+    traceback or a lost run after the measurement."""
     if not is_main:
         return None
     if json_path is not None:
         rundir.check_output_file(json_path, "--json")
-    return RunDir.claim_new(root, name)
+    return RunDir.claim_new(root, name, kind)
 
 
 def write_json_file(path: Path, data: Any) -> None:

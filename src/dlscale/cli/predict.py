@@ -32,7 +32,7 @@ from dlscale.predict.model import OVERLAPS, STRATEGIES, Strategy, predict
 from dlscale.predict.network import ALGORITHMS, Network
 from dlscale.predict.platforms import TRANSPORTS, platforms
 from dlscale.predict.workload import Workload
-from dlscale.rundir import check_output_dir, check_output_file
+from dlscale.rundir import check_output_dir, check_output_file, run_path
 
 
 def add_parser(subparsers) -> None:
@@ -163,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
     if args.validate:
         return _validate(args)
     if not args.no_run_dir:
+        if args.name:
+            run_path(args.output_dir, args.name)  # a name, not a path: refused before any folder is made
         check_output_dir(args.output_dir, "--output-dir", "the folder of run directories")
     devices = list(args.gpus)
     price = check_price(args.price_per_device_hour)

@@ -26,10 +26,10 @@ from dlscale.cli import bench as bench_cli
 from dlscale.cli import numbers, paths
 from dlscale.cli.common import add_config_arguments, resolve_config
 from dlscale.errors import ConfigError
-from dlscale.launch.local import nsys_command
+from dlscale.launch.local import nsys_command, without_option
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.input_bound import input_bound_warning
-from dlscale.rundir import RunDir, check_output_dir, default_run_name
+from dlscale.rundir import RunDir, check_output_dir, default_run_name, run_path
 
 if TYPE_CHECKING:
     import torch
@@ -136,20 +136,21 @@ def run_bench(args: argparse.Namespace) -> int:
     device = select_device(env, cfg.device)
     try:
         init_process_group(env, device, cfg.pg_timeout_s, one_rank_group=cfg.strategy.wrap_single_rank)
-        _profile_bench(args, cfg, env, device)  # its objects are freed on return, before shutdown()
+        with _claim(args, env, cfg.model) as run:  # before anything is built: a refused run leaves no folder
+            _profile_bench(args, cfg, env, device, run)  # its objects are freed on return, before shutdown()
     finally:
         shutdown()
     return 0
 
 
-def _profile_bench(args, cfg, env: DistEnv, device: torch.device) -> None:
+def _profile_bench(args, cfg, env: DistEnv, device: torch.device, run: RunDir) -> None:
     from dlscale.bench.synthetic import build_bench
 
     setup = build_bench(cfg, env, device)
     described = {"model": cfg.model, "batch_size": cfg.batch_size, "image_size": cfg.image_size,
                  "precision": cfg.precision, "dist_optimizer": cfg.strategy.dist_optimizer,
                  **asdict(cfg.speed.resolved(device))}
-    _profile(args, env, device, setup.parts, PoolBatches(setup.pool), described, loader=None)
+    _profile_into(run, args, env, device, setup.parts, PoolBatches(setup.pool), described, loader=None)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -160,16 +161,17 @@ def run_train(args: argparse.Namespace) -> int:
     device = select_device(env, cfg.device)
     try:
         init_process_group(env, device, cfg.pg_timeout_s, one_rank_group=cfg.strategy.wrap_single_rank)
-        _profile_train(args, cfg, preset, env, device)  # its objects are freed on return, before shutdown()
+        with _claim(args, env, cfg.model.name) as out:  # before anything is built: a refused run leaves no folder
+            _profile_train(args, cfg, preset, env, device, out)  # its objects are freed on return, before shutdown()
     finally:
         shutdown()
     return 0
 
 
-def _profile_train(args, cfg, preset: str, env: DistEnv, device: torch.device) -> None:
+def _profile_train(args, cfg, preset: str, env: DistEnv, device: torch.device, out: RunDir) -> None:
     from dlscale.train.loop import build_run
 
-    run = build_run(cfg, env, device, RunDir(_out_dir(args, env, cfg.model.name)))
+    run = build_run(cfg, env, device, out)
     plan, info = run.plan, run.info
     batches = LoaderBatches(run.train_loader, run.feed)
     described = {"preset": preset, "model": cfg.model.name, "data": cfg.data.name,
@@ -177,33 +179,27 @@ def _profile_train(args, cfg, preset: str, env: DistEnv, device: torch.device) -
                  "precision": cfg.precision, "dist_optimizer": cfg.strategy.dist_optimizer,
                  "num_workers": cfg.data.num_workers, "decode": info.decode, **asdict(cfg.speed.resolved(device))}
     loader = {"workers": cfg.data.num_workers, "decode": info.decode or "not JPEG", "device_type": device.type}
-    _profile(args, env, device, run.parts, batches, described, loader=loader,
-             accumulation_steps=plan.accumulation_steps)
+    _profile_into(out, args, env, device, run.parts, batches, described, loader=loader,
+                  accumulation_steps=plan.accumulation_steps)
 
 
 # ------------------------------------------------------------------------ window and output
 
 
-def _profile(
-    args,
-    env: DistEnv,
-    device: torch.device,
-    parts,
-    batches,
-    described: dict,
-    *,
-    loader: dict | None,
-    accumulation_steps: int = 1,
-) -> None:
-    out = _out_dir(args, env, described["model"])
-    # Rank 0 writes the run directory and holds its lock from here; every rank writes its trace there.
-    with RunDir(out).claim("--out") if env.is_main else RunDir(out) as run:
-        _profile_into(run, args, env, device, parts, batches, described, loader=loader,
-                      accumulation_steps=accumulation_steps)
+def _claim(args, env: DistEnv, model: str) -> RunDir:
+    """The run directory: --out, or a fresh name chosen by rank 0 and shared, so that every rank writes its trace
+    there. Rank 0 claims it (a new or empty folder) and holds its lock; every rank raises its error, if any."""
+    from dlscale.distributed import broadcast_from_main, on_main
+
+    root, name = getattr(args, "output_dir", Path("runs")), getattr(args, "name", None)
+    path = Path(broadcast_from_main(str(args.out or run_path(root, name or default_run_name("profile", args.mode,
+                                                                                               model)))))
+    flag = "--out" if args.out or not name else "--name"
+    return on_main(env.is_main, lambda: RunDir(path).claim("profile", "--out", name_flag=flag)) or RunDir(path)
 
 
 def _profile_into(run: RunDir, args, env: DistEnv, device: torch.device, parts, batches, described: dict, *,
-                  loader: dict | None, accumulation_steps: int) -> None:
+                  loader: dict | None, accumulation_steps: int = 1) -> None:
     from dlscale import profiling
 
     out = run.path
@@ -238,7 +234,7 @@ def _profile_into(run: RunDir, args, env: DistEnv, device: torch.device, parts, 
             worst["data_ms"] / 1000, worst["step_ms"] / 1000, cores=cores, batch_size=described["batch_size"], **loader
         )
     nsys = nsys_command(  # Nsight Systems traces CUDA and NVTX: nothing of a CPU run
-        _cli_argv(),
+        _rerun_argv(out),
         out_dir=out,
         world_size=env.world_size,
         local_world_size=env.local_world_size,
@@ -257,19 +253,16 @@ def _profile_into(run: RunDir, args, env: DistEnv, device: torch.device, parts, 
     print(f"Run directory: {out}", flush=True)
 
 
-def _out_dir(args, env: DistEnv, model: str) -> Path:
-    """args.out, or a fresh name chosen by rank 0 and shared so that every rank writes its trace there."""
-    from dlscale.distributed import broadcast_from_main
-
-    root, name = getattr(args, "output_dir", Path("runs")), getattr(args, "name", None)
-    name = broadcast_from_main(str(args.out or Path(root) / (name or default_run_name("profile", args.mode, model))))
-    return check_output_dir(name, "--out", "the run directory")
-
-
 def _cli_argv() -> list[str]:
-    """This process's dlscale arguments from `profile` on (what the nsys line reruns)."""
+    """This process's dlscale arguments from `profile` on."""
     argv = sys.argv[1:]
     return argv[argv.index("profile") :] if "profile" in argv else ["profile", "<your profile arguments>"]
+
+
+def _rerun_argv(out: Path) -> list[str]:
+    """What the nsys line reruns: these arguments, into a run directory of its own in this one's nsys folder (a run
+    directory holds one run)."""
+    return [*without_option(_cli_argv(), "--out", "--output-dir", "--name"), "--out", str(out / "nsys" / "run")]
 
 
 def _write(run: RunDir, args, env: DistEnv, device, described, rows, result, table, warning, nsys) -> None:
@@ -289,7 +282,6 @@ def _write(run: RunDir, args, env: DistEnv, device, described, rows, result, tab
         environment_info(env.world_size, device, env.launcher),
     )
     run.write_text("breakdown.txt", table + "\n")
-    run.clear_records()  # a profile run into the same directory records its own steps only
     for record in result["steps"]:  # rank 0's steps, in ms
         run.append({(k[:-2] + "_ms" if k.endswith("_s") else k):
                     (v * 1000 if k.endswith("_s") and v is not None else v) for k, v in record.items()})

@@ -13,7 +13,8 @@ from dlscale.explain import text
 from dlscale.explain.build import explain_run
 from dlscale.metrics.cost import check_price
 from dlscale.report import DEFAULT_TOLERANCE_PTS
-from dlscale.rundir import check_output_dir, read_run
+from dlscale.report.references import named_series
+from dlscale.rundir import check_output_dir, read_run, refuse_a_run
 
 
 def add_parser(subparsers) -> None:
@@ -51,6 +52,12 @@ def run(args: argparse.Namespace) -> int:
     from dlscale.report.io_rates import parse_epochs
 
     check_price(args.price_per_device_hour)
+    if args.explain_reference and args.explain_reference.strip().lower() != "none" and not args.no_explain:
+        try:  # a name that does not resolve is one line now, not a note inside report.md and exit 0
+            named_series(args.explain_reference)
+        except ConfigError as error:
+            raise ConfigError(f"--explain-reference: {error}") from None
+    refuse_a_run(args.output_dir, "--output-dir", "a report")  # its files would mix with a run's
     check_output_dir(args.output_dir, "--output-dir", "the report folder")  # before anything is read or drawn
     words = ["dlscale", "report", *args.paths, "-o", str(args.output_dir),
              *[w for r in args.reference for w in ("--reference", r)], "--top1-tolerance", f"{args.top1_tolerance:g}"]

@@ -17,9 +17,9 @@ from dlscale.cli.bench import single_batch_size
 from dlscale.cli.common import SETTING_FLAGS, parse_command_flags, resolve_config, typed_settings
 from dlscale.cli.slurm import add_job_arguments, job_options, loader_workers
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 from dlscale.metrics.tracking import track_finished
-from dlscale.rundir import read_json
+from dlscale.rundir import read_json, run_path
 from dlscale.sweep.plan import (
     MODES,
     SWEEPABLE_COMMANDS,
@@ -98,7 +98,7 @@ def parse_set_sweeps(values: list[str]) -> tuple[tuple[str, tuple[str, ...]], ..
         key, sep, listed = text.partition("=")
         names = parse_names(listed)
         if not sep or not key.strip() or not names:
-            raise ConfigError(f"--set-sweep {text!r}: give KEY=V,V,... e.g. --set-sweep data.num_workers=0,2,4")
+            raise ConfigError(f"--set-sweep {shown(text)}: give KEY=V,V,... e.g. --set-sweep data.num_workers=0,2,4")
         if key.strip() in out:
             raise ConfigError(f"--set-sweep {key.strip()} is given twice; list all its values in one")
         out[key.strip()] = names
@@ -212,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
     check_spec(spec)  # the sweep's own flags first, then the swept command's
     tracking = tracking_from_args(args, args.output_dir)
     points = plan_points(spec, command_facts(spec.command, spec.args, spec.sets))
-    sweep_dir = args.output_dir / (args.name or time.strftime("sweep-%Y%m%d-%H%M%S"))
+    sweep_dir = run_path(args.output_dir, args.name or time.strftime("sweep-%Y%m%d-%H%M%S"))
     points = run_sweep(spec, points, sweep_dir, out=lambda line: print(line, flush=True))
     submitted = [p for p in points if p.status == "submitted"]
     if submitted:  # the jobs run on without the sweep

@@ -18,7 +18,7 @@ from dlscale.errors import ConfigError
 from dlscale.launch.local import without_option
 from dlscale.launch.slurm import JOB_COMMANDS, JOB_LAUNCHERS, SlurmJob, sbatch_script, write_script
 from dlscale.launch.slurm_jobs import submit
-from dlscale.rundir import check_output_dir, check_output_file
+from dlscale.rundir import RunDir, check_output_file, run_path
 
 RUN_FLAGS = ("--output-dir", "--name")
 
@@ -133,6 +133,7 @@ def build_job(args: argparse.Namespace) -> tuple[SlurmJob, Path]:
     ns = _parse_command(command, extra)
     name = ns.name or f"{command}-{args.nodes}x{args.gpus_per_node}"
     root = Path(ns.output_dir).resolve()
+    run_path(root, name)  # a name, not a path
     run_flags = ["--output-dir", str(root), "--name", name]
     if command == "scale":  # the sweep's own flags go before the swept command
         cut = extra.index("--") if "--" in extra else len(extra)
@@ -164,12 +165,17 @@ def _written_by(job: SlurmJob) -> list[str]:
     return ["dlscale", "slurm", *flags, *job.program]
 
 
+JOB_KINDS = {"bench": "bench", "train": "train", "scale": "sweep"}
+"""The kind of run directory each job command makes."""
+
+
 def run(args: argparse.Namespace) -> int:
     job, script = build_job(args)
-    # Both outputs checked before anything is printed: sbatch does not create the log's folder.
+    text = sbatch_script(job, written_by=_written_by(job))  # every value checked before anything is written
+    # Both outputs checked before anything is printed: sbatch does not create the log's folder. The run directory
+    # is made for the job's command (its script and SLURM's log go there first): never another run's.
     check_output_file(script, "--script")
-    check_output_dir(job.log.parent, "--output-dir", "the run directory")
-    text = sbatch_script(job, written_by=_written_by(job))
+    RunDir.prepare(job.run_dir, JOB_KINDS[job.command], shlex.join(_written_by(job)))
     print(text, end="", flush=True)
     write_script(script, text)
     print(f"\nWrote {script}", flush=True)

@@ -18,10 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import sys
+from pathlib import Path
 
-from dlscale.errors import ConfigError
-from dlscale.launch.local import children, send_signal
+from dlscale.errors import ConfigError, shown
+from dlscale.launch.errors import last_line
+from dlscale.launch.local import check_local_ranks, children, send_signal
 
 PASSED_ON = (signal.SIGTERM, signal.SIGUSR1)
 """Signals passed on to the workers, whose training checkpoints and stops on either."""
@@ -46,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from torch.distributed import run as torch_run  # torch: loaded when the command runs
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
 
     argv = list(args.torchrun_args)
     if not argv:
@@ -53,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
                           "--nproc-per-node 2 -m dlscale train --config cpu:digits")
     if not any(a.startswith(("--signals-to-handle", "--signals_to_handle")) for a in argv):
         argv = ["--signals-to-handle", AGENT_SIGNALS, *argv]  # TERM and USR1 are handled here
+    parsed = _parse(torch_run, argv)
+    _check_rendezvous_host(parsed)
+    if parsed.nproc_per_node.isdigit():  # gpu, cpu, auto: torchrun counts the devices
+        check_local_ranks(int(parsed.nproc_per_node), "--nproc-per-node")
     received: list[int] = []
 
     def pass_on(signum: int, frame) -> None:
@@ -62,11 +70,14 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {sig: signal.signal(sig, pass_on) for sig in PASSED_ON}
     try:
-        torch_run.main(argv)
+        torch_run.run(parsed)
     except ChildFailedError as error:
         rank, failure = error.get_first_failure()
-        print(f"dlscale torchrun: rank {rank} failed: {_cause(failure)}", file=sys.stderr, flush=True)
+        print(f"dlscale torchrun: rank {rank} failed: {_cause(failure, parsed.log_dir)}", file=sys.stderr,
+              flush=True)
         return failure.exitcode if failure.exitcode > 0 else 1
+    except (ValueError, AssertionError, RendezvousError) as error:  # torchrun refusing its flags, or no rendezvous
+        raise ConfigError(f"torchrun: {_first_line(error)}") from None
     except SignalException as error:
         name = signal.Signals(error.sigval).name
         print(f"dlscale torchrun: stopped by {name} before the workers could checkpoint", file=sys.stderr, flush=True)
@@ -81,12 +92,54 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cause(failure) -> str:
-    """The failure's one line: a dlscale error as the worker wrote it, else torchrun's short account."""
-    message = failure.message
-    if isinstance(message, dict):
-        message = message.get("message", "")
-    lines = [line for line in str(message).splitlines() if line.strip()]
-    if lines:
-        return lines[-1].strip()
-    return f"exit code {failure.exitcode} ({failure.signal_name()})"
+def _parse(torch_run, argv: list[str]) -> argparse.Namespace:
+    """torchrun's flags read by torchrun's own parser, a flag it refuses one line (argparse's usage block is not)."""
+    parser = torch_run.get_args_parser()
+
+    def refuse(message: str):
+        raise ConfigError(f"torchrun: {message} (see `torchrun --help`)")
+
+    parser.error = refuse
+    return parser.parse_args(argv)
+
+
+def _check_rendezvous_host(args: argparse.Namespace) -> None:
+    """A rendezvous host that does not resolve is one line now, not torchrun's traceback after its retries."""
+    if args.standalone:  # this host
+        return
+    endpoint = args.rdzv_endpoint or ""
+    host = (endpoint.rsplit(":", 1)[0] if ":" in endpoint and not endpoint.endswith("]") else endpoint).strip("[]")
+    host = host if endpoint else args.master_addr
+    if not host:
+        return
+    try:
+        socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError) as error:
+        raise ConfigError(f"torchrun: the rendezvous host {shown(host)} does not resolve ({_first_line(error)}); "
+                          "give a host name or address every node reaches (--rdzv-endpoint HOST:PORT)") from None
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return (lines[0] if lines else type(error).__name__)[:300]
+
+
+def _cause(failure, log_dir: str | None) -> str:
+    """The failure's one line: the error the worker recorded (a dlscale error, or the last line of a traceback
+    that torch's record() wrote), else the last line of its stderr where torchrun kept it (--log-dir with
+    --redirects or --tee), else its exit code."""
+    if os.path.isfile(failure.error_file):  # torch names a missing one <N/A>
+        message = failure.message
+        if isinstance(message, dict):
+            message = message.get("message", "")
+        lines = [line for line in str(message).splitlines() if line.strip()]
+        if lines:
+            return " ".join(lines[-1].split())[:500]
+    signal_name = f" ({failure.signal_name()})" if failure.exitcode < 0 else ""
+    kept = sorted(Path(log_dir).glob(f"*/attempt_*/{failure.local_rank}/stderr.log"), key=os.path.getmtime) \
+        if log_dir else []
+    said = last_line(kept[-1]) if kept else ""
+    if said:
+        return f"{said} (exit code {failure.exitcode}{signal_name})"
+    return (f"exit code {failure.exitcode}{signal_name}, with no error of its own recorded: its last lines above "
+            "say why (with --log-dir DIR --redirects 2, torchrun keeps them and this line quotes the last)")

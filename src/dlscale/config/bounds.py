@@ -7,6 +7,9 @@ from dlscale.errors import ConfigError
 
 SEED_MAX = 2**32 - 1
 """numpy's generators take 32-bit seeds."""
+IMAGE_SIDE_MIN = 8
+"""Pixels of a square image's side, at least: a ResNet's stride-2 stages need 8 (what every flag, the benchmark
+and the training data take alike)."""
 IMAGE_SIDE_MAX = 16_384
 """Pixels of a square image's side: beyond any ResNet input."""
 WIDTH_MAX = 1024

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dlscale.config.bounds import IMAGE_SIDE_MAX, SEED_MAX, SYNTHETIC_MAX, WORKERS_MAX
-from dlscale.errors import ConfigError
+from dlscale.config.bounds import IMAGE_SIDE_MAX, IMAGE_SIDE_MIN, SEED_MAX, SYNTHETIC_MAX, WORKERS_MAX
+from dlscale.errors import ConfigError, shown
 
 DATASET_NAMES = ("synthetic", "digits", "cifar10", "cifar100", "imagefolder")
 ON_BAD_SAMPLE = ("skip", "error")
@@ -157,39 +157,45 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         if self.name not in DATASET_NAMES:
-            raise ConfigError(f"data.name={self.name!r} is unknown; use one of {', '.join(DATASET_NAMES)}")
+            raise ConfigError(f"data.name={shown(self.name)} is unknown; use one of {', '.join(DATASET_NAMES)}")
         if self.decode in DECODE_ALIASES:
             object.__setattr__(self, "decode", DECODE_ALIASES[self.decode])  # one name downstream
         if self.decode not in DECODE_MODES:
-            raise ConfigError(f"data.decode={self.decode!r}; use one of {', '.join(DECODE_MODES)} "
+            raise ConfigError(f"data.decode={shown(self.decode)}; use one of {', '.join(DECODE_MODES)} "
                               f"(or {', '.join(DECODE_ALIASES)})")
         share = self.device_decode_share
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
-            raise ConfigError(f"data.device_decode_share={share!r}; use a share above 0 and at most 1 (0.6: the "
+            raise ConfigError(f"data.device_decode_share={shown(share)}; use a share above 0 and at most 1 (0.6: the "
                               "device decodes 60% of the training JPEGs, the loader workers the rest)")
         if share != 1 and self.decode in ("fast", "plain"):
             raise ConfigError(f"data.device_decode_share={share} splits the device decode path's work; with "
                               f"data.decode={self.decode} the loader workers decode every file: set data.decode=gpu "
                               "(or auto), or leave the share at 1")
         if self.device_feed not in DEVICE_FEEDS:
-            raise ConfigError(f"data.device_feed={self.device_feed!r}; use one of {', '.join(DEVICE_FEEDS)}")
+            raise ConfigError(f"data.device_feed={shown(self.device_feed)}; use one of {', '.join(DEVICE_FEEDS)}")
         if self.device_feed == "process" and self.decode in ("fast", "plain"):
             raise ConfigError(f"data.device_feed=process decodes on the device in a process of its own; with "
                               f"data.decode={self.decode} the loader workers decode every file: set data.decode=gpu "
                               "(or auto), or use data.device_feed=thread")
         if self.decoder not in DECODERS:
-            raise ConfigError(f"data.decoder={self.decoder!r}; use one of {', '.join(DECODERS)}")
+            raise ConfigError(f"data.decoder={shown(self.decoder)}; use one of {', '.join(DECODERS)}")
         if self.workers_kind not in WORKERS_KINDS:
-            raise ConfigError(f"data.workers_kind={self.workers_kind!r}; use one of {', '.join(WORKERS_KINDS)}")
+            raise ConfigError(f"data.workers_kind={shown(self.workers_kind)}; use one of {', '.join(WORKERS_KINDS)}")
         if self.on_bad_sample not in ON_BAD_SAMPLE:
-            raise ConfigError(f"data.on_bad_sample={self.on_bad_sample!r}; use 'skip' or 'error'")
+            raise ConfigError(f"data.on_bad_sample={shown(self.on_bad_sample)}; use 'skip' or 'error'")
         for key in ("image_size", "val_image_size", "val_resize"):
             value = getattr(self, key)
-            if value is not None and not 1 <= value <= IMAGE_SIDE_MAX:
-                raise ConfigError(f"data.{key}={value}; use 1 to {IMAGE_SIDE_MAX:,} pixels or leave it unset")
+            if value is not None and not IMAGE_SIDE_MIN <= value <= IMAGE_SIDE_MAX:
+                raise ConfigError(f"data.{key}={value}; use {IMAGE_SIDE_MIN} to {IMAGE_SIDE_MAX:,} pixels (a ResNet's "
+                                  "stride-2 stages need 8) or leave it unset")
+        crop = self.val_image_size or self.image_size
+        if self.val_resize is not None and crop is not None and self.val_resize < crop:
+            raise ConfigError(f"data.val_resize={self.val_resize} is below the {crop}-pixel validation crop taken from "
+                              f"it; use at least {crop} (the default is the crop x 256 / 224)")
         if isinstance(self.device_feed_depth, bool) or not isinstance(self.device_feed_depth, int) \
                 or not 1 <= self.device_feed_depth <= 64:
-            raise ConfigError(f"data.device_feed_depth={self.device_feed_depth!r}; use 1 to 64 batches made ahead")
+            raise ConfigError(f"data.device_feed_depth={shown(self.device_feed_depth)}; use 1 to 64 batches made "
+                              "ahead")
         for key, most in (("prefetch_factor", 1024), ("max_consecutive_bad", SYNTHETIC_MAX), ("decode_chunk", 65_536),
                           ("synthetic_size", SYNTHETIC_MAX), ("synthetic_val_size", SYNTHETIC_MAX),
                           ("synthetic_classes", 10**6)):

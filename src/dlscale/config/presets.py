@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import sys
 import types
 import typing
 from collections.abc import Iterable
@@ -24,7 +25,8 @@ from typing import Any, Literal
 import yaml
 
 from dlscale.config.sections import TrainConfig
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
+from dlscale.rundir.files import is_file, read_bounded
 
 # ----------------------------------------------------------------------------- presets
 
@@ -35,35 +37,71 @@ def preset_files() -> dict[str, Path]:
     return {Path(p.name).stem: Path(str(p)) for p in folder.iterdir() if p.name.endswith(".yaml")}
 
 
+PRESET_LIMIT_BYTES = 1 << 20
+"""The most a preset file may hold: the shipped ones are a few kilobytes."""
+YAML_VALUES_LIMIT = 100_000
+"""The most values a preset file or a --set value may stand for, its aliases written out: the shipped files
+hold a few hundred; an alias bomb (`&a [1, 1]`, `&b [*a, *a]`, ...) doubles with every line."""
+
+
+def read_yaml(text: str, where: str) -> Any:
+    """YAML as dlscale reads it (safe_load): one line naming `where` for anything that does not parse, and for a
+    document whose aliases stand for more than YAML_VALUES_LIMIT values (an alias bomb, which every walk over it,
+    an error message's included, would take the machine's memory to write out)."""
+    try:
+        data = yaml.safe_load(text)
+    except (yaml.YAMLError, ValueError, RecursionError) as error:  # ValueError: an integer of 5,000 digits
+        why = " ".join(str(error).splitlines()[0].split())[:120] if str(error) else type(error).__name__
+        if "integer string conversion" in why:
+            why = f"a number of more than {sys.get_int_max_str_digits():,} digits"
+        raise ConfigError(f"{where} is not YAML dlscale reads ({why})") from None
+    _count_values(data, where, [0])
+    return data
+
+
+def _count_values(value: Any, where: str, seen: list[int], depth: int = 0) -> None:
+    seen[0] += 1
+    if seen[0] > YAML_VALUES_LIMIT or depth > 100:
+        raise ConfigError(f"{where} stands for more than {YAML_VALUES_LIMIT:,} values, or nests them more than 100 "
+                          "deep, once its aliases are written out: not a configuration")
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for child in children:
+        _count_values(child, where, seen, depth + 1)
+
+
 def load_presets(source: str) -> tuple[Path, dict[str, dict]]:
     shipped = preset_files()
     path = shipped.get(source) or Path(source)
-    if not path.is_file():
-        raise ConfigError(f"no preset file {source!r}; shipped: {', '.join(sorted(shipped))}, or a path to a YAML file")
+    if not is_file(path):
+        raise ConfigError(f"no preset file {shown(source)}; shipped: {', '.join(sorted(shipped))}, or a path to a "
+                          "YAML file")
+    fix = "give a YAML file of presets"
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        why = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else str(error).splitlines()[0]
-        raise ConfigError(f"{path} is not a YAML file of presets ({why})") from None
+        data = read_yaml(read_bounded(path, PRESET_LIMIT_BYTES, fix).decode("utf-8"), str(path)) or {}
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a YAML file of presets (not UTF-8 text)") from None
+    except FileNotFoundError:
+        raise ConfigError(f"no preset file {shown(source)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must map preset names to sections, not be a {type(data).__name__}")
     wrong = next((name for name, value in data.items() if not isinstance(name, str) or not isinstance(value, dict)),
                  None)
     if wrong is not None:
-        raise ConfigError(f"{path}: preset {wrong!r} must be a section (key: value pairs), got {data[wrong]!r}")
+        raise ConfigError(f"{path}: preset {shown(wrong)} must be a section (key: value pairs), got "
+                          f"{shown(data[wrong])}")
     return path, data
 
 
 def resolve_preset(presets: dict[str, dict], name: str, source: str = "", _seen: tuple = ()) -> dict:
     """The preset's settings merged over its base (`default` unless it names another)."""
     if name not in presets:
-        raise ConfigError(f"unknown preset {name!r} in {source}; known: {', '.join(presets)}")
+        raise ConfigError(f"unknown preset {shown(name)} in {source}; known: {', '.join(presets)}")
     if name in _seen:
-        raise ConfigError(f"preset {name!r} inherits from itself ({' -> '.join((*_seen, name))})")
+        raise ConfigError(f"preset {shown(name)} inherits from itself ({' -> '.join((*_seen, name))})")
     entry = dict(presets[name])
     base = entry.pop("base", None if name == "default" else "default")
     if base is not None and not isinstance(base, str):
-        raise ConfigError(f"preset {name!r} in {source}: base {base!r} must name another preset")
+        raise ConfigError(f"preset {shown(name)} in {source}: base {shown(base)} must name another preset")
     if base is None or (base == "default" and "default" not in presets):
         return entry
     return deep_merge(resolve_preset(presets, base, source, (*_seen, name)), entry)
@@ -83,11 +121,12 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     """'optim.lr=0.2' -> (['optim', 'lr'], 0.2); the value is read as YAML (numbers, bools, lists)."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"--set {text!r} must look like section.key=value, e.g. optim.lr=0.2")
+        raise ConfigError(f"--set {shown(text)} must look like section.key=value, e.g. optim.lr=0.2")
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
-        value = raw
+    except (yaml.YAMLError, ValueError, RecursionError):
+        return key.strip().split("."), raw  # not YAML: the text itself (a path with a ': ' in it)
+    _count_values(value, f"--set {shown(text)}", [0])
     return key.strip().split("."), value
 
 
@@ -144,7 +183,7 @@ LARGEST_INT = 2**53
 
 def build(cls: type, data: Any, where: str) -> Any:
     if not isinstance(data, dict):
-        raise ConfigError(f"{where or 'the configuration'} must be a section (key: value pairs), got {data!r}")
+        raise ConfigError(f"{where or 'the configuration'} must be a section (key: value pairs), got {shown(data)}")
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known, key=str)
@@ -178,32 +217,32 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         raise ConfigError(errors[0] if errors else f"{where} must not be null")
     if origin is Literal:
         if value not in args:
-            raise ConfigError(f"{where}={value!r} is not one of {', '.join(map(str, args))}")
+            raise ConfigError(f"{where}={shown(value)} is not one of {', '.join(map(str, args))}")
         return value
     if origin is tuple:
         if not isinstance(value, list | tuple):
-            raise ConfigError(f"{where} must be a list, got {value!r}")
+            raise ConfigError(f"{where} must be a list, got {shown(value)}")
         item = args[0] if args else Any
         return tuple(_coerce(item, v, where) for v in value)
     if hint is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, got {value!r}")
+            raise ConfigError(f"{where} must be true or false, got {shown(value)}")
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where} must be an integer, got {value!r}")
+            raise ConfigError(f"{where} must be an integer, got {shown(value)}")
         if not -LARGEST_INT <= value <= LARGEST_INT:
-            raise ConfigError(f"{where}={value} is beyond any count or size a run has (at most {LARGEST_INT:,})")
+            raise ConfigError(f"{where}={shown(value)} is beyond any count or size a run has (at most {LARGEST_INT:,})")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where} must be a number, got {value!r}")
+            raise ConfigError(f"{where} must be a number, got {shown(value)}")
         if not math.isfinite(value) or abs(value) > LARGEST_INT:
-            raise ConfigError(f"{where}={value!r} must be a finite number (at most {LARGEST_INT:,})")
+            raise ConfigError(f"{where}={shown(value)} must be a finite number (at most {LARGEST_INT:,})")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where} must be a string, got {value!r}")
+            raise ConfigError(f"{where} must be a string, got {shown(value)}")
         return value
     return value
 

@@ -24,13 +24,14 @@ from dlscale.config.bounds import (
     BATCH_MAX,
     GLOBAL_BATCH_MAX,
     IMAGE_SIDE_MAX,
+    IMAGE_SIDE_MIN,
     SEED_MAX,
     TIMEOUT_MAX_S,
     WIDTH_MAX,
     check,
 )
 from dlscale.config.data import DataConfig
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 from dlscale.speed import SpeedOptions
 
 PrecisionName = Literal["fp32", "tf32", "amp_fp16", "amp_bf16"]
@@ -72,7 +73,7 @@ class ModelConfig:
         check(1 <= self.width <= WIDTH_MAX, f"model.width={self.width} must be 1 to {WIDTH_MAX} channels "
               "(64: the standard ResNet)")
         check(self.conv_init in ("fan_out", "fan_in"),
-              f"model.conv_init={self.conv_init!r}: use fan_out (torchvision's) or fan_in (NVIDIA ConvNets')")
+              f"model.conv_init={shown(self.conv_init)}: use fan_out (torchvision's) or fan_in (NVIDIA ConvNets')")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,7 +115,7 @@ class OptimConfig:
         check(self.weight_decay >= 0, f"optim.weight_decay={self.weight_decay} must be >= 0")
         check(
             self.lr_scaling in LR_SCALING_RULES,
-            f"optim.lr_scaling={self.lr_scaling!r} is unknown; use one of {LR_SCALING_RULES}",
+            f"optim.lr_scaling={shown(self.lr_scaling)} is unknown; use one of {LR_SCALING_RULES}",
         )
         check(self.reference_batch >= 1, "optim.reference_batch must be a positive integer")
         check(
@@ -123,7 +124,8 @@ class OptimConfig:
         )
         check(1 <= self.accumulation_steps <= BATCH_MAX, f"optim.accumulation_steps must be 1 to {BATCH_MAX:,}")
         check(self.weight_decay_exemption in WEIGHT_DECAY_EXEMPTIONS,
-              f"optim.weight_decay_exemption={self.weight_decay_exemption!r}: use one of {WEIGHT_DECAY_EXEMPTIONS}")
+              f"optim.weight_decay_exemption={shown(self.weight_decay_exemption)}: use one of "
+              f"{WEIGHT_DECAY_EXEMPTIONS}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,13 +167,13 @@ class ScheduleConfig:
 
     def __post_init__(self) -> None:
         check(
-            self.name in SCHEDULE_NAMES, f"schedule.name={self.name!r}: use one of {SCHEDULE_NAMES}"
+            self.name in SCHEDULE_NAMES, f"schedule.name={shown(self.name)}: use one of {SCHEDULE_NAMES}"
         )
         check(self.epochs >= 1, f"schedule.epochs={self.epochs} must be >= 1")
         check(self.warmup_epochs >= 0, "schedule.warmup_epochs must be >= 0")
         check(
             self.warmup_per in WARMUP_UNITS,
-            f"schedule.warmup_per={self.warmup_per!r}: use one of {WARMUP_UNITS}",
+            f"schedule.warmup_per={shown(self.warmup_per)}: use one of {WARMUP_UNITS}",
         )
         check(
             self.warmup_per != "epoch" or float(self.warmup_epochs).is_integer(),
@@ -181,7 +183,7 @@ class ScheduleConfig:
         check(self.warmup_step_offset >= 0,
               f"schedule.warmup_step_offset={self.warmup_step_offset} must be >= 0 (1: peak on the last warm-up step)")
         check(self.anneal_per in ANNEAL_UNITS,
-              f"schedule.anneal_per={self.anneal_per!r}: use one of {ANNEAL_UNITS}")
+              f"schedule.anneal_per={shown(self.anneal_per)}: use one of {ANNEAL_UNITS}")
         check(self.milestone_every >= 0,
               f"schedule.milestone_every={self.milestone_every} must be >= 0 epochs (0: none after the milestones)")
         if self.name in ("cosine", "linear"):
@@ -243,13 +245,13 @@ class StrategyConfig:
         # The names are checked against the registries (dlscale.strategies) when the strategy is built.
         check(not self.wrap_single_rank or self.dist_optimizer == "allreduce",
               f"strategy.wrap_single_rank wraps in DDP, which is the allreduce strategy; "
-              f"drop it or use --dist-optimizer allreduce (got {self.dist_optimizer!r})")
+              f"drop it or use --dist-optimizer allreduce (got {shown(self.dist_optimizer)})")
         check(self.num_steps_per_communication >= 1,
               f"strategy.num_steps_per_communication={self.num_steps_per_communication} must be >= 1")
         check(self.global_average_every >= 0,
               f"strategy.global_average_every={self.global_average_every} must be >= 0 (0: never)")
         check(self.dynamic_schedule in DYNAMIC_SCHEDULES,
-              f"strategy.dynamic_schedule={self.dynamic_schedule!r}: use one of {DYNAMIC_SCHEDULES}")
+              f"strategy.dynamic_schedule={shown(self.dynamic_schedule)}: use one of {DYNAMIC_SCHEDULES}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -376,8 +378,9 @@ class BenchConfig:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.num_warmup_batches < 0:
             raise ConfigError(f"--num-warmup-batches must be >= 0, got {self.num_warmup_batches}")
-        if not 8 <= self.image_size <= IMAGE_SIDE_MAX:
-            raise ConfigError(f"--image-size must be 8 to {IMAGE_SIDE_MAX:,} pixels, got {self.image_size}")
+        if not IMAGE_SIDE_MIN <= self.image_size <= IMAGE_SIDE_MAX:
+            raise ConfigError(f"--image-size must be {IMAGE_SIDE_MIN} to {IMAGE_SIDE_MAX:,} pixels, got "
+                              f"{self.image_size}")
         for name, most in (("batch_size", BATCH_MAX), ("width", WIDTH_MAX), ("pool_batches", 1024)):
             if getattr(self, name) > most:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at most {most:,}, got {getattr(self, name)}")

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader
 
 from dlscale.data.cifar import CIFAR10, CIFAR100, CifarLayout, cifar_folder, load_pickle, read_batch
 from dlscale.data.dataset import ImageDataset, collate_samples, seeded_generator
-from dlscale.data.imagefolder import IMAGE_EXTENSIONS, ImageFolderSource
+from dlscale.data.imagefolder import IMAGE_EXTENSIONS, ImageFolderSource, scan
 from dlscale.data.jpeg import device_decodable, jpeg_header, jpeg_is_complete
 from dlscale.data.loader import seed_worker
 from dlscale.data.source import BadSample
@@ -145,10 +145,14 @@ def _jpeg(file, head: bytes, size: int) -> FileFacts:
     facts = FileFacts(f"JPEG {FRAMES.get(header.frame, 'other frame')} {_color(header)}"
                       + ("" if header.precision == 8 else f" {header.precision}-bit"),
                       header.width, header.height, size, device_decodable(header))
+    bomb = 2 * Image.MAX_IMAGE_PIXELS if Image.MAX_IMAGE_PIXELS else None  # where Pillow's open refuses
     if not complete:
         facts.problem = "truncated: no end-of-image marker after the scan data"
     elif header.width == 0 or header.height == 0:
         facts.problem = f"JPEG header gives {header.width}x{header.height} pixels"
+    elif bomb and header.width * header.height > bomb:
+        facts.problem = (f"JPEG header gives {header.width}x{header.height} pixels, more than the {bomb:,} Pillow "
+                         "decodes (a decompression bomb): the loader refuses it")
     return facts
 
 
@@ -156,13 +160,12 @@ def _listing(split_dir: Path) -> tuple[dict[str, list[str]], list[str]]:
     """{class: sorted image file names} of a split, and the files the loader ignores (relative paths)."""
     classes: dict[str, list[str]] = {}
     ignored: list[str] = []
-    for entry in sorted(os.scandir(split_dir), key=lambda e: e.name):
-        if not entry.is_dir():
-            ignored.append(entry.name)
-            continue
-        names = sorted(e.name for e in os.scandir(entry.path) if e.is_file())
-        classes[entry.name] = [n for n in names if n.lower().endswith(IMAGE_EXTENSIONS)]
-        ignored += [f"{entry.name}/{n}" for n in names if not n.lower().endswith(IMAGE_EXTENSIONS)]
+    folders = scan(split_dir, lambda entry: entry.is_dir())
+    ignored += [name for name in scan(split_dir, lambda entry: True) if name not in folders]
+    for folder in folders:
+        names = scan(split_dir / folder, lambda entry: entry.is_file())
+        classes[folder] = [n for n in names if n.lower().endswith(IMAGE_EXTENSIONS)]
+        ignored += [f"{folder}/{n}" for n in names if not n.lower().endswith(IMAGE_EXTENSIONS)]
     return classes, ignored
 
 

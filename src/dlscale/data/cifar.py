@@ -9,7 +9,9 @@ when loaded, so they are read with RestrictedUnpickler, which builds only numpy 
 from __future__ import annotations
 
 import codecs
+import os
 import pickle
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,7 +109,10 @@ class RestrictedUnpickler(pickle.Unpickler):
 def load_pickle(path: Path) -> dict[str, object]:
     """A CIFAR pickle as a dict with str keys; DataError naming the file if it is not one."""
     try:
-        with open(path, "rb") as file:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO's open does not wait for a writer
+        with os.fdopen(fd, "rb") as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError("not a regular file")
             # latin1 turns Python 2 str into str and keeps numpy's array bytes intact.
             content = RestrictedUnpickler(file, encoding="latin1").load()
     except Exception as err:  # whatever a hostile or broken file raises

@@ -24,6 +24,7 @@ PNG, truncated, unreadable) goes the fast path's way, from the bytes already rea
 from __future__ import annotations
 
 import copy
+import errno
 import io
 import math
 import os
@@ -52,14 +53,31 @@ def quiet_exif_warnings() -> None:
 
 
 def _class_folders(split_dir: Path) -> list[str]:
-    return sorted(entry.name for entry in os.scandir(split_dir) if entry.is_dir())
+    return scan(split_dir, lambda entry: entry.is_dir())
 
 
 def _image_files(class_dir: Path) -> list[str]:
-    return sorted(
-        entry.name for entry in os.scandir(class_dir)
-        if entry.is_file() and entry.name.lower().endswith(IMAGE_EXTENSIONS)
-    )
+    return scan(class_dir, lambda entry: entry.is_file() and entry.name.lower().endswith(IMAGE_EXTENSIONS))
+
+
+def scan(folder: str | os.PathLike, keep) -> list[str]:
+    """The sorted names of folder's entries that `keep(entry)`; one line naming the entry the system cannot look at
+    (a loop of symbolic links) or the folder it cannot list, never an OSError from deep inside a command."""
+    names = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    kept = keep(entry)
+                except OSError as error:
+                    loop = " (a loop of symbolic links)" if error.errno == errno.ELOOP else ""
+                    raise DataError(f"{entry.path}: cannot be read: {error.strerror or error}{loop}; remove it or "
+                                    "make it a file or a folder") from None
+                if kept:
+                    names.append(entry.name)
+    except OSError as error:
+        raise DataError(f"{folder}: cannot be listed ({error.strerror or error}); expected {LAYOUT}") from None
+    return sorted(names)
 
 
 class ImageFolderSource:

@@ -15,10 +15,11 @@ from dlscale.distributed.reductions import (
     gather_over_ranks,
     max_over_ranks,
     min_over_ranks,
+    on_main,
     over_ranks,
     sum_over_ranks,
 )
 
 __all__ = ["DistEnv", "Reduced", "attempt_store", "barrier", "broadcast_from_main", "expand_hostlist",
-           "gather_over_ranks", "init_process_group", "max_over_ranks", "min_over_ranks", "over_ranks",
+           "gather_over_ranks", "init_process_group", "max_over_ranks", "min_over_ranks", "on_main", "over_ranks",
            "select_device", "shutdown", "sum_over_ranks"]

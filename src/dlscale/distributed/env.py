@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 
 DETECTED_LAUNCHERS = ("torchrun", "env", "slurm", "openmpi", "mvapich", "pmi", "single")
 """The launchers DistEnv.from_env recognises by the variables they set ("env": RANK and WORLD_SIZE set by
@@ -81,16 +81,31 @@ class DistEnv:
             )
 
 
+MAX_HOSTS = 100_000
+"""The most hosts a node list may name: more than the largest machines have (Frontier: 9,408 nodes); a list that
+expands to more is not one a launcher wrote (`n[1-999999999]` would take the process's memory)."""
+MAX_DIGITS = 18
+"""The most digits of a number a launcher's variable holds (a rank, a size, a port, a job id)."""
+
+
 def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
     value = env.get(name)
     if value is None or value == "":
         if default is None:
             raise ConfigError(f"environment variable {name} is missing")
         return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ConfigError(f"environment variable {name}={value!r} is not an integer") from None
+    text = value.strip()
+    if not (text.isascii() and text.lstrip("-").isdigit() and len(text) <= MAX_DIGITS):
+        raise ConfigError(f"environment variable {name}={shown(value)} is not a whole number the launcher sets")
+    return int(text)
+
+
+def _port(env: Mapping[str, str], name: str, default: int) -> int:
+    """A TCP port from the environment: 1 to 65535 (a rendezvous must connect to it)."""
+    port = _int(env, name, default)
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"environment variable {name}={port} is not a TCP port: give 1 to 65535")
+    return port
 
 
 def _torchrun(env: Mapping[str, str]) -> DistEnv | None:
@@ -107,7 +122,7 @@ def _torchrun(env: Mapping[str, str]) -> DistEnv | None:
         node_rank=_int(env, "GROUP_RANK", rank // max(local_world, 1)),
         num_nodes=_int(env, "GROUP_WORLD_SIZE", max(world // max(local_world, 1), 1)),
         master_addr=env.get("MASTER_ADDR") or ("127.0.0.1" if world == 1 else None),
-        master_port=_int(env, "MASTER_PORT", 29500),
+        master_port=_port(env, "MASTER_PORT", 29500),
         launcher="torchrun" if "TORCHELASTIC_RUN_ID" in env else "env",
         restart_count=_int(env, "TORCHELASTIC_RESTART_COUNT", 0),
         agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
@@ -133,7 +148,7 @@ def _slurm(env: Mapping[str, str]) -> DistEnv | None:
         num_nodes=num_nodes,
         master_addr=_master_addr(env, nodelist, num_nodes, "slurm"),
         # A port derived from the job id, so two jobs sharing a node do not collide.
-        master_port=_int(env, "MASTER_PORT", 20000 + job_id % 20000),
+        master_port=_port(env, "MASTER_PORT", 20000 + job_id % 20000),
         launcher="slurm",
     )
 
@@ -154,7 +169,7 @@ def _mpi(env, launcher, rank_var, size_var, local_rank_var, local_size_var, node
         node_rank=node_rank,
         num_nodes=num_nodes,
         master_addr=_master_addr(env, env.get("SLURM_JOB_NODELIST"), num_nodes, launcher),
-        master_port=_int(env, "MASTER_PORT", 29500),
+        master_port=_port(env, "MASTER_PORT", 29500),
         launcher=launcher,
     )
 
@@ -184,7 +199,7 @@ def _master_addr(env: Mapping[str, str], nodelist: str | None, num_nodes: int, l
     if env.get("MASTER_ADDR"):
         return env["MASTER_ADDR"]
     if nodelist:
-        return expand_hostlist(nodelist)[0]
+        return first_host(nodelist)
     if num_nodes <= 1:
         return "127.0.0.1"
     raise ConfigError(
@@ -193,19 +208,31 @@ def _master_addr(env: Mapping[str, str], nodelist: str | None, num_nodes: int, l
     )
 
 
-def expand_hostlist(hostlist: str) -> list[str]:
+def expand_hostlist(hostlist: str, limit: int = MAX_HOSTS) -> list[str]:
     """Expand a SLURM host list: 'gpu[07-09],cpu1' -> ['gpu07', 'gpu08', 'gpu09', 'cpu1'].
 
     Ranges keep their zero padding; several bracket groups in one name multiply out
     ('n[1-2]-ib[0-1]'). The same result as `scontrol show hostnames`, without needing scontrol.
+    A list of more than `limit` hosts, or one that is not a host list, is one line.
     """
-    hosts: list[str] = []
-    for item in _split_top_level(hostlist.strip()):
-        if item:
-            hosts.extend(_expand_one(item))
+    items = [_parse_item(item, hostlist) for item in _split_top_level(hostlist.strip()) if item]
+    total = sum(_count(item) for item in items)
+    if total > limit:
+        raise ConfigError(f"host list {shown(hostlist)} names {total:,} hosts, more than {limit:,}: not a list a "
+                          "launcher writes")
+    hosts = [host for item in items for host in _names(item)]
     if not hosts:
-        raise ConfigError(f"host list {hostlist!r} names no host")
+        raise ConfigError(f"host list {shown(hostlist)} names no host")
     return hosts
+
+
+def first_host(hostlist: str) -> str:
+    """The first host of a SLURM host list (the rendezvous host), however many it names."""
+    items = [_parse_item(item, hostlist) for item in _split_top_level(hostlist.strip()) if item]
+    for item in items:
+        for host in _names(item):
+            return host
+    raise ConfigError(f"host list {shown(hostlist)} names no host")
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -221,33 +248,59 @@ def _split_top_level(text: str) -> list[str]:
         else:
             current.append(char)
     if depth != 0:
-        raise ConfigError(f"host list {text!r} has unbalanced brackets")
+        raise ConfigError(f"host list {shown(text)} has unbalanced brackets")
     parts.append("".join(current))
     return parts
 
 
-def _expand_one(item: str) -> list[str]:
-    match = re.search(r"\[([^\]]*)\]", item)
-    if not match:
-        return [item]
-    prefix, suffix = item[: match.start()], item[match.end():]
-    names = []
-    for part in match.group(1).split(","):
-        if "-" in part:
-            low, high = part.split("-", 1)
-            width = len(low)
-            names += [f"{prefix}{n:0{width}d}" for n in range(int(low), int(high) + 1)]
-        else:
-            names.append(f"{prefix}{part}")
-    return [host for name in names for host in _expand_one(name + suffix)]
+Item = list  # [text, [(low, high, width), ...], text, [...], ..., text]: names between bracket groups
+
+
+def _parse_item(item: str, hostlist: str) -> Item:
+    """'n[1-2]-ib[0-1]' -> ['n', [(1, 2, 1)], '-ib', [(0, 1, 1)], '']."""
+    parts: Item = []
+    rest = item
+    while (match := re.search(r"\[([^\]]*)\]", rest)) is not None:
+        ranges = []
+        for part in match.group(1).split(","):
+            found = re.fullmatch(r"([0-9]{1,9})(?:-([0-9]{1,9}))?", part, re.ASCII)
+            if found is None or int(found.group(2) or found.group(1)) < int(found.group(1)):
+                raise ConfigError(f"host list {shown(hostlist)}: {shown(part)} is not a number or a range LOW-HIGH")
+            ranges.append((int(found.group(1)), int(found.group(2) or found.group(1)), len(found.group(1))))
+        parts += [rest[: match.start()], ranges]
+        rest = rest[match.end():]
+    return [*parts, rest]
+
+
+def _count(item: Item) -> int:
+    count = 1
+    for ranges in item[1::2]:
+        count *= sum(high - low + 1 for low, high, _ in ranges)
+    return count
+
+
+def _names(item: Item) -> Iterator[str]:
+    """The host names of one item, in order, made one at a time."""
+    if len(item) == 1:
+        yield item[0]
+        return
+    prefix, ranges, rest = item[0], item[1], item[2:]
+    for low, high, width in ranges:
+        for number in range(low, high + 1):
+            for tail in _names(rest):
+                yield f"{prefix}{number:0{width}d}{tail}"
 
 
 def _tasks_on_node(tasks_per_node: str, node_rank: int) -> int:
-    """Parse SLURM_TASKS_PER_NODE ('2(x3),1') and return the count for node `node_rank`."""
-    counts: list[int] = []
+    """Parse SLURM_TASKS_PER_NODE ('2(x3),1') and return the count for node `node_rank` (the last node's
+    for a rank beyond the list), without writing out the repeats."""
+    node, count = 0, 0
     for part in tasks_per_node.split(","):
-        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        match = re.fullmatch(r"([0-9]{1,9})(?:\(x([0-9]{1,9})\))?", part.strip(), re.ASCII)
         if not match:
-            raise ConfigError(f"cannot parse SLURM_TASKS_PER_NODE={tasks_per_node!r}")
-        counts += [int(match.group(1))] * int(match.group(2) or 1)
-    return counts[min(node_rank, len(counts) - 1)]
+            raise ConfigError(f"cannot parse SLURM_TASKS_PER_NODE={shown(tasks_per_node)}")
+        count, repeat = int(match.group(1)), int(match.group(2) or 1)
+        if node_rank < node + repeat:
+            return count
+        node += repeat
+    return count

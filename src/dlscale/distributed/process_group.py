@@ -6,6 +6,7 @@ import ctypes
 import gc
 import os
 import signal
+import socket
 import sys
 from datetime import timedelta
 
@@ -13,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from dlscale.distributed.env import DistEnv
-from dlscale.errors import DeviceError
+from dlscale.errors import DeviceError, shown
 
 DEFAULT_TIMEOUT_S = 600.0
 """Process-group timeout: a collective that a peer never joins fails after this many seconds.
@@ -66,17 +67,30 @@ def init_process_group(env: DistEnv, device: torch.device, timeout_s: float = DE
     if not env.is_distributed:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
         return
-    if env.agent_store:
-        store = attempt_store(env, timeout)
-        dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size, timeout=timeout)
-        return
-    dist.init_process_group(
-        backend,
-        init_method=f"tcp://{_bracket(env.master_addr)}:{env.master_port}",
-        rank=env.rank,
-        world_size=env.world_size,
-        timeout=timeout,
-    )
+    _check_host(env.master_addr)
+    try:
+        if env.agent_store:
+            store = attempt_store(env, timeout)
+            dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world_size, timeout=timeout)
+            return
+        dist.init_process_group(backend, init_method=f"tcp://{_bracket(env.master_addr)}:{env.master_port}",
+                                rank=env.rank, world_size=env.world_size, timeout=timeout)
+    except dist.DistError as error:  # the store's connection or its wait for the other ranks
+        first = " ".join(str(error).split())[:200]
+        raise DeviceError(f"rank {env.rank} of {env.world_size} could not join the job at {env.master_addr}:"
+                          f"{env.master_port} within {timeout_s:g} s ({first}); start every rank with the same "
+                          "MASTER_ADDR and MASTER_PORT, or raise --pg-timeout") from None
+
+
+def _check_host(host: str | None) -> None:
+    """The rendezvous host resolves: one line now, not a store's timeout or traceback later."""
+    if host is None:
+        raise DeviceError("no rendezvous host: set MASTER_ADDR")
+    try:
+        socket.getaddrinfo(host, None)
+    except (OSError, UnicodeError) as error:
+        raise DeviceError(f"MASTER_ADDR {shown(host)} does not resolve ({' '.join(str(error).split())[:120]}); "
+                          "export the host name or address of rank 0's node") from None
 
 
 def attempt_store(env: DistEnv, timeout: timedelta) -> dist.Store:

@@ -16,13 +16,17 @@ maxima and minima are the figures as given, a gather is this one rank's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Real
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+
+from dlscale.errors import ConfigError, DataError, DeviceError, DlscaleError, StorageError
+
+T = TypeVar("T")
 
 Figure = Real | torch.Tensor | Sequence[Real]
 """A number, a 0-d tensor, or a sequence of numbers or a 1-d tensor."""
@@ -96,6 +100,26 @@ def broadcast_from_main(value: Any) -> Any:
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def on_main(is_main: bool, action: Callable[[], T]) -> T | None:
+    """`action()` on rank 0 (None elsewhere); a DlscaleError it raises is raised on every rank, so that no rank
+    waits in a collective for a rank 0 that has stopped (a run directory it could not claim, an output it could
+    not write)."""
+    result, error = None, None
+    if is_main:
+        try:
+            result = action()
+        except DlscaleError as raised:
+            error = raised
+    found = broadcast_from_main(None if error is None else (type(error).__name__, str(error)))
+    if found is not None:
+        kind, message = found
+        raise error or _ERRORS.get(kind, DlscaleError)(message)
+    return result
+
+
+_ERRORS = {kind.__name__: kind for kind in (ConfigError, StorageError, DataError, DeviceError)}
 
 
 def barrier() -> None:

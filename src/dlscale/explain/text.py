@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from dlscale.explain.findings import UNEXPLAINED, Explanation
+from dlscale.report.tables import plain
 
 WIDTH = 110
 
@@ -55,11 +56,13 @@ def lines(explanation: Explanation) -> list[str]:
 
 def markdown(explanation: Explanation) -> list[str]:
     """report.md's lines for one run: the gap, then every finding ranked as `dlscale explain` prints them
-    (effect, evidence, estimate, change) as a nested list, and what to measure next."""
+    (effect, evidence, estimate, change) as a nested list, and what to measure next. Every text that holds a
+    record's values is escaped (report.tables.plain): a run's records add no HTML or markup to the report."""
     e = explanation
-    head = (f"against {e.reference} ({e.reference_ips:.1f} img/s per device): " +
+    reference = plain(e.reference)
+    head = (f"against {reference} ({e.reference_ips:.1f} img/s per device): " +
             (f"gap {e.gap:.2f}x" if e.below else f"not below it ({100 / e.gap:.0f}% reached)") if e.gap
-            else f"against {e.reference}: no rate to compare" if e.reference else "no published reference matched")
+            else f"against {reference}: no rate to compare" if e.reference else "no published reference matched")
     ranked = e.ranked()
     if e.below and ranked:
         left = e.unexplained
@@ -67,9 +70,9 @@ def markdown(explanation: Explanation) -> list[str]:
                                                      else "")
     out = [head + ("" if ranked else "; no cause found")]
     for number, finding in enumerate(ranked, 1):
-        out += [f"{number}. [{finding.category}] {finding.cause}: effect {finding.effect.text()}",
-                f"   - evidence: {finding.evidence}", f"   - estimate: {finding.effect.source}",
-                f"   - change: {finding.change}"]
+        out += [f"{number}. [{plain(finding.category)}] {plain(finding.cause)}: effect {plain(finding.effect.text())}",
+                f"   - evidence: {plain(finding.evidence)}", f"   - estimate: {plain(finding.effect.source)}",
+                f"   - change: {plain(finding.change)}"]
     if e.next_step:
-        out.append(f"- {e.next_step}")
+        out.append(f"- {plain(e.next_step)}")
     return out

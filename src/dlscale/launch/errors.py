@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
+from pathlib import Path
 
 PEER_FAILURE_MESSAGES = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing",
                          "NCCL communicator was aborted", "Broken pipe")
@@ -16,6 +18,32 @@ PEER_FAILURE_MESSAGES = ("Connection closed by peer", "Connection reset by peer"
 def peer_failed(error: BaseException) -> bool:
     """True for the error a collective raises because another rank died (its own error says why)."""
     return isinstance(error, RuntimeError) and any(text in str(error) for text in PEER_FAILURE_MESSAGES)
+
+
+TAIL_BYTES = 64 << 10
+"""How much of a log's end last_line reads."""
+
+
+def tail_text(path: str | os.PathLike, limit: int = TAIL_BYTES) -> str:
+    """The last `limit` bytes of a log as text; "" when there is no such regular file (a FIFO or a device is never
+    read: it could wait or never end)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as file:
+        facts = os.fstat(fd)
+        if not stat.S_ISREG(facts.st_mode):
+            return ""
+        file.seek(max(0, facts.st_size - limit))
+        return file.read(limit).decode(errors="replace")
+
+
+def last_line(path: Path) -> str:
+    """The last line of a log that is not blank (a failed worker's stderr), from its end only; "" when there is no
+    such regular file."""
+    lines = [line for line in tail_text(path).splitlines() if line.strip()]
+    return " ".join(lines[-1].split())[:500] if lines else ""
 
 
 def record_error_for_launcher(line: str) -> None:

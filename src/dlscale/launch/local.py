@@ -22,8 +22,29 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from dlscale.errors import ConfigError
+from dlscale.metrics.hardware import host_memory_bytes
+from dlscale.rundir import storing
+
 TERM_GRACE_S = 20.0
 """After SIGTERM, how long a command that timed out may take to stop before it is killed."""
+RANK_MIN_BYTES = 256 << 20
+"""The least memory one rank's process holds: a Python process with torch and dlscale's training imported is
+resident at about a quarter of a GiB before any model, batch or loader worker."""
+
+
+def check_local_ranks(ranks: int, flag: str, memory_bytes: int | None = None) -> None:
+    """Refuse, before any starts, more ranks on this host than its memory could hold even empty (RANK_MIN_BYTES
+    each): 1,000 ranks on a small host would start, then take its memory and be killed one by one."""
+    memory_bytes = host_memory_bytes() if memory_bytes is None else memory_bytes
+    if memory_bytes is None:
+        return
+    most = max(memory_bytes // RANK_MIN_BYTES, 1)
+    if ranks > most:
+        raise ConfigError(f"{flag} starts {ranks:,} ranks on this host; each needs at least "
+                          f"{RANK_MIN_BYTES >> 20} MiB (a process with torch loaded, before any model or data), "
+                          f"{ranks * RANK_MIN_BYTES / 2**30:,.1f} GiB in all, more than its "
+                          f"{memory_bytes / 2**30:.1f} GiB: give at most {most:,}")
 
 
 def free_port() -> int:
@@ -99,7 +120,7 @@ def run_commands(commands: list[list[str]], logs: list[Path], timeout_s: float) 
     procs = []
     try:
         for command, log in zip(commands, logs, strict=True):
-            with open(log, "wb") as out:
+            with storing(log, "--output-dir"), open(log, "wb") as out:
                 procs.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
                                               start_new_session=True))
         deadline = time.monotonic() + timeout_s

@@ -22,17 +22,18 @@ script with the same run directory, and `train --resume auto` continues from its
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import re
 import shlex
 import sys
-from collections.abc import Sequence
+import unicodedata
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 from dlscale.launch import slurm_resources as resources
-from dlscale.rundir import check_output_file, writing
+from dlscale.rundir import check_output_file, write_text
 
 JOB_LAUNCHERS = ("torchrun", "srun")
 """How an sbatch script starts its workers: one torchrun agent per node, or one srun task per rank."""
@@ -41,7 +42,8 @@ JOB_COMMANDS = ("bench", "train", "scale")
 FREE_PORT = """"$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'"""
 """A port that nothing on this host listens on now: the kernel's choice for a socket bound to port 0."""
 
-SLURM_TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2})$")
+SLURM_TIME = re.compile(r"[0-9]+(:[0-9]{1,2}){0,2}|[0-9]+-[0-9]+(:[0-9]{1,2}){0,2}")
+"""SLURM's time formats, matched whole (fullmatch: `$` would let a final newline through), in ASCII digits."""
 
 NCCL_BLOCK = """\
 # --- NCCL (GPUs only; gloo on CPUs ignores these). Uncomment what your cluster needs.
@@ -110,6 +112,14 @@ class SlurmJob:
     def ranks_per_task(self) -> int:
         return self.procs_per_node // self.tasks_per_node
 
+    def texts(self) -> Iterator[tuple[str, str]]:
+        """(field, text) of every value of the job that goes into its script, whatever its field."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            for item in value if isinstance(value, tuple) else (value,):
+                if isinstance(item, str | Path):
+                    yield f.name, str(item)
+
     def cpus(self) -> resources.CpuRequest:
         return resources.cpu_request(given=self.cpus_per_task, ranks_per_task=self.ranks_per_task,
                                      tasks_per_node=self.tasks_per_node, loader_workers=self.loader_workers,
@@ -119,6 +129,8 @@ class SlurmJob:
         return resources.memory_directive(mem=self.mem, mem_per_gpu=self.mem_per_gpu, request_gpus=self.request_gpus)
 
     def check(self) -> None:
+        for name, value in self.texts():
+            check_script_text(value, FIELD_FLAGS.get(name, name))
         if self.command not in JOB_COMMANDS:
             raise ConfigError(f"the job must run dlscale {' or '.join(JOB_COMMANDS)}, not {self.command!r}")
         if self.launcher not in JOB_LAUNCHERS:
@@ -128,7 +140,7 @@ class SlurmJob:
         if self.command == "scale" and self.nodes != 1:
             raise ConfigError("a sweep inside one job runs on one node: use --nodes 1, or sweep across "
                               "nodes with `dlscale scale --launcher slurm --gpus ...` (one job per point)")
-        if self.time is not None and not SLURM_TIME.match(self.time):
+        if self.time is not None and not SLURM_TIME.fullmatch(self.time):
             raise ConfigError(f"--time {self.time!r} is not a SLURM time: use minutes, HH:MM:SS or D-HH:MM:SS")
         limit = time_limit_s(self.time)
         if self.preemptible and limit is not None and self.signal_s >= limit:
@@ -139,6 +151,27 @@ class SlurmJob:
         if self.max_restarts < 0 or self.signal_s < 0:
             raise ConfigError("--max-restarts and --signal-seconds must not be negative")
         self.cpus(), self.memory()  # each raises its own one-line error
+
+
+FIELD_FLAGS = {"program": "the job's command", "run_dir": "--output-dir", "log": "--output-dir",
+               "job_name": "--job-name", "partition": "--partition", "time": "--time", "account": "--account",
+               "mem": "--mem", "mem_per_gpu": "--mem-per-gpu", "sbatch_options": "--sbatch-option",
+               "python": "--python", "workdir": "the working directory"}
+"""The flag that sets each field of a job, for the one line that refuses its value."""
+UNSAFE_CATEGORIES = ("Cc", "Cf", "Cs", "Zl", "Zp")
+"""Unicode's control, format (bidirectional overrides), surrogate (bytes that are not UTF-8), line and paragraph
+separator characters: none belongs in a job script, and a newline ends the line it is on, so that what follows
+runs as a shell command (or, in the `# Written by:` comment, stops sbatch reading the #SBATCH lines after it)."""
+
+
+def check_script_text(text: str, flag: str) -> str:
+    """`text` as it may go into a job script: one line naming `flag` for a control character in it, whatever the
+    quoting around it (shlex.quote keeps a newline inside its quotes, which still ends a comment or a directive)."""
+    for index, char in enumerate(text):
+        if unicodedata.category(char) in UNSAFE_CATEGORIES:
+            raise ConfigError(f"{flag} {shown(text)} holds a control character ({ascii(char)} at {index}): in a job "
+                              "script it would end the line and run what follows as shell code; remove it")
+    return text
 
 
 def time_limit_s(text: str | None) -> int | None:
@@ -160,6 +193,8 @@ def time_limit_s(text: str | None) -> int | None:
 def sbatch_script(job: SlurmJob, *, written_by: Sequence[str] | None = None) -> str:
     """The whole sbatch script for `job`, commented for the person who will read it."""
     job.check()
+    for word in written_by or ():
+        check_script_text(word, "the command")
     unit = "GPU" if job.request_gpus else "CPU rank"
     layout = {"torchrun": "one torchrun agent per node", "srun": "one srun task per rank"}[job.launcher]
     if job.command == "scale":
@@ -200,17 +235,17 @@ def _directives(job: SlurmJob) -> list[str]:
     else:
         tasks, why = job.procs_per_node, "one task per rank, started by srun (no torchrun)"
     rows = [
-        (f"--job-name={job.job_name}", ""),
+        (f"--job-name={_value(job.job_name, '--job-name')}", ""),
         (f"--nodes={job.nodes}", ""),
         (f"--ntasks-per-node={tasks}", why),
         *([(f"--gpus-per-node={job.procs_per_node}", "")] if job.request_gpus else []),
         (f"--cpus-per-task={job.cpus().per_task}", "how: the header above"),
         *([(job.memory(), "")] if job.memory() else []),
-        *([(f"--partition={job.partition}", "")] if job.partition else []),
+        *([(f"--partition={_value(job.partition, '--partition')}", "")] if job.partition else []),
         *([(f"--time={job.time}", "")] if job.time else []),
-        *([(f"--account={job.account}", "")] if job.account else []),
-        (f"--chdir={job.workdir}", "relative paths below are relative to this"),
-        (f"--output={job.log}", "%j is the job id"),
+        *([(f"--account={_value(job.account, '--account')}", "")] if job.account else []),
+        (f"--chdir={_value(str(job.workdir), 'the working directory')}", "relative paths below are relative to this"),
+        (f"--output={_value(str(job.log), '--output-dir')}", "%j is the job id"),
         ("--open-mode=append", "a requeued job appends to the same log"),
     ]
     if job.preemptible:
@@ -220,8 +255,23 @@ def _directives(job: SlurmJob) -> list[str]:
     if job.preemptible:
         rows.append((f"--signal=B:USR1@{job.signal_s}",
                      f"USR1 to this script {job.signal_s} s before the time limit"))
-    rows += [(option, "") for option in job.sbatch_options]
+    rows += [(_option(option), "") for option in job.sbatch_options]
     return [f"#SBATCH {d:<34} # {why}" if why else f"#SBATCH {d}" for d, why in rows]
+
+
+def _value(text: str, flag: str) -> str:
+    """A value as an #SBATCH line holds it: sbatch splits the line at blanks and reads quotes as its own (a lone
+    one is fatal: `Unmatched '`), so a value with a blank is put in double quotes and one with a quote refused."""
+    if "'" in text or '"' in text:
+        raise ConfigError(f"{flag} {shown(text)} holds a quote, which sbatch reads in an #SBATCH line as its own: the "
+                          "job could not be submitted; remove it")
+    return f'"{text}"' if any(char.isspace() for char in text) else text
+
+
+def _option(option: str) -> str:
+    """--sbatch-option as a directive: `--comment=a b` with its value in quotes, which sbatch takes off."""
+    name, equals, value = option.partition("=")
+    return f"{name}={_value(value, '--sbatch-option')}" if equals else option
 
 
 def _rendezvous(job: SlurmJob) -> list[str]:
@@ -363,8 +413,6 @@ def mpirun_command(hosts: str, program: Sequence[str], *, python: str = sys.exec
 
 
 def write_script(path: Path, text: str, flag: str = "--script") -> Path:
-    """The script, executable; one line naming `flag` when it cannot be written."""
-    with writing(check_output_file(path, flag), flag):
-        path.write_text(text)
-        os.chmod(path, 0o755)
-    return path
+    """The script, executable, written atomically: a new file or a regular one replaced (never a device or a FIFO
+    of that name); one line naming `flag` when it cannot be written."""
+    return write_text(check_output_file(path, flag), text, mode=0o755, flag=flag)

@@ -114,6 +114,17 @@ def node_layout(gpus: int, gpus_per_node: int) -> tuple[int, int]:
     return gpus // gpus_per_node, gpus_per_node
 
 
+def point_job(name: str, argv: Sequence[str], world_size: int, gpus_per_node: int, sweep_dir: Path,
+              **options) -> SlurmJob:
+    """The job of one sweep point (submit_point's), checked by the sweep before it starts."""
+    sweep_dir = Path(sweep_dir).resolve()
+    nodes, per_node = node_layout(world_size, gpus_per_node)
+    options = dict(options)
+    return SlurmJob(program=(*argv, "--output-dir", str(sweep_dir), "--name", name), run_dir=sweep_dir / name,
+                    log=sweep_dir / "logs" / f"{name}.log", nodes=nodes, procs_per_node=per_node,
+                    job_name=options.pop("job_name", f"dlscale-{name}"), **options)
+
+
 def submit_point(name: str, argv: Sequence[str], world_size: int, gpus_per_node: int, sweep_dir: Path,
                  **options) -> str:
     """One sweep point as one SLURM job: writes SWEEP/jobs/NAME.sbatch, submits it, returns the id.
@@ -122,12 +133,8 @@ def submit_point(name: str, argv: Sequence[str], world_size: int, gpus_per_node:
     and --name; the run directory is SWEEP/NAME and the log SWEEP/logs/NAME.log (appended to
     across requeues). options are further SlurmJob fields (partition, time, account, request_gpus, ...).
     """
-    sweep_dir = Path(sweep_dir).resolve()
-    nodes, per_node = node_layout(world_size, gpus_per_node)
-    job = SlurmJob(program=(*argv, "--output-dir", str(sweep_dir), "--name", name), run_dir=sweep_dir / name,
-                   log=sweep_dir / "logs" / f"{name}.log", nodes=nodes, procs_per_node=per_node,
-                   job_name=options.pop("job_name", f"dlscale-{name}"), **options)
-    script = sweep_dir / "jobs" / f"{name}.sbatch"
+    job = point_job(name, argv, world_size, gpus_per_node, sweep_dir, **options)
+    script = job.run_dir.parent / "jobs" / f"{name}.sbatch"
     write_script(script, sbatch_script(job))
     check_output_dir(job.log.parent, "--output-dir", "the sweep's log folder")
     return submit(script)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from dlscale.errors import ConfigError
 
-MEMORY = re.compile(r"^[1-9]\d*[KMGT]?$")
-"""sbatch's memory sizes: megabytes, or a number with K, M, G or T."""
+MEMORY = re.compile(r"[1-9][0-9]*[KMGT]?")
+"""sbatch's memory sizes: megabytes, or a number with K, M, G or T (ASCII digits, matched whole)."""
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def memory_directive(*, mem: str | None, mem_per_gpu: str | None, request_gpus: 
         raise ConfigError("--mem-per-gpu with --cpu-only: the job asks for no GPUs; give --mem (per node)")
     for flag, size in (("--mem", mem), ("--mem-per-gpu", mem_per_gpu)):
         if size is not None:
-            if not MEMORY.match(size):
+            if not MEMORY.fullmatch(size):  # the whole text: `$` would let a final newline through
                 raise ConfigError(f"{flag} {size!r}: give a size as sbatch takes it: megabytes, or a number "
                                   "with K, M, G or T (e.g. 200G)")
             return f"{flag}={size}"

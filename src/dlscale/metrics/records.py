@@ -14,13 +14,14 @@ at most every 30 s (dlscale.metrics.progress).
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
 
 from dlscale.metrics.progress import ProgressDisplay, format_eta
 from dlscale.metrics.tracking import Tracker, TrackingTarget, numbers
-from dlscale.rundir import RunDir, json_line, open_append, read_json
+from dlscale.rundir import RunDir, json_line, open_append, read_json, storing
 
 # TensorBoard tags (docs/references.md#tensorboard-tags; HAL and SC20 log the same quantities). Log steps
 # and epoch ends write disjoint tags, so every tag is one increasing sequence of steps.
@@ -93,6 +94,7 @@ class Records:
         self.run = run
         self.writer = None
         self.raport = None
+        self.raport_path = ""
         self.steps_per_epoch, self.epochs = steps_per_epoch, epochs
         self.display = display or ProgressDisplay(enabled=self.enabled)
         self._shown_epoch: int | None = None
@@ -116,9 +118,23 @@ class Records:
 
             # purge_step: events at or after the resume step, left by an interrupted attempt,
             # are hidden, so every tag reads as one increasing sequence (docs/references.md#tensorboard-purge-step).
-            self.writer = SummaryWriter(str(run.path / "tb"), purge_step=resume_step or None)
+            self._thread_hook, threading.excepthook = threading.excepthook, self._thread_failed  # before its thread
+            try:
+                with storing(run.path / "tb"):
+                    self.writer = SummaryWriter(str(run.path / "tb"), purge_step=resume_step or None)
+            except BaseException:
+                threading.excepthook = self._thread_hook
+                raise
         if raport_file:
             self.raport = open_append(raport_file, "--raport-file")  # closed in close()
+            self.raport_path = raport_file
+
+    def _thread_failed(self, args) -> None:
+        """TensorBoard's writer thread lets a failed write escape (a traceback on stderr) and raises it again in
+        this thread at the next add_scalar, flush or close, which makes it one line: the thread's is not shown."""
+        if isinstance(args.exc_value, OSError) and type(args.thread).__name__ == "_AsyncWriterThread":
+            return
+        self._thread_hook(args)
 
     def parameters(self, params: dict) -> None:
         """The run's parameters (one PARAMETER record), then one METADATA record per metric."""
@@ -183,7 +199,8 @@ class Records:
               f"loss {record['val_loss']:.4f} | {record['throughput_img_per_s']:.1f} img/s | "
               f"{self._epoch_time(record)}elapsed {record['elapsed_s']:.1f} s", flush=True)
         if self.writer is not None:
-            self.writer.flush()
+            with storing(self.run.path / "tb"):  # TensorBoard's thread raises a failed write here
+                self.writer.flush()
 
     def _epoch_time(self, record: dict) -> str:
         """'time taken 79.9 s, ': the epoch's own seconds (training and validation), as SC20's log prints "Time
@@ -218,17 +235,24 @@ class Records:
         if self.tracker.enabled:
             self.tracker.artifacts(self.run.path)
         self.tracker.close(self.ended)
-        if self.writer is not None:
-            self.writer.close()
-        if self.raport is not None:
-            self.raport.close()
+        writer, raport, self.writer, self.raport = self.writer, self.raport, None, None
+        with storing(self.run.path / "tb"):
+            if writer is not None:
+                try:
+                    writer.close()
+                finally:
+                    threading.excepthook = self._thread_hook
+        with storing(self.raport_path, "--raport-file"):
+            if raport is not None:
+                raport.close()
 
     def _scalars(self, tags: dict, record: dict, step: int) -> None:
         if self.writer is None:
             return
-        for key, tag in tags.items():
-            if record.get(key) is not None:
-                self.writer.add_scalar(tag, record[key], step)
+        with storing(self.run.path / "tb"):
+            for key, tag in tags.items():
+                if record.get(key) is not None:
+                    self.writer.add_scalar(tag, record[key], step)
 
     @staticmethod
     def _dlll_data(record: dict) -> dict:
@@ -253,5 +277,6 @@ class Records:
         if kind == "METADATA":  # dllogger writes elapsedtime before datetime here
             times = {key: times[key] for key in ("timestamp", "elapsedtime", "datetime")}
         entry = {**times, "type": kind, **fields}
-        self.raport.write("DLLL " + json_line(entry))
-        self.raport.flush()
+        with storing(self.raport_path, "--raport-file"):
+            self.raport.write("DLLL " + json_line(entry))
+            self.raport.flush()

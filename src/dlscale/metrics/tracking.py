@@ -23,20 +23,32 @@ Imports no torch (predict and report may track too), and MLflow only on the thre
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import math
 import os
 import queue
+import re
+import sqlite3
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlscale.errors import ConfigError
-from dlscale.rundir.files import check_output_dir, json_line, json_value, read_json, write_text
+from dlscale.errors import ConfigError, shown
+from dlscale.rundir.files import (
+    check_output_dir,
+    json_line,
+    json_value,
+    read_json,
+    refuse_non_regular,
+    storage_error,
+    write_text,
+)
 
 EXPERIMENT = "dlscale"
 """Default experiment name (--mlflow-experiment, else MLFLOW_EXPERIMENT_NAME, else this)."""
@@ -71,15 +83,66 @@ def tracking_target(given: str | None, *, output_dir: str | os.PathLike, experim
     environ = os.environ if environ is None else environ
     experiment = experiment or environ.get("MLFLOW_EXPERIMENT_NAME") or EXPERIMENT
     uri = given or environ.get("MLFLOW_TRACKING_URI", "")
+    where = "--mlflow" if given else "MLFLOW_TRACKING_URI"
     if not uri:
         root = Path(output_dir).resolve()
-        return TrackingTarget(f"sqlite:///{root / 'mlflow.db'}", experiment, str(root / "mlartifacts"))
-    if "://" in uri or uri == "databricks" or uri.startswith("file:"):
-        return TrackingTarget(uri, experiment)
-    path = Path(uri).resolve()  # a path: an SQLite file or a folder
-    if path.suffix in (".db", ".sqlite"):
-        return TrackingTarget(f"sqlite:///{path}", experiment, str(path.with_name("mlartifacts")))
-    return TrackingTarget(path.as_uri(), experiment)
+        target = TrackingTarget(f"sqlite:///{root / 'mlflow.db'}", experiment, str(root / "mlartifacts"))
+    elif uri == "databricks" or uri.startswith(("file:", "databricks://")) or re.match(SCHEME, uri):
+        target = TrackingTarget(uri, experiment)
+    elif ":" in uri or any(ord(c) < 32 for c in uri):
+        raise ConfigError(f"{where} {shown(uri)} is not a tracking URI: give http(s)://HOST:PORT, sqlite:///FILE.db, "
+                          "file:///FOLDER, databricks, or a path (one with a ':' in it as file:///PATH)")
+    else:
+        path = Path(uri).resolve()  # a path: an SQLite file or a folder
+        if path.suffix in (".db", ".sqlite"):
+            target = TrackingTarget(f"sqlite:///{path}", experiment, str(path.with_name("mlartifacts")))
+        else:
+            target = TrackingTarget(path.as_uri(), experiment)
+    check_store(target.uri, where)
+    return target
+
+
+SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s]")
+"""A URI with a scheme and something after it: MLflow's servers and databases (http, https, postgresql, ...)."""
+SQLITE_TIMEOUT_S = 5.0
+"""How long the check of an SQLite store waits for another writer's lock."""
+
+
+def check_store(uri: str, where: str = "--mlflow") -> None:
+    """A local store that cannot be written is one line before the work (MLflow would retry for minutes): an
+    SQLite file that is read-only or locked, or a folder that cannot be created or written. A server is not
+    contacted here: the tracker's thread warns if it does not answer."""
+    if uri.startswith("sqlite:///"):
+        path = Path(uri[len("sqlite:///"):])
+        check_output_dir(path.parent, where, "the MLflow store's folder")
+        if path.exists():
+            _check_sqlite(path, where)
+        else:
+            _check_writable(path.parent, where)
+    elif uri.startswith("file:"):
+        folder = Path(urllib.parse.urlsplit(uri).path)
+        check_output_dir(folder, where, "the MLflow store")
+        _check_writable(folder, where)
+
+
+def _check_sqlite(path: Path, where: str) -> None:
+    refuse_non_regular(path, where)
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=SQLITE_TIMEOUT_S)) as db:
+            db.execute("BEGIN IMMEDIATE")  # takes the write lock, as a logging MLflow does
+            db.rollback()
+    except sqlite3.Error as error:
+        raise ConfigError(f"{where}: the SQLite store {path} cannot be written ({error}); make it (and its folder) "
+                          "writable, or give another store") from None
+
+
+def _check_writable(folder: Path, where: str) -> None:
+    probe = folder / f".mlflow-probe.{os.getpid()}"
+    try:
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise storage_error(folder, error, where) from None
 
 
 def flatten(settings: Mapping, prefix: str = "") -> dict[str, str]:

@@ -11,7 +11,7 @@ from functools import partial
 
 from torch import nn
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 from dlscale.models.resnet import DEPTHS, STEMS, VARIANTS, PaddedStemConv, ResNet, pad_stem, resnet, variant
 
 OPTIONS = {
@@ -52,7 +52,7 @@ def build_model(name: str, num_classes: int = 1000, **options) -> nn.Module:
     Build under `with torch.device("meta"):` to get shapes and counts without memory.
     """
     if name not in MODELS:
-        raise ConfigError(f"unknown model {name!r}; pick one of {', '.join(MODELS)}")
+        raise ConfigError(f"unknown model {shown(name)}; pick one of {', '.join(MODELS)}")
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise ConfigError(

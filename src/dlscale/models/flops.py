@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 
 BACKWARD_FORWARD_RATIO = 2.0
 """Backward FLOPs / forward FLOPs for conv nets at batch >= 1: about 2 (gradients with
@@ -42,7 +42,7 @@ def count_macs(model: nn.Module, image_size: int = 224, in_channels: int = 3) ->
     forward on its own device.
     """
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
-        raise ConfigError(f"image_size={image_size!r} must be a positive integer (pixels)")
+        raise ConfigError(f"image_size={shown(image_size)} must be a positive integer (pixels)")
     total = 0
 
     def hook(module: nn.Module, inputs: tuple, output: Tensor) -> None:

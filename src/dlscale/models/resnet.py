@@ -17,7 +17,7 @@ from numbers import Integral
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 
 STEMS = ("imagenet", "cifar")
 """Input stems: "imagenet" is 7x7 stride 2 + 3x3 max-pool (4x downsampling), "cifar" keeps
@@ -169,9 +169,9 @@ class ResNet(nn.Module):
         super().__init__()
         check_options(num_classes=num_classes, width=width, stem=stem, in_channels=in_channels)
         if conv_init not in CONV_INITS:
-            raise ConfigError(f"conv_init={conv_init!r} is unknown; pick one of {', '.join(CONV_INITS)}")
+            raise ConfigError(f"conv_init={shown(conv_init)} is unknown; pick one of {', '.join(CONV_INITS)}")
         if norm not in NORMS:
-            raise ConfigError(f"norm={norm!r} is unknown; pick one of {', '.join(NORMS)}")
+            raise ConfigError(f"norm={shown(norm)} is unknown; pick one of {', '.join(NORMS)}")
         if block is BasicBlock and (groups, width_per_group) != (1, 64):
             raise ConfigError("groups and width_per_group need bottleneck blocks (depth 50, 101 or 152)")
         self.norm = norm
@@ -278,9 +278,9 @@ def check_options(*, num_classes: int, width: int, stem: str, in_channels: int) 
         ("in_channels", in_channels),
     ):
         if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
-            raise ConfigError(f"{name}={value!r} must be a positive integer")
+            raise ConfigError(f"{name}={shown(value)} must be a positive integer")
     if stem not in STEMS:
-        raise ConfigError(f"stem={stem!r} is unknown; pick one of {', '.join(STEMS)}")
+        raise ConfigError(f"stem={shown(stem)} is unknown; pick one of {', '.join(STEMS)}")
 
 
 VARIANTS: dict[str, tuple[int, int, int]] = {

@@ -73,7 +73,7 @@ def summary(points: list[Point], settings: dict, inputs: dict, price_per_device_
 def claim_run(root: str | Path, name: str | None, config: dict) -> RunDir:
     """runs/<name>/, created and locked before the prediction is written."""
     return RunDir.claim_new(root, name or default_run_name("predict", config.get("model", "model"),
-                                                             config.get("network_name", "net")))
+                                                             config.get("network_name", "net")), "predict")
 
 
 def write_run(run: RunDir, config: dict, result: dict) -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 from dlscale.report.figure import figure, legend
 from dlscale.rundir import Run
 
@@ -34,7 +34,7 @@ def parse_epochs(text: str | None) -> tuple[int, int] | None:
     except ValueError:
         span = (-1, -1)
     if span[0] < 0 or span[1] < span[0]:
-        raise ConfigError(f"--io-epochs {text!r}: give FIRST:LAST epochs (counted from 0), e.g. 10:60")
+        raise ConfigError(f"--io-epochs {shown(text)}: give FIRST:LAST epochs (counted from 0), e.g. 10:60")
     return span
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from dlscale.metrics.host_load import run_disturbance
 from dlscale.report import io_rates, loader, predictions
@@ -20,12 +21,12 @@ def report(figures, refs: list[Reference], tables: dict, made, tolerance: float,
     """figures: build.Figures; made: build.Report (the files written, the plots drawn and not); captions: plot
     file name -> its heading, in the order report.md shows them."""
     collection = figures.collection
-    sweeps = ", ".join(f"`{Path(s['path']).name}` ({s.get('mode', '?')} scaling, {s.get('command', '?')})"
-                       for s in collection.sweeps) or "none"
+    sweeps = ", ".join(f"{t.code(Path(s['path']).name)} ({t.plain(s.get('mode', '?'))} scaling, "
+                       f"{t.plain(s.get('command', '?'))})" for s in collection.sweeps) or "none"
     out = [
         "# dlscale report",
         "",
-        f"Made by `{command or 'dlscale report'}` on {time.strftime('%Y-%m-%d %H:%M:%S')}.",
+        f"Made by {t.code(command or 'dlscale report')} on {time.strftime('%Y-%m-%d %H:%M:%S')}.",
         f"{len(collection.runs)} runs; sweeps: {sweeps}; {len(collection.failed)} failed sweep points.",
         f"Plots are drawn per group, a sweep or the runs of one device kind: {_groups(figures.groups)}.",
         "",
@@ -50,7 +51,7 @@ def report(figures, refs: list[Reference], tables: dict, made, tolerance: float,
         "epoch; HAL: global batch 16,384 ended 4.66 points below 896), so a faster configuration that trains worse "
         "is not a win. Runs of other schedules are not compared.",
         "",
-        *(f"- **FLAG** {line}" for line in made.flagged),
+        *(f"- **FLAG** {t.plain(line)}" for line in made.flagged),
         *([""] if made.flagged else []),
         _table(tables, "accuracy", t.ACCURACY_HEADERS),
         "",
@@ -69,7 +70,7 @@ def report(figures, refs: list[Reference], tables: dict, made, tolerance: float,
     out += ["", "## Files", "", "CSV files beside this report: " + ", ".join(
         sorted(p.name for p in made.files if p.suffix == ".csv")) + ".", ""]
     if collection.skipped:
-        out += ["Skipped: " + "; ".join(collection.skipped), ""]
+        out += ["Skipped: " + "; ".join(map(t.plain, collection.skipped)), ""]
     return "\n".join(out)
 
 
@@ -85,7 +86,7 @@ def _scaling(figures, tables: dict) -> list[str]:
         "",
         "Baseline of each series (what its speedup and efficiency are against):",
         "",
-        *(f"- {line}" for line in t.baselines(figures.series)),
+        *(f"- {t.plain(line)}" for line in t.baselines(figures.series)),
         "",
         *_impossible(figures),
         _table(tables, "scaling", t.SCALING_HEADERS),
@@ -108,13 +109,13 @@ def _table(tables: dict, name: str, headers: list[str]) -> str:
 
 
 def _groups(groups) -> str:
-    return "; ".join(f"{g.title} ({len(g.runs)} runs)" if g.runs else g.title for g in groups) or "none"
+    return "; ".join(t.plain(f"{g.title} ({len(g.runs)} runs)" if g.runs else g.title) for g in groups) or "none"
 
 
 def _impossible(figures) -> list[str]:
     """Every efficiency above 100% with its likely cause, before the table that prints it."""
-    lines = [f"- **ABOVE 100%** {s.label} at {r.world_size} ranks ({r.run.name} against {r.base.name}): {r.flag}"
-             for s in figures.series for r in s.ok_rows if r.flag]
+    lines = ["- **ABOVE 100%** " + t.plain(f"{s.label} at {r.world_size} ranks ({r.run.name} against {r.base.name}): "
+                                           f"{r.flag}") for s in figures.series for r in s.ok_rows if r.flag]
     if not lines:
         return []
     return [f"Efficiencies above 100% cannot be true for the same work per rank; they are marked{MARK} and not "
@@ -139,7 +140,7 @@ def _precision_section(grids) -> list[str]:
            "Runs that differ only in precision: total images/s ± 95% per device count and precision, and the last "
            "precision over the first (precisions.csv).", ""]
     for group, headers, rows in t.precision_tables(grids):
-        out += [f"{group}:", "", t.markdown(headers, rows), ""]
+        out += [f"{t.plain(group)}:", "", t.markdown(headers, rows), ""]
     return out
 
 
@@ -184,8 +185,9 @@ def _rest(tables: dict, findings: dict | None) -> list[str]:
         "finding ranked as `dlscale explain RUN` prints it, largest estimated effect first: its effect, the run's "
         "evidence, where the estimate comes from and what to change (docs/explain.md).",
         "",
+        # explain.text.markdown escapes the record values in its lines
         *([line for name, lines in (findings or {}).items()
-           for line in [f"- `{name}`: {lines[0]}", *(f"  {rest}" for rest in lines[1:])]] or ["_Not computed._"]),
+           for line in [f"- {t.code(name)}: {lines[0]}", *(f"  {rest}" for rest in lines[1:])]] or ["_Not computed._"]),
         "",
     ]
 
@@ -196,10 +198,10 @@ def _reference_section(refs: list[Reference], tables: dict) -> list[str]:
                 "marconi100,mlperf` or `all`).", ""]
     out = ["## References", ""]
     for ref in refs:
-        out += [f"### {ref.name}: {ref.title}", "", f"Hardware: {_hardware(ref.hardware)}. {ref.workload}.", "",
-                "Sources:", ""]
-        out += [f"- {s['where']}: {s['what']}" for s in ref.sources]
-        out += ["", *(f"- {note}" for note in ref.notes), ""]
+        out += [f"### {t.plain(ref.name)}: {t.plain(ref.title)}", "",
+                f"Hardware: {t.plain(_hardware(ref.hardware))}. {t.plain(ref.workload)}.", "", "Sources:", ""]
+        out += [f"- {t.plain(s['where'])}: {t.plain(s['what'])}" for s in ref.sources]
+        out += ["", *(f"- {t.plain(note)}" for note in ref.notes), ""]
     out += [t.markdown(t.REFERENCE_HEADERS, tables["references"][0]), ""]
     return out
 
@@ -208,18 +210,18 @@ def _plots(made, captions: dict) -> list[str]:
     out = ["## Plots", ""]
     for name, caption in captions.items():
         if name in made.not_drawn:
-            out += [f"- {caption}: not drawn ({made.not_drawn[name]}).", ""]
+            out += [f"- {caption}: not drawn ({t.plain(made.not_drawn[name])}).", ""]
             continue
         drawn = made.drawn.get(name, [])
         out += [f"### {caption}", ""]
         for title, path in drawn:
             if len(drawn) > 1 or name in made.passed:
-                out += [f"#### {title}", ""]
-            out += [f"![{caption}{': ' + title if title else ''}]({path.name})", ""]
+                out += [f"#### {t.plain(title)}", ""]
+            out += [f"![{caption}{': ' + t.plain(title) if title else ''}]({quote(path.name)})", ""]
         reasons: dict[str, list[str]] = {}
         for title, reason in made.passed.get(name, []):
             reasons.setdefault(reason, []).append(title)
-        out += [f"Not drawn for {', '.join(titles)}: {reason}." for reason, titles in reasons.items()]
+        out += [f"Not drawn for {t.plain(', '.join(titles))}: {t.plain(reason)}." for reason, titles in reasons.items()]
         out += [""] if reasons else []
     return out
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 from dlscale.rundir import read_json
 from dlscale.rundir.shape import Maybe, check
 
@@ -108,7 +108,7 @@ class Reference:
         for s in self.series:
             if s.id == series_id:
                 return s
-        raise KeyError(f"reference {self.name!r} has no series {series_id!r}")
+        raise KeyError(f"reference {shown(self.name)} has no series {shown(series_id)}")
 
     def of_kind(self, *kinds: str) -> list[RefSeries]:
         return [s for s in self.series if s.kind in kinds]
@@ -182,7 +182,7 @@ def load_reference(name_or_path: str) -> Reference:
     else:
         names = reference_names()
         if name_or_path not in names:
-            raise ConfigError(f"unknown --reference {name_or_path!r}; choose from {', '.join(names)}, all, "
+            raise ConfigError(f"unknown --reference {shown(name_or_path)}; choose from {', '.join(names)}, all, "
                               "or give a .json file in the same format")
         path = Path(str(reference_dir() / f"{name_or_path}.json"))
     how = "see dlscale/references/hal.json for the format"
@@ -205,7 +205,7 @@ def named_series(spec: str, choose=None) -> tuple[Reference, RefSeries, list[Ref
         try:
             return ref, ref.get(series_id), candidates
         except KeyError:
-            raise ConfigError(f"reference {name} has no series {series_id!r}; choose one of "
+            raise ConfigError(f"reference {name} has no series {shown(series_id)}; choose one of "
                               f"{', '.join(s.id for s in candidates) or '(none with img/s)'}") from None
     if not candidates:
         raise ConfigError(f"reference {name} publishes no images/s per device count")
@@ -228,7 +228,7 @@ def _parse(data: dict, where: str) -> Reference:
     for raw in data["series"]:
         meta = {k: v for k, v in raw.items() if k not in ("id", "label", "kind", "points")}
         if raw["kind"] not in SERIES_KINDS:
-            raise ValueError(f"series {raw['id']}: kind {raw['kind']!r} is not one of {SERIES_KINDS}")
+            raise ValueError(f"series {raw['id']}: kind {shown(raw['kind'])} is not one of {SERIES_KINDS}")
         missing = [s for s in meta.get("source", []) if s not in source_ids]
         if not meta.get("source") or missing:
             raise ValueError(f"series {raw['id']} must name its sources (unknown: {missing})")

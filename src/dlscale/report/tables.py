@@ -7,6 +7,8 @@ units and rounding as printed) and `raw` (full-precision numbers for the CSV).
 from __future__ import annotations
 
 import csv
+import html
+import re
 from pathlib import Path
 
 from dlscale.metrics.cost import imagenet_epoch_cost, train_costs
@@ -31,12 +33,28 @@ def with_ci(value, ci) -> str:
     return f"{value:.1f}" if ci is None else f"{value:.1f} ± {ci:.1f}"
 
 
-def markdown(headers: list[str], rows: list[list[str]]) -> str:
-    def cell(text) -> str:
-        return str(text).replace("|", "\\|").replace("\n", " ")
+MARKUP = re.compile(r"[\\`*\[\]|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+"""Markdown's marks that text from a record could use to add markup: code, emphasis, links and images, table
+cells, strike-through (an underscore inside a word marks nothing)."""
 
+
+def plain(text: object) -> str:
+    """Text from run records (names, labels, errors, a reference file's words) as report.md shows it: on one line,
+    `<`, `>` and `&` as HTML's entities and markdown's marks escaped, so that a record adds neither HTML nor
+    markup nor a link to the report."""
+    escaped = html.escape(" ".join(str(text).split()), quote=False)
+    return MARKUP.sub(lambda found: "\\" + found.group(0), escaped)
+
+
+def code(text: object) -> str:
+    """Text from a record as a code span: literal inside it (HTML and markup included), on one line, and no
+    backtick to end it early."""
+    return "`" + " ".join(str(text).split()).replace("`", "'") + "`"
+
+
+def markdown(headers: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(plain(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 

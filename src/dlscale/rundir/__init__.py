@@ -22,8 +22,13 @@ from dlscale.rundir.files import (
     json_value,
     open_append,
     read_json,
+    replace_atomically,
+    storage_cause,
+    storage_error,
+    storing,
     to_jsonable,
     write_json_file,
+    write_text,
     writing,
 )
 from dlscale.rundir.reader import (
@@ -39,11 +44,12 @@ from dlscale.rundir.reader import (
 )
 from dlscale.rundir.run import CommRun, Run
 from dlscale.rundir.schema import FIGURES, FILES, THROUGHPUT_KINDS, VERSION, number, stamped
-from dlscale.rundir.writer import RunDir, RunInUse, default_run_name
+from dlscale.rundir.writer import RunDir, RunInUse, default_run_name, refuse_a_run, run_path
 
 __all__ = [
     "FIGURES", "FILES", "THROUGHPUT_KINDS", "VERSION", "CommRun", "Run", "RunDir", "RunInUse", "Sweep",
     "check_output_dir", "check_output_file", "default_run_name", "is_run", "is_sweep", "json_line", "json_value",
     "number", "open_append", "read_comm_run", "read_json", "read_optional", "read_run", "read_runs", "read_summary",
-    "read_sweep", "stamped", "to_jsonable", "write_json_file", "writing",
+    "read_sweep", "refuse_a_run", "replace_atomically", "run_path", "stamped", "storage_cause", "storage_error",
+    "storing", "to_jsonable", "write_json_file", "write_text", "writing",
 ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 from dlscale.rundir.shape import Maybe, Some, check
 
 VERSION = 1
@@ -71,8 +71,8 @@ def unstamped(data: dict, file: Path) -> tuple[dict, int]:
     called `format`). A version this code does not know is one line."""
     version = data.get("schema", data.get("format", 1) if data.get("kind") == "sweep" else 1)
     if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= VERSION:
-        raise ConfigError(f"{file}: schema {version!r} is not one this dlscale reads (1 to {VERSION}); read it with "
-                          "the dlscale that wrote it")
+        raise ConfigError(f"{file}: schema {shown(version)} is not one this dlscale reads (1 to {VERSION}); read it "
+                          "with the dlscale that wrote it")
     return {k: v for k, v in data.items() if k != "schema"}, version
 
 
@@ -185,5 +185,5 @@ def check_summary(summary: dict, file: Path) -> None:
                 raise ConfigError(f"{file}: no {key}; not written by dlscale {kind}")
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{file}: {key} {value!r} is not a positive whole number; not as dlscale {kind} "
+            raise ConfigError(f"{file}: {key} {shown(value)} is not a positive whole number; not as dlscale {kind} "
                               "writes it: re-run, or remove the directory")

@@ -22,7 +22,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dlscale.errors import ConfigError
+from dlscale.errors import SHOWN_CHARS, ConfigError, shown
 
 
 class Some:
@@ -73,8 +73,9 @@ def check(data: Any, shape: Any, file: str | Path, *, what: str = "re-run, or re
         path, value, expected = wrong
         if value is MISSING:
             raise ConfigError(f"{file}: no {path} (it should be {expected}); {what}")
-        shown = repr(value) if len(repr(value)) <= 60 else f"{type(value).__name__} {repr(value)[:40]}..."
-        field = f"{path} is {shown}" if path else f"the file holds {shown}"
+        quoted = shown(value)
+        quoted = quoted if len(quoted) < SHOWN_CHARS else f"{type(value).__name__} {shown(value, 40)}"
+        field = f"{path} is {quoted}" if path else f"the file holds {quoted}"
         raise ConfigError(f"{file}: {field}, not {expected}; {what}")
     return data
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from dlscale.config.sections import StrategyConfig
 from dlscale.distributed.env import DistEnv
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 from dlscale.strategies.allreduce import AllreduceStrategy
 from dlscale.strategies.base import Strategy
 from dlscale.strategies.gradient_allreduce import GradientAllreduceStrategy
@@ -29,5 +29,6 @@ __all__ = ["STRATEGIES", "TOPOLOGIES", "Strategy", "build_strategy"]
 def build_strategy(cfg: StrategyConfig, env: DistEnv) -> Strategy:
     """The strategy cfg.dist_optimizer names, for this rank of the job."""
     if cfg.dist_optimizer not in STRATEGIES:
-        raise ConfigError(f"unknown --dist-optimizer {cfg.dist_optimizer!r}; choose one of {', '.join(STRATEGIES)}")
+        raise ConfigError(f"unknown --dist-optimizer {shown(cfg.dist_optimizer)}; choose one of "
+                          f"{', '.join(STRATEGIES)}")
     return STRATEGIES[cfg.dist_optimizer](cfg, env)

@@ -25,7 +25,7 @@ from torch import nn
 from dlscale.config.sections import StrategyConfig
 from dlscale.decentralized import ops, topology
 from dlscale.distributed.env import DistEnv
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 from dlscale.strategies.base import Strategy
 from dlscale.strategies.comm import (
     CommMeter,
@@ -75,7 +75,7 @@ class NeighborAllreduceStrategy(Strategy):
 
     def __init__(self, cfg: StrategyConfig, env: DistEnv) -> None:
         if cfg.topology not in TOPOLOGIES:
-            raise ConfigError(f"unknown --topology {cfg.topology!r}; choose one of {', '.join(TOPOLOGIES)}")
+            raise ConfigError(f"unknown --topology {shown(cfg.topology)}; choose one of {', '.join(TOPOLOGIES)}")
         self.world_size, self.local_world_size = env.world_size, env.local_world_size
         self.topology, self.atc_style, self.dynamic = cfg.topology, cfg.atc_style, cfg.dynamic_topology
         self.every, self.global_every = cfg.num_steps_per_communication, cfg.global_average_every

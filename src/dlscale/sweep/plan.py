@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 
 MODES = ("weak", "strong")
 SWEEPABLE_COMMANDS = ("bench", "train")
@@ -113,7 +113,7 @@ def given(args: tuple[str, ...] | list[str], flag: str) -> bool:
 def check_spec(spec: SweepSpec) -> None:
     """What can be checked before the swept command's flags are parsed."""
     if spec.mode not in MODES:
-        raise ConfigError(f"--mode {spec.mode!r}: choose weak or strong")
+        raise ConfigError(f"--mode {shown(spec.mode)}: choose weak or strong")
     if spec.command not in SWEEPABLE_COMMANDS:
         raise ConfigError(f"`dlscale scale -- {spec.command} ...`: the command to sweep must be bench or train")
     for flag, why in OWNED_FLAGS.items():

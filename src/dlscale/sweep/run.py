@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 from dlscale.launch import local, slurm_jobs
+from dlscale.launch.errors import tail_text
 from dlscale.metrics.progress import ProgressDisplay
-from dlscale.rundir import RunDir, check_output_dir, is_run, is_sweep
+from dlscale.rundir import RunDir, check_output_dir, is_run
 from dlscale.sweep.plan import Point, SweepSpec, given
 
 Say = Callable[[str], None]
@@ -44,8 +45,8 @@ class Outcome:
 
 
 class Launcher(Protocol):
-    def prepare(self, spec: SweepSpec, points: list[Point]) -> None:
-        """Adjust the planned points (a node layout) before anything is written; may refuse them."""
+    def prepare(self, spec: SweepSpec, points: list[Point], sweep_dir: Path) -> None:
+        """Adjust the planned points (a node layout) before anything is written; refuses what cannot run."""
 
     def header(self, spec: SweepSpec) -> dict:
         """The launcher's own fields of sweep.json's header."""
@@ -81,8 +82,11 @@ class PointByPoint:
     def __init__(self, launch: Callable[[SweepSpec, Point, Path], Outcome]) -> None:
         self.launch = launch
 
-    def prepare(self, spec: SweepSpec, points: list[Point]) -> None:
-        pass
+    def prepare(self, spec: SweepSpec, points: list[Point], sweep_dir: Path) -> None:
+        """Every point's ranks (its emulated nodes' together) must fit this host's memory."""
+        for point in points:
+            nodes = f" --nnodes {point.nnodes}" if point.nnodes > 1 else ""
+            local.check_local_ranks(point.nproc_per_node * point.nnodes, f"--nproc {point.nproc_per_node}{nodes}")
 
     def header(self, spec: SweepSpec) -> dict:
         return {}
@@ -109,7 +113,7 @@ class PointByPoint:
         point.elapsed_s = time.monotonic() - start
         point.returncode, point.commands = outcome.returncode, outcome.commands
         point.logs = [os.path.relpath(p, sweep_dir) for p in outcome.logs]
-        text = "\n".join(Path(p).read_text(errors="replace") for p in outcome.logs if Path(p).exists())
+        text = "\n".join(map(tail_text, outcome.logs))  # each log's end: the error is there
         if outcome.timed_out:
             point.status, point.error = "timeout", outcome.error or f"stopped after {spec.timeout_s:g} s (--timeout)"
         elif outcome.returncode != 0:
@@ -144,11 +148,14 @@ class SlurmJobs:
     ends FAILED, CANCELLED, NODE_FAIL or OUT_OF_MEMORY, or COMPLETED without a summary, is a failed
     point, as a failed local point is. Ctrl-C, an error or --timeout cancels the jobs not ended."""
 
-    def prepare(self, spec: SweepSpec, points: list[Point]) -> None:
-        """World size -> nodes x GPUs per node, filling a node first; refuses partial nodes up front."""
+    def prepare(self, spec: SweepSpec, points: list[Point], sweep_dir: Path) -> None:
+        """World size -> nodes x GPUs per node, filling a node first; refuses partial nodes, and every job whose
+        script could not be written (a control character in a flag, a time SLURM does not read), up front."""
+        options = spec.launcher_options
         for point in points:
-            point.nnodes, point.nproc_per_node = slurm_jobs.node_layout(
-                point.world_size, spec.launcher_options["gpus_per_node"])
+            point.nnodes, point.nproc_per_node = slurm_jobs.node_layout(point.world_size, options["gpus_per_node"])
+            slurm_jobs.point_job(point.name, _resumable(point.argv), point.world_size, options["gpus_per_node"],
+                                 sweep_dir, **options["job"]).check()
 
     def header(self, spec: SweepSpec) -> dict:
         return {"gpus": list(spec.nproc), "gpus_per_node": spec.launcher_options["gpus_per_node"]}
@@ -208,7 +215,7 @@ def _slurm_outcome(spec: SweepSpec, point: Point, state: str, sweep_dir: Path) -
                        "(--timeout); cancelled")
     if point.status != "ok":
         log = sweep_dir / "logs" / f"{point.name}.log"
-        point.error_tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.is_file() else ""
+        point.error_tail = "\n".join(tail_text(log).splitlines()[-20:])
 
 
 # ------------------------------------------------------------------------------- the sweep
@@ -220,12 +227,10 @@ def run_sweep(spec: SweepSpec, points: list[Point], sweep_dir: Path, out: Say = 
     """Run planned points (dlscale.sweep.plan.plan_points) into sweep_dir; returns them with their
     status. Points still 'submitted' afterwards run on without the sweep (slurm, wait=False)."""
     if spec.launcher not in SWEEP_LAUNCHERS:
-        raise ConfigError(f"--launcher {spec.launcher!r}: choose one of {', '.join(SWEEP_LAUNCHERS)}")
+        raise ConfigError(f"--launcher {shown(spec.launcher)}: choose one of {', '.join(SWEEP_LAUNCHERS)}")
     launcher = SWEEP_LAUNCHERS[spec.launcher]
-    launcher.prepare(spec, points)
-    if is_sweep(sweep_dir):
-        raise ConfigError(f"{sweep_dir} already holds a sweep; pick another --name")
-    record = RunDir(sweep_dir).claim()
+    launcher.prepare(spec, points, sweep_dir)
+    record = RunDir(sweep_dir).claim("sweep", name_flag="--name")  # a new folder: never another sweep's or run's
     check_output_dir(sweep_dir / "logs", "--output-dir", "the sweep's log folder")
     header = {**_header(spec), **launcher.header(spec)}
     # The sweep only waits for its points: the bar may redraw itself (live) without disturbing them.

@@ -33,13 +33,18 @@ import numpy as np
 import torch
 
 from dlscale.errors import ConfigError
+from dlscale.rundir import replace_atomically
+from dlscale.rundir.files import read_bounded
 from dlscale.train.checksum import DamagedCheckpoint, save_with_checksum, verify_checksum
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d{9,})\.pt$")
-TMP_PATTERN = re.compile(r"^(ckpt|latest)\.tmp\.\d+$")
+CHECKPOINT_PATTERN = re.compile(r"checkpoint-([0-9]{9,})\.pt")
+TMP_PATTERN = re.compile(r"(ckpt|latest)\.tmp\.[0-9]+")
+"""File names, matched whole (fullmatch)."""
 LATEST_POINTER = "latest"
+POINTER_LIMIT_BYTES = 256
+"""The `latest` pointer holds one file name."""
 
 
 class CheckpointManager:
@@ -58,7 +63,8 @@ class CheckpointManager:
         """Atomically write `state` plus `epoch` and `step`; returns the checkpoint's path.
 
         Raises TypeError (and writes nothing) when `state` holds something that
-        `torch.load(weights_only=True)` would refuse, e.g. a numpy array.
+        `torch.load(weights_only=True)` would refuse, e.g. a numpy array; OSError when the disk refuses
+        the write (full, read-only, not permitted), the previous checkpoint left as it was.
         """
         for key, value in (("epoch", epoch), ("step", step)):
             if key in state and state[key] != value:
@@ -75,33 +81,18 @@ class CheckpointManager:
         self._rotate(current_step=int(step))
         return path
 
-    def _write_atomically(
-        self,
-        path: Path,
-        tmp_prefix: str,
-        write: Callable[[BinaryIO], object],
-        *,
-        verify: bool = False,
-    ) -> None:
-        """`<prefix>.tmp.<pid>` in the same directory -> flush -> fsync -> os.replace -> fsync dir."""
-        tmp = self.directory / f"{tmp_prefix}.tmp.{os.getpid()}"
-        try:
-            with open(tmp, "wb") as f:
-                write(f)
-                f.flush()
-                os.fsync(f.fileno())
-            if verify:
-                _check_weights_only_loadable(tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        _fsync_directory(self.directory)
+    def _write_atomically(self, path: Path, tmp_prefix: str, write: Callable[[BinaryIO], object], *,
+                          verify: bool = False) -> None:
+        """`<prefix>.tmp.<pid>` in the same directory -> flush -> fsync -> checked -> os.replace -> fsync dir
+        (rundir's one atomic writer). An OSError (a full disk) is raised as it is: the caller names the
+        checkpoint that is intact."""
+        replace_atomically(path, write, tmp=self.directory / f"{tmp_prefix}.tmp.{os.getpid()}",
+                           verify=_check_weights_only_loadable if verify else None, durable=True)
 
     def _remove_leftover_tmp_files(self) -> None:
         """A tmp file is a write that crashed before its rename: never read, removed here."""
         for path in self.directory.iterdir():
-            if TMP_PATTERN.match(path.name):
+            if TMP_PATTERN.fullmatch(path.name):
                 log.info("removing an unfinished checkpoint write: %s", path)
                 path.unlink(missing_ok=True)
 
@@ -135,7 +126,7 @@ class CheckpointManager:
             return []
         found = []
         for path in self.directory.iterdir():
-            match = CHECKPOINT_PATTERN.match(path.name)
+            match = CHECKPOINT_PATTERN.fullmatch(path.name)
             if match and path.is_file():
                 found.append((int(match.group(1)), path))
         return sorted(found, reverse=True)
@@ -147,10 +138,12 @@ class CheckpointManager:
         rename and the pointer update leaves a newer complete file that it still uses.
         """
         pointer = self.directory / LATEST_POINTER
-        if pointer.is_file():
-            name = pointer.read_text().strip()
-            if CHECKPOINT_PATTERN.match(name) and (self.directory / name).is_file():
-                return self.directory / name
+        try:
+            name = read_bounded(pointer, POINTER_LIMIT_BYTES, "").decode("ascii").strip()
+        except (OSError, ConfigError, UnicodeDecodeError):  # missing, damaged or not a file: the files decide
+            name = ""
+        if CHECKPOINT_PATTERN.fullmatch(name) and (self.directory / name).is_file():
+            return self.directory / name
         files = self._checkpoints_newest_first()
         return files[0][1] if files else None
 
@@ -192,8 +185,11 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> tup
     """(state, None) for a dlscale checkpoint; (None, error) for a damaged file (DamagedCheckpoint when its
     CRC-32 disagrees); ConfigError for a file dlscale did not write (a plain pickle, or forbidden objects
     in an archive), which is never loaded. Every byte is checked against the CRC-32 before torch.load."""
-    with open(path, "rb") as file:
-        head = file.read(4)
+    try:
+        with open(path, "rb") as file:
+            head = file.read(4)
+    except OSError as error:
+        raise _unreadable(path, error) from None
     if head.startswith(PICKLE_HEADERS):
         raise ConfigError(f"{path} is a plain pickle, not a checkpoint dlscale wrote (those are torch zip archives); "
                           "it is not loaded: move it away, or resume from another file or --name")
@@ -205,8 +201,8 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> tup
             raise ConfigError(f"{path} holds objects that torch.load(weights_only=True) refuses; it was not "
                               f"written by dlscale and is not loaded: move it out of {path.parent}") from None
         return None, error
-    except PermissionError:
-        raise
+    except OSError as error:  # not damaged but not readable now: stop, rather than resume from an older one
+        raise _unreadable(path, error) from None
     except Exception as error:  # a damaged file fails in many ways (IndexError included)
         return None, error
     if not isinstance(state, dict) or "step" not in state:
@@ -214,6 +210,12 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> tup
     if not verified:
         _warn(f"checkpoint {path} carries no checksum (dlscale wrote it before it stored them); loaded unverified")
     return state, None
+
+
+def _unreadable(path: Path, error: OSError) -> ConfigError:
+    return ConfigError(f"checkpoint {path} cannot be read ({error.strerror or error}); make it readable and run the "
+                       "same command again (it is not skipped: the run would resume from an older checkpoint), or "
+                       "move it away")
 
 
 def what_is_wrong(error: BaseException) -> str:
@@ -253,15 +255,6 @@ def _check_weights_only_loadable(path: Path) -> None:
             "the checkpoint state holds objects that torch.load(weights_only=True) refuses; "
             f"store plain tensors, dicts, lists, numbers and strings ({error})"
         ) from None
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the rename itself durable (POSIX: the directory entry lives in the directory)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # ---------------------------------------------------------------------- RNG state

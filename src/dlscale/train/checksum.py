@@ -45,11 +45,17 @@ class _Crc32Writer:
         self.file = file
         self.crc32 = 0
         self.tail = b""
+        self.failed: OSError | None = None
+        """What the file refused (a full disk): torch.save's zip writer reports it as `unexpected pos`."""
 
     def write(self, data: Any) -> int:
         self.crc32 = zlib.crc32(data, self.crc32)
         self.tail = (self.tail + bytes(memoryview(data)[-END_RECORD_BYTES:]))[-END_RECORD_BYTES:]
-        return self.file.write(data)
+        try:
+            return self.file.write(data)
+        except OSError as error:
+            self.failed = error
+            raise
 
     def flush(self) -> None:
         self.file.flush()
@@ -59,8 +65,13 @@ def save_with_checksum(payload: Any, file: BinaryIO) -> None:
     """torch.save(payload) into `file` (open for writing, at its start), then the archive's CRC-32 as its
     zip comment: the end record's comment length, then the comment, written over and after its last 2 bytes."""
     writer = _Crc32Writer(file)
-    with _torch_record_crc32_off():
-        torch.save(payload, writer)
+    try:
+        with _torch_record_crc32_off():
+            torch.save(payload, writer)
+    except RuntimeError:
+        if writer.failed is not None:  # the file's own error (ENOSPC, EDQUOT, ...), not torch's account of it
+            raise writer.failed from None
+        raise
     if not (writer.tail.startswith(END_OF_ARCHIVE) and writer.tail.endswith(b"\0\0")):
         raise RuntimeError("torch.save did not end the archive with a comment-less end record; "
                            "dlscale cannot store the checkpoint's checksum")

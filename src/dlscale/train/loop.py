@@ -24,8 +24,8 @@ from dlscale.config.sections import TrainConfig
 from dlscale.data import DatasetInfo, build_loaders
 from dlscale.data.counting import ReadMeter, count_reads
 from dlscale.data.device import DeviceFeed, DeviceNormalizer, for_device
-from dlscale.distributed import DistEnv, broadcast_from_main, init_process_group, select_device, sum_over_ranks
-from dlscale.errors import ConfigError, DlscaleError, StorageError
+from dlscale.distributed import DistEnv, broadcast_from_main, init_process_group, on_main, select_device, sum_over_ranks
+from dlscale.errors import ConfigError
 from dlscale.metrics.compile import CompileWatch, counting_replays, timed_first_step
 from dlscale.metrics.compile import describe as describe_compile
 from dlscale.metrics.cost import train_costs
@@ -40,7 +40,7 @@ from dlscale.metrics.tracking import TrackingTarget
 from dlscale.models import build_model
 from dlscale.models.memory import check_fits, footprint
 from dlscale.precision import build_precision, precision_note
-from dlscale.rundir import RunDir, check_output_file, to_jsonable
+from dlscale.rundir import RunDir, check_output_file, run_path, to_jsonable
 from dlscale.train.checkpoint import CheckpointManager
 from dlscale.train.evaluate import evaluate
 from dlscale.train.finished import finished
@@ -111,7 +111,7 @@ def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path
     with PreemptionHandler() as preemption:
         device = select_device(env, cfg.device)
         init_process_group(env, device, cfg.pg_timeout_s, one_rank_group=cfg.strategy.wrap_single_rank)
-        run_dir = RunDir(Path(output_dir) / (cfg.name or run_name))
+        run_dir = RunDir(run_path(output_dir, cfg.name or run_name))
         lock = _claim(run_dir, env, raport_file)  # before anything is built or written: one run per directory
         try:
             done = _finished(run_dir, cfg, env)
@@ -129,19 +129,13 @@ def fit(cfg: TrainConfig, env: DistEnv, *, run_name: str, output_dir: str | Path
 
 def _claim(run_dir: RunDir, env: DistEnv, raport_file: str | None) -> RunDir | None:
     """Rank 0 checks its outputs, creates and locks the run directory; every rank raises rank 0's error, if any."""
-    lock, error = None, None
-    if env.is_main:
-        try:
-            if raport_file:
-                check_output_file(raport_file, "--raport-file")
-            lock = run_dir.claim()
-        except DlscaleError as raised:
-            error = raised
-    found = broadcast_from_main(None if error is None else (type(error).__name__, str(error)))
-    if found is not None:
-        kind, message = found
-        raise error or (StorageError if kind == "StorageError" else ConfigError)(message)
-    return lock
+
+    def claim() -> RunDir:
+        if raport_file:
+            check_output_file(raport_file, "--raport-file")
+        return run_dir.claim("train", name_flag="--name", reuse=True)  # a run resumes in its own directory
+
+    return on_main(env.is_main, claim)
 
 
 def _finished(run_dir: RunDir, cfg: TrainConfig, env: DistEnv) -> tuple[str, dict] | None:
@@ -256,6 +250,27 @@ def check_memory(cfg: TrainConfig, env: DistEnv, device: torch.device, plan: Pla
                      train=not (cfg.sync_batchnorm and env.is_distributed))  # SyncBatchNorm counts every rank's
     check_fits(need, device, settings=settings, amp=cfg.precision.startswith("amp"),
                ranks_on_host=env.local_world_size if device.type == "cpu" else 1)
+    _check_last_batch(cfg, env, plan, info)
+
+
+def _check_last_batch(cfg: TrainConfig, env: DistEnv, plan: Plan, info: DatasetInfo) -> None:
+    """A kept partial last batch (data.drop_last=false, HAL's recipe) of one image per rank, which BatchNorm in
+    training cannot normalise where the model leaves one value per channel: refused now, not at the end of the
+    first epoch."""
+    per_rank_samples = -(-info.train_size // env.world_size)
+    last = per_rank_samples % plan.per_rank_batch
+    reached = plan.steps_per_epoch * plan.per_rank_batch >= per_rank_samples
+    if cfg.data.drop_last or last != 1 or not reached or cfg.model.norm != "batch" \
+            or (cfg.sync_batchnorm and env.is_distributed):
+        return
+    try:
+        footprint(cfg.model.name, num_classes=info.num_classes, width=cfg.model.width, norm=cfg.model.norm,
+                  batch=1, image_size=info.image_size)
+    except ConfigError:
+        raise ConfigError(f"the last batch of every epoch holds 1 image per rank ({info.train_size:,} training "
+                          f"images over {env.world_size} rank(s) in batches of {plan.per_rank_batch}), and BatchNorm "
+                          f"cannot train on one image at {info.image_size} px (one value per channel): set "
+                          "data.drop_last=true, or change the batch") from None
 
 
 def _seed(seed: int, deterministic: bool, device: torch.device) -> None:

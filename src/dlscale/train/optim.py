@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 
 from dlscale.config.sections import LR_SCALING_RULES, WEIGHT_DECAY_EXEMPTIONS, OptimConfig
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 
 # Modules whose parameters (affine scale and shift) never get weight decay when the
 # exclusion is on. `_NormBase` covers every BatchNorm (incl. SyncBatchNorm, lazy ones)
@@ -54,7 +54,7 @@ def scaled_lr(base_lr: float, global_batch: int, reference_batch: int, rule: str
         return base_lr * global_batch / reference_batch
     if rule == "sqrt":
         return base_lr * math.sqrt(global_batch / reference_batch)
-    raise ConfigError(f"optim.lr_scaling={rule!r} is unknown; use one of {LR_SCALING_RULES}")
+    raise ConfigError(f"optim.lr_scaling={shown(rule)} is unknown; use one of {LR_SCALING_RULES}")
 
 
 def param_groups(
@@ -74,7 +74,7 @@ def param_groups(
     their first name); frozen parameters are left out; empty groups are dropped.
     """
     if exemption not in WEIGHT_DECAY_EXEMPTIONS:
-        raise ConfigError(f"optim.weight_decay_exemption={exemption!r}: use one of {WEIGHT_DECAY_EXEMPTIONS}")
+        raise ConfigError(f"optim.weight_decay_exemption={shown(exemption)}: use one of {WEIGHT_DECAY_EXEMPTIONS}")
     decay: list[nn.Parameter] = []
     no_decay: list[nn.Parameter] = []
     seen: set[int] = set()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 
 MAY_CHANGE = (
     "log_every", "checkpoint.", "pg_timeout_s", "target_accuracy", "name", "val_batch_size", "device",
@@ -66,7 +66,7 @@ def check_resume(saved: dict, current: dict, *, run: str) -> dict[str, tuple[Any
 
     refused = {key: change for key, change in changes.items() if not allowed(key)}
     if refused:
-        listed = ", ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in refused.items())
+        listed = ", ".join(f"{key} {shown(old)} -> {shown(new)}" for key, (old, new) in refused.items())
         raise ConfigError(f"{run} was trained with other settings ({listed}); resuming would mix two runs: "
                           "start a new one with --name NEW, or resume with the run's own settings")
     return changes

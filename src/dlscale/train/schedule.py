@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from dlscale.config.sections import ScheduleConfig
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 
 
 class LRSchedule:
@@ -185,8 +185,8 @@ class LRSchedule:
         ):
             if state[key] != ours:
                 raise ConfigError(
-                    f"the checkpoint's schedule has {key}={state[key]!r} but this run has "
-                    f"{ours!r}; resume with the same schedule, batch size and world size"
+                    f"the checkpoint's schedule has {key}={shown(state[key])} but this run has "
+                    f"{shown(ours)}; resume with the same schedule, batch size and world size"
                 )
         self.best = float(state["best"])
         self.num_bad_epochs = int(state["num_bad_epochs"])

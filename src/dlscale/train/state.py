@@ -17,7 +17,7 @@ from torch import nn
 from dlscale.distributed import barrier, min_over_ranks
 from dlscale.errors import ConfigError, StorageError
 from dlscale.precision import Precision
-from dlscale.rundir import to_jsonable
+from dlscale.rundir import storage_cause, to_jsonable
 from dlscale.train.checkpoint import (
     CheckpointManager,
     capture_rng_state,
@@ -83,9 +83,9 @@ class RunState:
         if failure is not None:
             previous = self.checkpoints.latest_path()
             kept = f"the previous checkpoint, {previous}, is intact" if previous else "no earlier checkpoint exists"
-            raise StorageError(f"writing a checkpoint into {self.checkpoints.directory} failed "
-                               f"({failure.strerror or failure}); {kept}: free space and run the same command to "
-                               "resume")
+            cause, advice = storage_cause(failure)
+            raise StorageError(f"writing a checkpoint into {self.checkpoints.directory} failed ({cause}); {kept}: "
+                               f"{advice + ' and ' if advice else ''}run the same command to resume")
         if not everyone_ok:
             raise StorageError("rank 0 could not write the checkpoint (its error says why); the previous checkpoint "
                                "is intact: run the same command to resume")
