@@ -32,8 +32,8 @@ def _last_line(result) -> str:
 def test_a_workers_refused_flag_is_the_last_line(tmp_path):
     done = run_process([*AGENT, "-m", "dlscale", "bench", "--no-such-flag"], tmp_path)
     assert done.returncode == 2
-    assert _last_line(done) == ("dlscale torchrun: rank 0 failed: dlscale: error: unrecognized arguments: "
-                                "--no-such-flag (see `dlscale --help`)")
+    assert _last_line(done) == ("dlscale torchrun: rank 0 failed: dlscale bench: error: unrecognized arguments: "
+                                "--no-such-flag (see `dlscale bench --help`)")
 
 
 def test_a_worker_that_records_nothing_is_its_stderrs_last_line_where_torchrun_kept_it(tmp_path):
