@@ -7,8 +7,8 @@
     python benchmarks/gpu.py --device cpu --out DIR             # a tiny rehearsal of the orchestration
 
 Part 1, in order (docs/benchmarks.md explains each table):
-  wheels       nvImageCodec's and nvJPEG's wheels (--wheels, default .whl) installed into the work directory and put
-               first on the commands' PYTHONPATH; whether nvImageCodec decodes on the GPU, and on which backend
+  wheels       nvImageCodec's and nvJPEG's wheels (--wheels, default .whl) installed into the work directory, first
+               on the nvImageCodec runs' PYTHONPATH; whether nvImageCodec decodes on the GPU, and on which backend
   env          GPU, driver, torch, CUDA, cuDNN, NCCL, CPU, Pillow, torchvision, timm, nvImageCodec
   decode       a 30,720-file JPEG tree; `dlscale train` with the compiled default (batch 512) on synthetic input,
                then on JPEGs through nvImageCodec's hardware decoder (region decode), 15 loader threads, the best

@@ -162,8 +162,10 @@ def loader_run(arrangement: Arrangement, f: Features, shape: DataShape) -> Run:
             "--image-size", str(shape.size), "--device", f.device, "--prewarm", "--out", f"{{work}}/loader-{slug}"]
     rate = LOADER_RATES[arrangement.decode] if f.device == "cuda" else LOADER_RATES["cpu"]
     estimate = STARTUP_S[f.device] + (batches + 2 * workers) * shape.loader_batch / rate
+    alone = ("the device decoding every file (share 1): its device ms per image sets the share" if arrangement.shared
+             else "the pipeline alone")
     return Run(f"loader {arrangement.name}", argv, "loader", estimate, output=f"{{work}}/loader-{slug}/summary.json",
-               settings=f"{_settings(arrangement, f)}; the pipeline alone, batch {shape.loader_batch}, to the device",
+               settings=f"{_settings(arrangement, f)}; {alone}, batch {shape.loader_batch}, to the device",
                sets=arrangement.name, nvjpg=True)
 
 

@@ -25,8 +25,8 @@ from gpu_campaign.report import RULE, helps
 
 
 def wheels_stage(f: Features) -> Stage:
-    """nvImageCodec and its nvJPEG installed from --wheels into the work directory, first on the commands' PYTHONPATH
-    where nvImageCodec then decodes on the device (wheels.py); where it cannot, the runs that need it say why."""
+    """nvImageCodec and its nvJPEG installed from --wheels into the work directory, first on the PYTHONPATH of the
+    runs that need it where nvImageCodec then decodes on the device (wheels.py); where it cannot, they say why."""
     argv = ["benchmarks/gpu_campaign/wheels.py", "--wheels", f.wheels_dir, "--target", "{work}/wheels",
             "--device", f.device, "--json", "{work}/wheels.json"]
     found = ", ".join(f.wheels) or f"none in {f.wheels_dir} (scripts/gpu-wheels.sh downloads them)"
@@ -99,8 +99,9 @@ BUDGET_S = {1: 455.0, 2: 455.0}
 start (3 s), the stopping of a command at the deadline (runner._stop: 10 s at most) and the removal of the work
 directory and the writing of its files (5 s) after it."""
 
-NEEDS_WHEELS = ("decode", "pytest", "gputests")
-"""Stages whose runs use nvImageCodec: --stages runs the wheels stage before them."""
+NEEDS_WHEELS = ("decode",)
+"""Stages with runs that use nvImageCodec: --stages runs the wheels stage before them. Only those runs (Run.needs) get
+the wheels on their PYTHONPATH: the GPU tier tests the machine's own environment, as its tests were written for."""
 
 OPTIONAL = frozenset(STAGES) - {name for names in PARTS.values() for name in names}
 """Stages in neither plan (--stages runs them): the measurements behind the earlier defaults."""

@@ -5,7 +5,6 @@ environment (ctx.env)."""
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -94,13 +93,14 @@ def read_loader(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
 
 
 def read_wheels(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
-    """wheels.py's record: where nvImageCodec was installed goes first on the commands' PYTHONPATH; where it cannot
-    decode the device path, "unavailable:nvimgcodec" says why (the runs that need it are not started)."""
+    """wheels.py's record: where nvImageCodec was installed goes first on the PYTHONPATH of the runs that need it
+    ("pythonpath:nvimgcodec"; the others run in the machine's own environment); where it cannot decode the device
+    path, "unavailable:nvimgcodec" says why (the runs that need it are not started)."""
     record = json.loads(path.read_text())
     if record.get("unavailable"):
         ctx.values["unavailable:nvimgcodec"] = record["unavailable"]
     elif record.get("target"):
-        ctx.env["PYTHONPATH"] = os.pathsep.join(filter(None, [record["target"], ctx.env.get("PYTHONPATH")]))
+        ctx.values["pythonpath:nvimgcodec"] = record["target"]
     return {"value": None, "unit": None, "details": record}
 
 

@@ -110,6 +110,16 @@ def _sampler(run: Run, ctx: Context):
     return sampler, None
 
 
+def _environment(run: Run, ctx: Context) -> dict[str, str]:
+    """The command's environment: the campaign's, its own, and first on its PYTHONPATH what it needs installed
+    (ctx.values "pythonpath:<needs>": the wheels stage's folder)."""
+    env = {**ctx.env, **run.env}
+    installed = ctx.values.get(f"pythonpath:{run.needs}") if run.needs else None
+    if installed:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [installed, env.get("PYTHONPATH")]))
+    return env
+
+
 def execute(run: Run, ctx: Context, stage: str, round_index: int, deadline: float) -> dict:
     """Run one command until it ends or the deadline; its record for gpu.json."""
     argv = [ctx.fill(a, round_index) for a in run.argv]
@@ -123,7 +133,7 @@ def execute(run: Run, ctx: Context, stage: str, round_index: int, deadline: floa
         return {**record, **refused}
     sampler, engines = _sampler(run, ctx)
     started = time.monotonic()
-    process = subprocess.Popen([ctx.python, *argv], cwd=ctx.root, env={**ctx.env, **run.env}, text=True,
+    process = subprocess.Popen([ctx.python, *argv], cwd=ctx.root, env=_environment(run, ctx), text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     limit = run_limit_s(run.estimate_s)
     try:

@@ -106,7 +106,7 @@ def test_the_cpu_rehearsal_runs_the_same_commands_with_stand_ins():
 def test_the_wheels_stage_runs_before_the_stages_that_use_nvimgcodec():
     assert parts.PARTS[1][:3] == ["wheels", "env", "decode"]
     assert [s.name for s in parts.build_plan(GPU, {"decode": None})] == ["wheels", "env", "decode"]
-    assert [s.name for s in parts.build_plan(GPU, {"peers": None})] == ["env", "peers"]
+    assert [s.name for s in parts.build_plan(GPU, {"peers": None, "pytest": None})] == ["env", "peers", "pytest"]
     f = dataclasses.replace(GPU, wheels=("a.whl", "b.whl"), wheels_dir=".whl")
     (run,) = parts.wheels_stage(f).runs
     assert run.argv[:3] == ["benchmarks/gpu_campaign/wheels.py", "--wheels", ".whl"] and "a.whl, b.whl" in run.settings
@@ -179,7 +179,7 @@ def test_a_device_loader_too_slow_for_the_epochs_keeps_its_train_run_from_starti
 
 def test_without_nvimgcodec_its_rows_are_skipped_with_the_wheels_reason_and_the_rest_goes_on(tmp_path):
     """The wheels stage's record says nvImageCodec cannot decode here: the runs that need it are recorded as
-    unavailable with that reason, never started; where it installed, its folder goes first on PYTHONPATH."""
+    unavailable with that reason, never started; where it installed, its folder goes first on their PYTHONPATH."""
     record = tmp_path / "wheels.json"
     why = "nvImageCodec is not installed: pip install 'dlscale[gpu]' (pip could not install x.whl: exit 1)"
     record.write_text(json.dumps({"wheels": ["x.whl"], "target": None, "unavailable": why}))
@@ -192,11 +192,17 @@ def test_without_nvimgcodec_its_rows_are_skipped_with_the_wheels_reason_and_the_
     by_name = {r["name"]: r for r in result["runs"]}
     assert by_name["loader nvimgcodec"]["status"] == "unavailable" and by_name["loader nvimgcodec"]["error"] == why
     assert not ran.exists() and by_name["loader threads"]["status"] == "ok"
+    # installed: its folder first on the PYTHONPATH of the runs that need it, and only theirs
     installed = _context(tmp_path)
     installed.env["PYTHONPATH"] = "/src"
     record.write_text(json.dumps({"wheels": ["x.whl"], "target": "/work/wheels", "unavailable": None}))
     readers.read_wheels(P.Run("install wheels", [], "wheels", 1.0), "", record, installed)
-    assert installed.env["PYTHONPATH"] == "/work/wheels:/src" and "unavailable:nvimgcodec" not in installed.values
+    for name, need in (("needs", "nvimgcodec"), ("plain", None)):
+        said = f"pathlib.Path({str(tmp_path / name)!r}).write_text(os.environ['PYTHONPATH'])"
+        shows = ["-c", f"import os, pathlib; {said}"]
+        assert runner.execute(P.Run(name, shows, "none", 1.0, needs=need), installed, "decode", 0,
+                              time.monotonic() + 60)["status"] == "ok"
+    assert (tmp_path / "needs").read_text() == "/work/wheels:/src" and (tmp_path / "plain").read_text() == "/src"
 
 
 @pytest.mark.slow
