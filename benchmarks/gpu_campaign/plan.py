@@ -138,10 +138,11 @@ class Features:
     """The levers that helped in an earlier run (--after) or were named (--combined): the combined stage."""
 
 
-WHOLE = {"train": 0.9, "loader": 1.0, "pytest": 1.0}
+WHOLE = {"train": 0.9, "alternate": 0.9, "loader": 1.0, "pytest": 1.0}
 """Readers whose figure needs the command's end, and the share of its estimate that must be left for it to
-start: a `dlscale train` or `dlscale loader` run stopped before its end has no figure (the train runs' estimates are
-close to what they take), and a test tier stopped part way counts only part of its tests."""
+start: a `dlscale train`, alternate.py or `dlscale loader` run stopped before its end has no figure (the train and
+alternated runs' estimates are close to what they take), and a test tier stopped part way counts only part of its
+tests."""
 
 
 def may_start(left_s: float, estimate_s: float, reader: str = "") -> bool:

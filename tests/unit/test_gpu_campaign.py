@@ -341,6 +341,8 @@ def test_a_train_run_starts_only_when_it_can_end_since_a_stopped_one_has_no_figu
     # a loader or a test tier needs all its estimate (stopped early, it has no figure); any other command half of it
     assert P.may_start(64.0, 64.0, "loader") and not P.may_start(63.0, 64.0, "loader")
     assert not P.may_start(149.0, 150.0, "pytest") and P.may_start(150.0, 150.0, "pytest")
+    # an alternated run writes its figures at its end: the floor's 501 s do not start with a minute left
+    assert not P.may_start(60.0, 501.0, "alternate") and P.may_start(451.0, 501.0, "alternate")
     assert P.may_start(52.0, 64.0, "none") and not P.may_start(31.0, 64.0, "none")
     ctx = _context(tmp_path, deadline_s=5.0)
     record = runner.execute(P.Run("train JPEG fast", ["-c", "pass"], "train", 6.0), ctx, "decode", 0, ctx.deadline)
