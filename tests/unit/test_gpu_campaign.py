@@ -73,6 +73,7 @@ def test_the_default_plans_fit_the_machine():
     assert not any(line.startswith(("baseline", "levers_a")) for line in dropped), dropped
 
 
+@pytest.mark.slow
 def test_the_tiers_selection_leaves_out_both_max_autotune_cases():
     """-k takes the test ids as written: "max_autotune" matched none of "[max-autotune]" and
     "[max-autotune-no-cudagraphs]" (the tier ran them); "max-autotune" leaves out both and keeps the others."""
