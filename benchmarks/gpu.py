@@ -1,19 +1,26 @@
-"""The GPU campaign: two commands that test and measure dlscale on a CUDA machine with no network.
+"""The GPU campaign: one command that tests and measures dlscale on a lent CUDA machine with no network.
 
-    PYTHONPATH=src python3 benchmarks/gpu.py --out DIR --timm-benchmark PATH        # part 1, under 8 minutes
-    PYTHONPATH=src python3 benchmarks/gpu.py --part 2 --out DIR2 --timm-benchmark PATH   # part 2, under 4
+    scripts/gpu-wheels.sh                                       # here: nvImageCodec's wheels into .whl/, timm's script
+    PYTHONPATH=src python3 benchmarks/gpu.py --out DIR          # part 1 there: the loan's one command, under 8 minutes
+    PYTHONPATH=src python3 benchmarks/gpu.py --part 2 --out DIR --timm-benchmark PATH    # part 2, a later loan's
     python benchmarks/gpu.py --dry-run                          # both plans: every command, estimated times
     python benchmarks/gpu.py --device cpu --out DIR             # a tiny rehearsal of the orchestration
 
 Part 1, in order (docs/benchmarks.md explains each table):
-  env          GPU, driver, torch, CUDA, cuDNN, NCCL, CPU, Pillow, torchvision, timm
-  baseline     the compiled GPU default (`dlscale bench`, no flags) from an empty inductor cache: its img/s,
-               the throughput goal's figure, and its compile facts
-  decode       a 30,720-file JPEG tree: `dlscale loader` per decode path; benchmarks/decode_overlap.py; `dlscale
-               train` with the compiled default on synthetic input and on JPEGs decoded on the GPU, shared with
-               the loader workers and on the CPU
+  wheels       nvImageCodec's and nvJPEG's wheels (--wheels, default .whl) installed into the work directory, first
+               on the nvImageCodec runs' PYTHONPATH; whether nvImageCodec decodes on the GPU, and on which backend
+  env          GPU, driver, torch, CUDA, cuDNN, NCCL, CPU, Pillow, torchvision, timm, nvImageCodec
+  decode       a 30,720-file JPEG tree; `dlscale train` with the compiled default (batch 512) on synthetic input,
+               then on JPEGs through nvImageCodec's hardware decoder (region decode), 15 loader threads, the best
+               earlier device arrangement (nvJPEG fed by a thread, the decode shared) and 15 worker processes, each
+               after its `dlscale loader` run; NVML's JPEG-engine utilisation during each
+  floor        the compiled default against coordinate-descent tuning and the levers that helped (--after,
+               --combined), alternated: the throughput floor
+  pytest       the GPU test tier (`pytest -m gpu`), only where its estimate fits what is left
 Part 2, in order:
   env          as in part 1
+  baseline     the compiled GPU default (`dlscale bench`, no flags) from an empty inductor cache: its img/s and
+               compile facts
   levers_a     batch 768 against the default at its batch, 512, alternated (the newest GPU tests beside its
                compilations)
   ddp          the DDP wrapper on one GPU (one-rank NCCL group) against the unwrapped default, alternated (the
@@ -24,25 +31,27 @@ Part 2, in order:
                compiled: the GPU default and timm's benchmark.py --torchcompile at the default's batch
   combined     the levers that beat the default by 1% or more in most rounds (this run's and --after's),
                together, against the default
-Other stages (--stages NAME[,NAME]): levers_b (coordinate-descent tuning: its compile takes minutes), gputests,
-pytest (alone), choices, data, progression.
+Other stages (--stages NAME[,NAME]): levers_b (coordinate-descent tuning at batch 256), gputests, choices,
+progression.
 
-The campaign's compiles share one inductor cache (--inductor-cache; part 1 empties it first), so a
-configuration compiled once compiles again in seconds, in part 2 too on the same machine.
+The campaign's compiles share one inductor cache (--inductor-cache; emptied first where the plan has the baseline),
+so a configuration compiled once compiles again in seconds on the same machine.
 
 This process only orchestrates: each measurement is its own subprocess (`python -m dlscale ...`, with
 src/ on PYTHONPATH when dlscale is not installed). Every stage has a time budget and the campaign a
-deadline (--budget-s); a command that fails or runs out of time is recorded and the rest still runs.
-DIR receives three files: gpu.json (environment, every figure with its command), gpu.md (the
-tables) and gpu.log (every command's output); gpu.json and gpu.md are rewritten after each stage. Every
-ratio in gpu.md is of two figures of this run; --compare adds an earlier run of the same machine beside it,
-its ratios marked as across runs, and is refused for another machine's.
+deadline (--budget-s); a command that fails or runs out of time is recorded and the rest still runs, and a
+command whose estimate does not fit what is left is not started. DIR receives three files: gpu.json (environment,
+every figure with its command), gpu.md (the tables) and gpu.log (every command's output); gpu.json and gpu.md are
+rewritten after each command, so that a campaign killed part way keeps what ended (SIGTERM also stops the
+command that runs and writes them). Every ratio in gpu.md is of two figures of this run; --compare adds an earlier
+run of the same machine beside it, its ratios marked as across runs, and is refused for another machine's.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import importlib.util
 import io
@@ -50,6 +59,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -60,7 +70,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from gpu_campaign import parts, report  # noqa: E402
+from gpu_campaign import decode, nvjpg, parts, report  # noqa: E402
 from gpu_campaign import plan as P  # noqa: E402
 from gpu_campaign.runner import Context, run_stage  # noqa: E402
 
@@ -71,6 +81,16 @@ GPU_TEST_FILES = ("tests/gpu/test_gpu_decode.py", "tests/gpu/test_gpu_ddp.py", "
                   "tests/gpu/test_gpu_comm_header.py", "tests/gpu/test_gpu_bench_curve.py")
 """The gputests stage: the GPU tests of the newest work, those this checkout has (no GPU has run the last three
 yet)."""
+
+WHEELS = ".whl"
+"""The wheels stage's folder of wheels (--wheels), git-ignored: scripts/gpu-wheels.sh fills it."""
+
+GPU_MACHINE_PACKAGES = {"torchvision": True, "timm": True, "xdist": True}
+"""What the lent GPU machine has installed (the environment of every record in docs/results/: torchvision 0.26, timm
+1.0.29, pytest-xdist 3.8): a dry run on a machine without a GPU plans with them."""
+
+CARRY_MIB = 64
+"""What the run tool carries to the GPU machine in git-ignored folders (the wheels and timm's script)."""
 
 INDUCTOR_CACHE = Path("/tmp/dlscale-campaign-inductor")
 """The campaign's inductor cache (TORCHINDUCTOR_CACHE_DIR of every command)."""
@@ -108,7 +128,8 @@ def parses(*argv: str) -> bool:
     return True
 
 
-def features(device: str, timm_script: Path | None, cores: int, combined: list[str] | None = None) -> P.Features:
+def features(device: str, timm_script: Path | None, cores: int, combined: list[str] | None = None,
+             wheels: Path = Path(WHEELS)) -> P.Features:
     found = lambda name: importlib.util.find_spec(name) is not None  # noqa: E731
     script = None if timm_script is None else (timm_script if timm_script.is_absolute() else ROOT / timm_script)
     return P.Features(device=device, bench_flags=bench_flags(), torchvision=found("torchvision"), timm=found("timm"),
@@ -116,8 +137,38 @@ def features(device: str, timm_script: Path | None, cores: int, combined: list[s
                       timm_script_found=script is not None and script.is_file(), xdist=found("xdist"), cores=cores,
                       batch_list=parses("bench", "--batch-size", "16,32"),
                       gpu_decode=parses("loader", "--decode", "gpu"),
+                      loader_decoder=parses("loader", "--decoder", "nvimgcodec"),
                       gpu_test_files=tuple(f for f in GPU_TEST_FILES if (ROOT / f).is_file()),
-                      combined_flags=combined)
+                      combined_flags=combined, wheels=tuple(w.name for w in wheel_files(wheels)),
+                      wheels_dir=str(wheels))
+
+
+def wheel_files(folder: Path) -> list[Path]:
+    where = folder if folder.is_absolute() else ROOT / folder
+    return sorted(where.glob("*.whl")) if where.is_dir() else []
+
+
+def carry_line(wheels: Path, timm_script: Path | None) -> str:
+    """What the run tool sends to the GPU machine (the tree git does not ignore, and the git-ignored folders the
+    command names in carry: the wheels and timm's script) against its 64 MiB."""
+    sizes = {"the tree": _tree_bytes(), str(wheels): sum(w.stat().st_size for w in wheel_files(wheels))}
+    if timm_script is not None:
+        script = timm_script if timm_script.is_absolute() else ROOT / timm_script
+        sizes[str(timm_script)] = script.stat().st_size if script.is_file() else 0
+    total = sum(size or 0 for size in sizes.values())
+    listed = ", ".join(f"{name} {'?' if size is None else f'{size / 2**20:.1f}'} MiB" for name, size in sizes.items())
+    verdict = "within" if total <= CARRY_MIB * 2**20 else "MORE than"
+    return f"Sent to the GPU machine: {listed}: {total / 2**20:.1f} MiB, {verdict} the run tool's {CARRY_MIB} MiB."
+
+
+def _tree_bytes() -> int | None:
+    """The bytes of the files git tracks or would track here (what the run tool sends besides carry), or None."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                                capture_output=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sum((ROOT / name).stat().st_size for name in listed.decode().split("\0") if name and (ROOT / name).is_file())
 
 
 def parse_stages(text: str | None) -> dict[str, set[str] | None] | None:
@@ -155,6 +206,10 @@ def print_plan(stages: list[P.Stage], budget_s: float, pythonpath: bool, title: 
                     state = f"~{run.estimate_s:.0f} s" + (" per round" if kind == "run" and stage.rounds > 1 else "")
                     if run.min_rate:
                         state += f"; not started if {run.min_rate[0]} is under {run.min_rate[1]:.0f} img/s"
+                    if run.needs:
+                        state += f"; needs {run.needs} (the wheels stage)"
+                    if run.nvjpg:
+                        state += "; NVJPG sampled"
                 print(f"  {kind} {run.name} [{state}]\n    {run.command('python3', pythonpath)}")
     print(f"\nestimated total {total:.0f} s against a deadline of {budget_s:.0f} s; runs that would start after the "
           "deadline are recorded as not run (with the command to run them alone), extra rounds are dropped first.")
@@ -167,7 +222,20 @@ def estimates_note() -> str:
             "eager to compiled), the low end of an H100; torch.compile adds "
             + ", ".join(f"{seconds:.0f} s ({mode})" for mode, seconds in P.COMPILE_S.items())
             + " from an empty cache, about 15 s from the campaign's cache; alternated stages compile their "
-            "variants at once (the slowest x 1.5).")
+            "variants at once (the slowest x 1.2). A compiled train run adds "
+            + f"{decode.TRAIN_COMPILE_S['later']:.0f} s to its epochs ({decode.TRAIN_COMPILE_S['first']:.0f} s the "
+            "first after its graph was compiled, and that compile more from an empty cache); a loader run times its "
+            + f"batches at {decode.LOADER_RATES['fast']:,.0f} (CPU path) or {decode.LOADER_RATES['gpu']:,.0f} img/s "
+            "(device path). docs/benchmarks.md has the records each rests on.")
+
+
+class Stopped(BaseException):
+    """The campaign was told to stop (SIGTERM): what ended is kept. Not an Exception, so that no handler of a
+    broken stage or command takes it for one."""
+
+
+def _stop_campaign(signum, frame) -> None:
+    raise Stopped(f"stopped by signal {signum}")
 
 
 def run(stages: list[P.Stage], args, pythonpath: bool, device: str, f: P.Features) -> int:
@@ -189,39 +257,55 @@ def run(stages: list[P.Stage], args, pythonpath: bool, device: str, f: P.Feature
                 "inductor_cache_emptied": fresh, "combined_flags": args.combined_flags,
                 "python_executable": sys.executable, "device": device, "budget_s": args.budget_s,
                 "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "wall_s": 0.0,
-                "work_dir": str(work), "environment": None, "stages": {}, "goals": []}
+                "work_dir": str(work), "stopped": None, "environment": None, "stages": {}, "goals": []}
+
+    def save(stage_so_far: dict | None = None) -> None:
+        if stage_so_far is not None:
+            document["stages"] = {**ctx.results, stage_so_far["name"]: stage_so_far}
+        document["wall_s"] = time.monotonic() - started
+        document["goals"] = report.goals(document["stages"], device, (document["environment"] or {}).get("device_name"))
+        report.write_json(out / "gpu.json", document)
+        (out / "gpu.md").write_text(_markdown(document, args.compared))
+
+    code, previous = 0, signal.signal(signal.SIGTERM, _stop_campaign)
     try:
         with open(out / "gpu.log", "w") as log:
-            fallback_workers = str(P.data_shape(P.Features(device=device, cores=args.cores)).workers[-1])
+            sampled = any(run.nvjpg for stage in stages for run in stage.setup + stage.runs)
             ctx = Context(python=sys.executable, root=ROOT, work=work, env=child_env, log=log,
-                          deadline=started + args.budget_s, pythonpath=pythonpath,
-                          values={"workers": fallback_workers, "gpu_workers": fallback_workers})
+                          deadline=started + args.budget_s, pythonpath=pythonpath, on_record=save,
+                          nvjpg=nvjpg.sampler_factory() if sampled else None)
             for stage in stages:
-                if stage.name == "combined" and args.combined is None:  # the levers measured so far decide
-                    stage, flags = parts.combined_for_run(f, ctx.results, args.after_stages, args.rounds)
-                    document["combined_flags"] = flags
-                try:
-                    result = run_stage(stage, ctx)
-                except Exception:  # noqa: BLE001 - a broken stage is recorded; the others still run
-                    result = {"name": stage.name, "title": stage.title, "note": "", "budget_s": stage.budget_s,
-                              "estimate_s": stage.estimate_s(), "setup": [], "medians": {}, "ratios": [],
-                              "runs": [{"name": stage.name, "round": 0, "status": "error",
-                                        "error": traceback.format_exc()[-1500:]}]}
-                    ctx.say(f"stage {stage.name} broke:\n{traceback.format_exc()}")
-                ctx.results[stage.name] = result
-                if stage.name == "env" and result["runs"] and result["runs"][0].get("status") == "ok":
-                    document["environment"] = result["runs"][0]["details"]
-                document["stages"] = ctx.results
-                document["wall_s"] = time.monotonic() - started
-                document["goals"] = report.goals(ctx.results, device,
-                                                 document.get("environment", {}).get("device_name"))
-                report.write_json(out / "gpu.json", document)
-                (out / "gpu.md").write_text(_markdown(document, args.compared))
+                _run_stage(stage, ctx, args, f, document)
+                save()
+    except (Stopped, KeyboardInterrupt) as why:
+        code = 143 if isinstance(why, Stopped) else 130
+        document["stopped"] = f"{why or 'interrupted'} after {time.monotonic() - started:.0f} s; what ended is kept"
+        save()
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if not args.keep_work:
             shutil.rmtree(work, ignore_errors=True)
     print("\n" + (out / "gpu.md").read_text())
-    return 0
+    return code
+
+
+def _run_stage(stage: P.Stage, ctx: Context, args, f: P.Features, document: dict) -> None:
+    """One stage into ctx.results (a stage that breaks is recorded as such; the others still run)."""
+    if stage.name == "combined" and args.combined is None:  # the levers measured so far decide
+        stage, flags = parts.combined_for_run(f, ctx.results, args.after_stages, args.rounds)
+        document["combined_flags"] = flags
+    try:
+        result = run_stage(stage, ctx)
+    except Exception:  # noqa: BLE001 - a broken stage is recorded; the others still run
+        result = {"name": stage.name, "title": stage.title, "note": "", "budget_s": stage.budget_s,
+                  "estimate_s": stage.estimate_s(), "setup": [], "medians": {}, "ratios": [],
+                  "runs": [{"name": stage.name, "round": 0, "status": "error",
+                            "error": traceback.format_exc()[-1500:]}]}
+        ctx.say(f"stage {stage.name} broke:\n{traceback.format_exc()}")
+    ctx.results[stage.name] = result
+    if stage.name == "env" and result["runs"] and result["runs"][0].get("status") == "ok":
+        document["environment"] = result["runs"][0]["details"]
+    document["stages"] = ctx.results
 
 
 def _markdown(document: dict, compare: tuple[Path, dict] | None) -> str:
@@ -271,22 +355,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto",
                    help="cuda: the full campaign; cpu: a tiny rehearsal of everything a CPU can run")
     p.add_argument("--part", type=int, choices=sorted(parts.PARTS), default=1,
-                   help="which plan: 1 (8 minutes) or 2 (4 minutes, after part 1 on the same machine)")
+                   help="which plan: 1 (a loan's one command, under 8 minutes) or 2 (a later loan's)")
     p.add_argument("--dry-run", action="store_true", help="print both plans with estimated times; run nothing")
     p.add_argument("--stages", default=None,
-                   help="only these stages instead of a part's plan (env always runs), "
-                        "e.g. levers_a,peers:timm_benchmark.py")
+                   help="only these stages instead of a part's plan (env always runs, wheels before "
+                        f"{', '.join(parts.NEEDS_WHEELS)}), e.g. levers_a,peers:timm_benchmark.py")
     p.add_argument("--rounds", type=int, default=None, help="at most this many rounds per stage (default: the plan's)")
     p.add_argument("--budget-s", type=float, default=None,
                    help=f"the deadline in seconds (part 1 {parts.BUDGET_S[1]:.0f}, part 2 {parts.BUDGET_S[2]:.0f} on "
                         f"a GPU; {CPU_BUDGET_S:.0f} on a CPU)")
     p.add_argument("--timm-benchmark", type=Path, default=None, metavar="PATH",
                    help="timm's benchmark.py, the peer of the peers stage (not shipped: " + P.TIMM_SCRIPT_HINT + ")")
+    p.add_argument("--wheels", type=Path, default=Path(WHEELS), metavar="DIR",
+                   help="the wheels stage's *.whl files, relative to the repository root (scripts/gpu-wheels.sh "
+                        "downloads nvImageCodec's and nvJPEG's into .whl)")
     p.add_argument("--after", type=Path, default=None, metavar="GPU_JSON",
-                   help="an earlier run's gpu.json: the combined stage takes the levers that helped there, with "
-                        "those that helped in this run's levers stages")
+                   help="an earlier run's gpu.json: the combined and floor stages take the levers that helped there, "
+                        "the combined stage with those that helped in this run's levers stages")
     p.add_argument("--combined", default=None, metavar="FLAGS",
-                   help="the combined stage's `dlscale bench` flags, instead of reading them from --after")
+                   help="the combined and floor stages' `dlscale bench` flags, instead of reading them from --after")
     p.add_argument("--inductor-cache", type=Path, default=INDUCTOR_CACHE,
                    help="TORCHINDUCTOR_CACHE_DIR of every command (emptied first where the plan has the baseline)")
     p.add_argument("--compare", type=Path, default=None, metavar="GPU_JSON",
@@ -310,7 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     args.cores = args.cores or (16 if args.dry_run and args.device == "auto" and not has_cuda_gpu() else _cores())
     args.after_stages = _after_stages(args.after, p)
     args.combined_flags = _combined(args)
-    f = features(device, args.timm_benchmark, args.cores, args.combined_flags)
+    f = features(device, args.timm_benchmark, args.cores, args.combined_flags, args.wheels)
+    if args.dry_run and device == "cuda" and not has_cuda_gpu():  # the plan as the GPU machine would run it
+        f = dataclasses.replace(f, **GPU_MACHINE_PACKAGES)
     only = parse_stages(args.stages)
     budget = lambda part: args.budget_s or (parts.BUDGET_S[part] if device == "cuda" else CPU_BUDGET_S)  # noqa: E731
     if args.dry_run:
@@ -321,6 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print_plan(parts.build_plan(f, only, args.rounds), budget(args.part), pythonpath)
         print("\n" + estimates_note())
+        print(carry_line(args.wheels, args.timm_benchmark))
         return 0
     if args.out is None:
         p.error("--out DIR is required to run (or --dry-run)")

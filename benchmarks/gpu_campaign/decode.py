@@ -1,42 +1,229 @@
-"""The real-data stage of the compiled default: JPEGs decoded on the GPU (nvJPEG) and on the CPU against
-synthetic input, and the loader's rate and CPU time per image on each path.
+"""The real-data stage: `dlscale train` with the compiled GPU default (batch 512) on synthetic input and on JPEGs
+fed four ways, each JPEG arrangement with `dlscale loader`'s figures beside it, in the order of their value:
 
-`dlscale train` on the 30,720-file tree with the GPU default's settings (compiled, reduce-overhead): its
-training graph is the bench's, so it compiles from the campaign's inductor cache; evaluation adds a
-forward graph once. Goal (docs/benchmarks.md): JPEG with GPU decoding >= 0.90 of the synthetic rate, at
-most a third of the CPU path's CPU time per image.
+  synthetic       random uint8 images through the same loop: the denominator of every ratio
+  nvimgcodec      nvImageCodec's hardware decoder (the JPEG engines) with region decode, fed by a thread
+  threads         the CPU path, 15 loader threads
+  nvjpeg shared   the best device arrangement of the earlier runs: nvJPEG (torchvision) fed by a thread, the decode
+                  shared with 15 loader threads (data.device_decode_share from this run's loader runs)
+  processes       the CPU path, 15 worker processes: last, run where time is left
+
+Each JPEG arrangement is its `dlscale loader` run (the pipeline alone: img/s, CPU ms and device ms per image, which
+decoder and which of its backends decoded) and then its train run; NVML's JPEG-engine utilisation is sampled during
+each (nvjpg.py). The nvImageCodec rows need the wheels stage's nvImageCodec: without it they are recorded as
+unavailable with its reason. On a CPU (the rehearsal) the same commands run with tiny sizes: nvImageCodec's CPU
+backend stands in for the hardware decoder and Pillow for nvJPEG.
+
+`dlscale train`'s training graph is `dlscale bench`'s, so the first compiled run fills the campaign's inductor cache
+and the others compile from it; evaluation adds a forward graph once. Goal (docs/benchmarks.md): each JPEG run at
+0.90 of the synthetic run or more (0.95 the stretch).
 """
 
 from __future__ import annotations
 
-from gpu_campaign.plan import (
-    CPU_RATE,
-    LOADER_RATE,
-    RATES,
-    STARTUP_S,
-    TRAIN_EPOCHS,
-    Features,
-    Run,
-    Stage,
-    data_shape,
-    run_limit_s,
-    train_argv,
-)
+from dataclasses import dataclass
+
+from gpu_campaign.plan import COMPILE_S, CPU_RATE, RATES, STARTUP_S, WARM_COMPILE_S, Features, Run, Stage, run_limit_s
 
 COMPILED = {"speed.compile": "true", "speed.compile_mode": "reduce-overhead", "speed.cudnn_benchmark": "true"}
 """The GPU default's compile settings, as `--set` pairs of `dlscale train`."""
 
-LOADER_RATES = {"fast": 3000.0, "gpu": 4000.0}
-"""img/s of the campaign's two loader runs on the 16-core GPU machine, rounded down from what they measured
-(docs/benchmarks.md, "What the campaign's estimates rest on")."""
+LOADER_RATES = {"fast": 3000.0, "gpu": 4000.0, "cpu": 200.0}
+"""img/s of the loader runs: the CPU path and the device path on the 16-core GPU machine, rounded down from what
+they measured (docs/benchmarks.md, "What the campaign's estimates rest on"); any path on the 2-core CPU rehearsal."""
 
 TRAIN_COMPILE_S = {"first": 58.0, "later": 34.0}
-"""What a compiled train run adds to its training: the first finds the bench's training graph in the cache and
-compiles the evaluation's forward graph anew; later runs find both."""
+"""What a compiled train run adds to its training: the first after `dlscale bench` compiled its training graph
+finds that graph in the cache and compiles the evaluation's forward graph anew; later runs find both. The first run
+of an empty cache compiles the training graph too: COMPILE_S's reduce-overhead less WARM_COMPILE_S more."""
 
-OVERLAP_S = {"cuda": 60.0, "cpu": 8.0}
-"""benchmarks/decode_overlap.py: the probe, the calls and 2 rounds of 5 arrangements of 13 eager steps (on a GPU:
-about 12 s to start, 10 s of probes, 2-3 s per arrangement and round with the loader's restart)."""
+TRAIN_EPOCHS = 3
+"""Epochs of each train run, the first not counted: at batch 512 an epoch of the 30,720 files is 60 steps, twice
+the 30 batches 15 workers hold in flight."""
+
+
+@dataclass(frozen=True)
+class Arrangement:
+    """One way of feeding JPEGs to the device: its decode path, loader workers and device side."""
+
+    name: str
+    settings: str
+    decode: str
+    """data.decode: "gpu" (the device decodes) or "fast" (the loader workers)."""
+    workers_kind: str
+    workers: int
+    """Loader workers on the 16-core GPU machine (2 on the CPU rehearsal)."""
+    decoder: str | None = None
+    """data.decoder on a GPU (the device path); on the CPU rehearsal STAND_IN's."""
+    feed: str | None = None
+    """data.device_feed."""
+    shared: bool = False
+    """The decode shared with the loader workers at {share} (SHARE)."""
+
+
+ARRANGEMENTS = (
+    Arrangement("nvimgcodec", "nvImageCodec's hardware JPEG decoder, the training crop decoded as a region, fed by a "
+                "thread; {workers} loader threads read the files", "gpu", "thread", 8, "nvimgcodec", "thread"),
+    Arrangement("threads", "the CPU path: {workers} loader threads decode", "fast", "thread", 15),
+    Arrangement("nvjpeg shared", "nvJPEG (torchvision) fed by a thread, the decode shared with {workers} loader "
+                "threads (data.device_decode_share from this run's loader runs)", "gpu", "thread", 15, "nvjpeg",
+                "thread", shared=True),
+    Arrangement("processes", "the CPU path: {workers} worker processes decode", "fast", "process", 15),
+)
+"""The JPEG arrangements in order of value: the hardware decoder, the loader threads, the best device arrangement of
+the earlier runs (the decode shared and fed by a thread: the best device-path ratio in the records, with the feed the
+decode overlap probe chose there; docs/benchmarks.md), the worker processes where time is left."""
+
+STAND_IN = {"nvimgcodec": "nvimgcodec", "nvjpeg": "pillow"}
+"""The decoders of the CPU rehearsal: nvImageCodec's CPU backend (named: auto never takes it on the CPU device) and
+Pillow for nvJPEG, which decodes on CUDA only."""
+
+SHARE = ("nvjpeg shared", "threads")
+"""The loader run that sets {share}, its device-ms per image against the other's img/s (device_share), with the
+synthetic run's img/s as the model's."""
+
+
+@dataclass(frozen=True)
+class DataShape:
+    """The stage's sizes: on a GPU 30,720 files (3 GiB), 60 steps of 512 per epoch; each loader run times 4x the
+    batches its workers keep in flight, so that the prefetch queue cannot hide a loader slower than the model (an
+    epoch or sweep not much longer than the queue can)."""
+
+    unique: int
+    train: int
+    val: int
+    batch: int
+    loader_batch: int
+    size: int
+
+
+def data_shape(f: Features) -> DataShape:
+    if f.device == "cpu":  # two steps an epoch: the code paths of the GPU's, no statistics
+        return DataShape(unique=8, train=16, val=4, batch=8, loader_batch=8, size=32)
+    return DataShape(unique=256, train=30720, val=64, batch=512, loader_batch=256, size=224)
+
+
+def _workers(arrangement: Arrangement, f: Features) -> int:
+    return arrangement.workers if f.device == "cuda" else 2
+
+
+def _settings(arrangement: Arrangement, f: Features) -> str:
+    said = arrangement.settings.replace("{workers}", str(_workers(arrangement, f)))
+    if f.device != "cuda" and arrangement.decoder:
+        said += f" (the CPU rehearsal: {STAND_IN[arrangement.decoder]} on the CPU device)"
+    return said
+
+
+def _decoder(arrangement: Arrangement, f: Features) -> str | None:
+    if arrangement.decoder is None:
+        return None
+    return arrangement.decoder if f.device == "cuda" else STAND_IN[arrangement.decoder]
+
+
+def train_argv(shape: DataShape, name: str, f: Features, sets: dict[str, str], *, synthetic: bool = False
+               ) -> list[str]:
+    """`dlscale train` of the GPU default's model and settings (tiny on a CPU), 3 epochs at a constant LR."""
+    if f.device == "cpu":
+        model = {"model.name": "resnet18", "model.width": "8", "precision": "fp32", "log_every": "1", "device": "cpu",
+                 "speed.cudnn_benchmark": "false"}
+    else:
+        model = {"model.name": "resnet50", "precision": "amp_bf16", "log_every": "5", "device": "cuda",
+                 "speed.channels_last": "true", "speed.fused_optimizer": "true", **COMPILED}
+    every = {**model, "batch_size": str(shape.batch), "data.image_size": str(shape.size), "schedule.name": "constant",
+             "schedule.epochs": str(TRAIN_EPOCHS), "schedule.warmup_epochs": "0", "checkpoint.enabled": "false",
+             **sets}
+    if synthetic:
+        every.update({"data.name": "synthetic", "data.synthetic_size": str(shape.train),
+                      "data.synthetic_val_size": str(shape.val), "data.synthetic_classes": "4"})
+    data = [] if synthetic else ["--data", "{work}/jpegs"]
+    flags = [arg for key, value in every.items() for arg in ("--set", f"{key}={value}")]
+    return ["-m", "dlscale", "train", "--config", "imagenet:default", *data, *flags,
+            "--output-dir", "{work}/runs", "--name", f"train-{name.replace(' ', '-')}-{{round}}"]
+
+
+def train_estimates(f: Features, shape: DataShape) -> tuple[float, float]:
+    """(the first train run's, a later one's) seconds: the first compiles from the campaign's empty cache."""
+    if f.device == "cpu":
+        later = STARTUP_S["cpu"] + TRAIN_EPOCHS * shape.train / CPU_RATE + 3.0
+        return later, later
+    later = STARTUP_S["cuda"] + TRAIN_EPOCHS * shape.train / RATES["compiled"] + TRAIN_COMPILE_S["later"]
+    first = later + TRAIN_COMPILE_S["first"] - TRAIN_COMPILE_S["later"] + COMPILE_S["reduce-overhead"] - WARM_COMPILE_S
+    return first, later
+
+
+def loader_run(arrangement: Arrangement, f: Features, shape: DataShape) -> Run:
+    workers, decoder = _workers(arrangement, f), _decoder(arrangement, f)
+    # 4x the batches the workers hold in flight (2 each): what they made before the timer is at most a quarter
+    batches = 8 * workers if f.device == "cuda" else 4
+    slug = arrangement.name.replace(" ", "-")
+    argv = ["-m", "dlscale", "loader", "--data", "{work}/jpegs", "--decode", arrangement.decode,
+            *(["--decoder", decoder] if decoder else []), "--workers-kind", arrangement.workers_kind,
+            "--workers", str(workers), "--batch-size", str(shape.loader_batch), "--batches", str(batches),
+            "--image-size", str(shape.size), "--device", f.device, "--prewarm", "--out", f"{{work}}/loader-{slug}"]
+    rate = LOADER_RATES[arrangement.decode] if f.device == "cuda" else LOADER_RATES["cpu"]
+    estimate = STARTUP_S[f.device] + (batches + 2 * workers) * shape.loader_batch / rate
+    alone = ("the device decoding every file (share 1): its device ms per image sets the share" if arrangement.shared
+             else "the pipeline alone")
+    return Run(f"loader {arrangement.name}", argv, "loader", estimate, output=f"{{work}}/loader-{slug}/summary.json",
+               settings=f"{_settings(arrangement, f)}; {alone}, batch {shape.loader_batch}, to the device",
+               sets=arrangement.name, nvjpg=True)
+
+
+def train_run(arrangement: Arrangement, f: Features, shape: DataShape, estimate_s: float) -> Run:
+    sets = {"data.decode": arrangement.decode, "data.workers_kind": arrangement.workers_kind,
+            "data.num_workers": str(_workers(arrangement, f))}
+    decoder = _decoder(arrangement, f)
+    if decoder:
+        sets["data.decoder"] = decoder
+    if arrangement.feed:
+        sets["data.device_feed"] = arrangement.feed
+    if arrangement.shared:
+        sets["data.device_decode_share"] = "{share}"
+    run = Run(f"train JPEG {arrangement.name}", train_argv(shape, arrangement.name, f, sets), "train", estimate_s,
+              output=f"{{work}}/runs/train-{arrangement.name.replace(' ', '-')}-{{round}}",
+              settings=f"ImageFolder of JPEGs: {_settings(arrangement, f)}", nvjpg=True)
+    if arrangement.decode == "gpu" and not arrangement.shared:
+        # a device path slower than this cannot finish its epochs before it is stopped: not started at all
+        run.min_rate = (f"{arrangement.name}_ips", TRAIN_EPOCHS * shape.train / run_limit_s(estimate_s))
+    return run
+
+
+def _unavailable(arrangement: Arrangement, f: Features) -> str | None:
+    if arrangement.decode != "gpu":
+        return None
+    if not f.gpu_decode:
+        return "this dlscale loader has no --decode gpu"
+    if not f.loader_decoder:
+        return "this dlscale loader has no --decoder"
+    if f.device == "cuda" and arrangement.decoder == "nvjpeg" and not f.torchvision:
+        return "torchvision (nvJPEG) is not installed here"
+    return None
+
+
+def decode_stage(f: Features) -> Stage:
+    shape, device = data_shape(f), f.device
+    tree = Run("JPEG tree", ["benchmarks/gpu_campaign/jpeg_tree.py", "{work}/jpegs", "--unique", str(shape.unique),
+                             "--train", str(shape.train), "--val", str(shape.val)], "none",
+               11.0 if device == "cuda" else 6.0, settings=f"{shape.train} train JPEGs of 500x375 (~100 KiB)")
+    first, later = train_estimates(f, shape)
+    synthetic = Run("train synthetic", train_argv(shape, "synthetic", f, {"data.num_workers": "15" if device == "cuda"
+                                                                          else "2"}, synthetic=True),
+                    "train", first, output="{work}/runs/train-synthetic-{round}", sets="synthetic_ips", nvjpg=True,
+                    settings="random uint8 images, the same loop and model")
+    runs = [synthetic]
+    for arrangement in ARRANGEMENTS:
+        pair = [loader_run(arrangement, f, shape), train_run(arrangement, f, shape, later)]
+        for run in pair:
+            run.unavailable = _unavailable(arrangement, f)
+            run.needs = "nvimgcodec" if arrangement.decoder == "nvimgcodec" else None
+        runs += pair
+    what = "the compiled GPU default, batch 512" if device == "cuda" else "the tiny CPU model"
+    return Stage("decode", f"Real data: JPEGs fed four ways against synthetic input, {what}", 10_000.0, runs,
+                 setup=[tree], values={"share": "0.5"},
+                 ratios=[(f"train JPEG {a.name}", "train synthetic") for a in ARRANGEMENTS],
+                 note=f"`dlscale train`, {TRAIN_EPOCHS} epochs (the first not counted); each arrangement's loader run "
+                      "just before its train run, in the order of value; NVML's JPEG-engine utilisation sampled "
+                      "during each")
 
 
 def device_share(workers_ips: float | None, device_ms_per_image: float | None, model_ips: float) -> float:
@@ -53,94 +240,3 @@ def device_share(workers_ips: float | None, device_ms_per_image: float | None, m
         return 0.05
     on_device = (1 - workers_ips / model_ips) / (1 / model_ips + device_ms_per_image / 1000)
     return min(max(on_device / (workers_ips + on_device), 0.05), 1.0)
-
-
-ARRANGED = {"data.device_feed": "{device_feed}", "speed.step_stream": "{step_stream}"}
-"""The device path's train runs take the arrangement the overlap probe found fastest (read_overlap fills these)."""
-UNARRANGED = {"device_feed": "inline", "step_stream": "false"}
-"""The placeholders' values where the probe did not run: the defaults."""
-
-
-def _train(shape, name: str, *, synthetic: bool, decode: str | None, device: str, share: str | None = None
-           ) -> list[str]:
-    argv = train_argv(shape, name, synthetic=synthetic)
-    sets = dict(COMPILED) if device == "cuda" else {}
-    if decode is not None:
-        sets["data.decode"] = decode
-    if decode == "gpu":
-        sets.update(ARRANGED)
-    if share is not None:
-        sets["data.device_decode_share"] = share
-    for key, value in sets.items():
-        argv[argv.index("--output-dir"):argv.index("--output-dir")] = ["--set", f"{key}={value}"]
-    return argv
-
-
-def decode_stage(f: Features) -> Stage:
-    shape, device = data_shape(f), f.device
-    batch = 256 if device == "cuda" else int(shape.train_sets["batch_size"])  # the loader's; training takes 512
-    size = shape.train_sets["data.image_size"]
-    # the CPU path at the most workers (its rate sets the cores needed); the GPU path's workers only read files
-    workers = {"fast": [max(shape.workers)] if device == "cuda" else shape.workers,
-               "gpu": [min(shape.workers)] if device == "cuda" else shape.workers}
-    tree = Run("JPEG tree", ["benchmarks/gpu_campaign/jpeg_tree.py", "{work}/jpegs", "--unique", str(shape.unique),
-                             "--train", str(shape.train), "--val", str(shape.val)], "none",
-               10.0 if device == "cuda" else 6.0, settings=f"{shape.train} train JPEGs of 500x375 (~100 KiB)")
-    loaders = []
-    for path in ("fast", "gpu"):
-        # 4x the batches the workers hold in flight (2 each), so that what they made before the timer is a quarter
-        batches = 8 * max(workers[path]) if device == "cuda" else shape.loader_batches
-        argv = ["-m", "dlscale", "loader", "--data", "{work}/jpegs", "--decode", path, "--workers-kind", "thread",
-                "--workers", ",".join(map(str, workers[path])), "--batch-size", str(batch), "--batches", str(batches),
-                "--image-size", size, "--device", device, "--prewarm", "--out", f"{{work}}/loader-{path}"]
-        rate = LOADER_RATES[path] if device == "cuda" else LOADER_RATE[device] * (2.0 if path == "gpu" else 1.0)
-        estimate = STARTUP_S[device] + len(workers[path]) * (batches + 2 * max(workers[path])) * batch / rate
-        run = Run(f"loader {path}", argv, "loader", estimate, output=f"{{work}}/loader-{path}/summary.json",
-                  settings=f"decode {path}, workers {','.join(map(str, workers[path]))}, batch {batch}, {size} px",
-                  sets="workers" if path == "fast" else "gpu_workers")
-        if path == "gpu" and not (f.gpu_decode and device == "cuda"):
-            run.unavailable = "GPU only" if device != "cuda" else "this dlscale loader has no --decode gpu"
-        loaders.append(run)
-    # why the device path's steps do not overlap their decode, and the arrangement the train runs take
-    overlap = Run("decode overlap", ["benchmarks/decode_overlap.py", "--data", "{work}/jpegs", "--workers",
-                                     "{gpu_workers}" if device == "cuda" else str(min(shape.workers)),
-                                     "--json", "{work}/overlap.json"]
-                  + (["--rounds", "2"] if device == "cuda" else ["--steps", "2", "--warmup", "1", "--rounds", "2"]),
-                  "overlap", OVERLAP_S[device], output="{work}/overlap.json",
-                  settings="the decode beside a busy default stream and a busy stream of its own; eager steps fed "
-                           "inline, on a stream of their own, by a decoding thread, both")
-    if device == "cuda":  # on the CPU it runs with the Pillow decoder
-        overlap.unavailable = loaders[1].unavailable
-    loaders.append(overlap)
-    epoch_s = shape.train / (RATES["compiled"] if device == "cuda" else CPU_RATE)
-    later = STARTUP_S[device] + TRAIN_EPOCHS * epoch_s + (TRAIN_COMPILE_S["later"] if device == "cuda" else 3.0)
-    first = later + (TRAIN_COMPILE_S["first"] - TRAIN_COMPILE_S["later"] if device == "cuda" else 0.0)
-    synthetic = Run("train synthetic", _train(shape, "train-synthetic", synthetic=True, decode=None, device=device),
-                    "train", first, output="{work}/runs/train-synthetic-{round}",
-                    settings="random uint8 images, the same loader and model")
-    gpu_argv = _train(shape, "train-gpu", synthetic=False, decode="gpu", device=device)
-    gpu_argv[gpu_argv.index("data.num_workers={workers}")] = "data.num_workers={gpu_workers}"
-    jpeg_gpu = Run("train JPEG gpu", gpu_argv, "train", later, output="{work}/runs/train-gpu-{round}",
-                   settings="ImageFolder of JPEGs, decoded on the GPU (nvJPEG)",
-                   unavailable=loaders[1].unavailable)
-    # a device path slower than this cannot finish its epochs before it is stopped: not started at all
-    jpeg_gpu.min_rate = ("device_loader_ips", TRAIN_EPOCHS * shape.train / run_limit_s(later))
-    # the workers decode what the device does not, at the fast path's most workers: {share} from the loaders
-    jpeg_shared = Run("train JPEG shared", _train(shape, "train-shared", synthetic=False, decode="gpu",
-                                                  device=device, share="{share}"),
-                      "train", later, output="{work}/runs/train-shared-{round}",
-                      settings="ImageFolder of JPEGs, a share decoded on the GPU (data.device_decode_share from the "
-                               "loader runs: decode.device_share), the others by the workers on the fast path",
-                      unavailable=loaders[1].unavailable)
-    jpeg_fast = Run("train JPEG fast", _train(shape, "train-fast", synthetic=False, decode="fast", device=device),
-                    "train", later, output="{work}/runs/train-fast-{round}",
-                    settings="ImageFolder of JPEGs, the CPU fast path")
-    what = "the compiled GPU default" if device == "cuda" else "the tiny CPU model"
-    return Stage("decode", f"Real data: JPEGs decoded on the GPU and on the CPU against synthetic input, {what}",
-                 10_000.0, [synthetic, jpeg_gpu, jpeg_shared, jpeg_fast], setup=[tree, *loaders],
-                 ratios=[("train JPEG gpu", "train synthetic"), ("train JPEG shared", "train synthetic"),
-                         ("train JPEG fast", "train synthetic")], values=dict(UNARRANGED),
-                 note="`dlscale train`, 3 epochs (the first not counted), data.num_workers the loader's fastest "
-                      "setting per path; the GPU decode's loader workers only read files and draw the crops; its "
-                      "train runs take data.device_feed and speed.step_stream from the "
-                      "decode overlap probe")

@@ -1,6 +1,6 @@
 """Print, as one JSON object, what the campaign ran on: GPU, driver, torch, CUDA, cuDNN, NCCL,
-Python, CPU, the peers' versions. Run as its own process so that the campaign itself holds no
-CUDA context while it measures:
+Python, CPU, the peers' versions, nvImageCodec's, nvJPEG's and pynvml's. Run as its own process so that the
+campaign itself holds no CUDA context while it measures:
 
     PYTHONPATH=src python3 benchmarks/gpu_campaign/environment.py
 """
@@ -63,6 +63,10 @@ def main() -> None:
         "torchvision": version("torchvision"),
         "timm": version("timm"),
         "triton": version("triton"),
+        # the wheels stage's, first on PYTHONPATH where it installed them
+        "nvimgcodec": version("nvidia-nvimgcodec-cu13"),
+        "nvjpeg": version("nvidia-nvjpeg"),
+        "nvidia_ml_py": version("nvidia-ml-py"),
     })
     info["driver"] = (info["nvidia_smi"] or {}).get("driver_version")
     print(json.dumps(info, indent=2))

@@ -12,8 +12,10 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from gpu_campaign.alternate import batch_size
 from gpu_campaign.plan import (
     COMPILE_S,
+    DEFAULT_BATCH,
     RATES,
     STARTUP_S,
     WARM_COMPILE_S,
@@ -161,10 +163,6 @@ def new_tests_run(f: Features, stage: str = "levers_a") -> Run | None:
                settings=f"{' '.join(present)} -k '{selection}'")
 
 
-SLOW_GPU_TESTS = "not max_autotune"
-"""Left out of the tier: max-autotune of even a tiny model takes longer than the rest of the tier."""
-
-
 def levers_stage(f: Features, wave: str = "a") -> Stage:
     variants = _lever_variants(f, wave)
     run = alternated(f"levers-{wave}", variants, f, also=new_tests_run(f) if wave == "a" else None)
@@ -185,6 +183,32 @@ def levers_stage(f: Features, wave: str = "a") -> Stage:
 
 def levers_b_stage(f: Features) -> Stage:
     return levers_stage(f, "b")
+
+
+def floor_stage(f: Features) -> Stage:
+    """The compiled default at its own batch against coordinate-descent tuning and against the levers that helped
+    (--after's or --combined's), alternated: the default's own figure for the throughput floor, and what would raise
+    it. Coordinate descent compiles for minutes: the wave waits for it (ready_s), the default compiled beside it."""
+    if f.device != "cuda":
+        return Stage("floor", "The throughput floor: the compiled default against coordinate descent", 60.0,
+                     [Run("floor", [], "alternate", 0.0, unavailable="GPU only (coordinate-descent tuning of the tiny "
+                                                                       "CPU model measures nothing)")])
+    variants = [Variant("default", [], batch=DEFAULT_BATCH),
+                Variant("coordinate descent", ["--coordinate-descent-tuning"], batch=DEFAULT_BATCH,
+                        compile_s=COMPILE_S["reduce-overhead"] + COORDINATE_DESCENT_S)]
+    flags = f.combined_flags or []
+    if flags:
+        variants.append(Variant("combined", flags, batch=batch_size(flags)))
+    run = alternated("floor", variants, f)
+    if "--coordinate-descent-tuning" not in f.bench_flags:
+        run.unavailable = "this dlscale bench has no --coordinate-descent-tuning"
+    combined = (f"the levers that helped, together ({' '.join(flags)})" if flags else
+                "no combined levers: no lever helped in the records given (--after GPU_JSON or --combined FLAGS)")
+    return Stage("floor", "The throughput floor: the compiled default against coordinate descent and the levers "
+                          "that helped", run.estimate_s * 1.3 + 20.0, [run], variants=[v.name for v in variants],
+                 ratios=[(v.name, "default") for v in variants[1:]],
+                 note=f"alternate.py at the default's own batch; {combined}; about {wave_memory_gib(variants):.0f} GB "
+                      f"of device memory at once; a variant helps where its windows {RULE}")
 
 
 def ddp_stage(f: Features) -> Stage:

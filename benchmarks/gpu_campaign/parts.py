@@ -1,8 +1,8 @@
 """Which stages run, in which order: the two plans that fit the lent GPU machine, and every stage by name.
 
-The machine is lent for 15 minutes at a time, its start (1-2 minutes) included, and one command may run 10:
-part 1 (the default) takes at most 8 minutes, part 2 at most 4, in order of value; what does not fit is
-recorded as not run, with the command that runs it alone.
+The machine is lent for 15 minutes of device time, its start (1-2 minutes) included: part 1 (the default) is the one
+command of at most 8 minutes, in order of value, with time for one short rerun after it; part 2 the rest, on a
+later loan. What does not fit is recorded as not run, with the command that runs it alone.
 """
 
 from __future__ import annotations
@@ -16,13 +16,28 @@ from gpu_campaign.plan import (
     Run,
     Stage,
     choices_stage,
-    data_stage,
     env_stage,
     peers_stage,
     progression_stage,
     pytest_stage,
 )
 from gpu_campaign.report import RULE, helps
+
+
+def wheels_stage(f: Features) -> Stage:
+    """nvImageCodec and its nvJPEG installed from --wheels into the work directory, first on the PYTHONPATH of the
+    runs that need it where nvImageCodec then decodes on the device (wheels.py); where it cannot, they say why."""
+    argv = ["benchmarks/gpu_campaign/wheels.py", "--wheels", f.wheels_dir, "--target", "{work}/wheels",
+            "--device", f.device, "--json", "{work}/wheels.json"]
+    found = ", ".join(f.wheels) or f"none in {f.wheels_dir} (scripts/gpu-wheels.sh downloads them)"
+    run = Run("install wheels", argv, "wheels", WHEELS_S[f.device], output="{work}/wheels.json",
+              settings=f"pip install --no-deps --no-index --target; {found}")
+    return Stage("wheels", "nvImageCodec's and nvJPEG's wheels, and whether nvImageCodec decodes here", 60.0, [run])
+
+
+WHEELS_S = {"cuda": 20.0, "cpu": 10.0}
+"""The wheels stage: pip's install of the two wheels (2 s on the CPU VM) and a process that imports torch, makes a
+CUDA context and decodes two JPEGs on each backend."""
 
 
 def combined_stage(f: Features) -> Stage:
@@ -61,26 +76,32 @@ def levers_batch(flags: list[str]) -> int:
     return int(batch) if batch else DEFAULT_BATCH
 
 
-STAGES = {"env": env_stage, "baseline": levers.baseline_stage, "levers_a": levers.levers_stage,
-          "decode": decode.decode_stage, "ddp": levers.ddp_stage, "curve": levers.curve_stage,
-          "levers_b": levers.levers_b_stage, "combined": combined_stage, "profile": levers.profile_stage,
-          "peers": peers_stage, "gputests": levers.gputests_stage, "pytest": pytest_stage,
-          "choices": choices_stage, "data": data_stage, "progression": progression_stage}
+STAGES = {"wheels": wheels_stage, "env": env_stage, "baseline": levers.baseline_stage,
+          "levers_a": levers.levers_stage, "decode": decode.decode_stage, "floor": levers.floor_stage,
+          "ddp": levers.ddp_stage, "curve": levers.curve_stage, "levers_b": levers.levers_b_stage,
+          "combined": combined_stage, "profile": levers.profile_stage, "peers": peers_stage,
+          "gputests": levers.gputests_stage, "pytest": pytest_stage, "choices": choices_stage,
+          "progression": progression_stage}
 """Every stage, in the order they run."""
 
-PARTS = {1: ["env", "baseline", "decode"],
-         2: ["env", "levers_a", "ddp", "curve", "profile", "peers", "combined"]}
-"""The two plans, each in order of value: part 1 the compiled default's baseline and real data (the device path's
-train runs, with the arrangement the decode overlap probe finds fastest); part 2 the default's batch against 768
-with the newest GPU tests beside its compilations, then the data-parallel wrapper, the batch curve and the
-profile, then the peers (eager against eager, compiled against compiled), then the levers that helped, together.
-levers_b (coordinate-descent tuning) is in neither: its compile alone outlasts part 2; run it alone with
---stages levers_b. docs/benchmarks.md has what each stage measured and why the order is this one."""
+PARTS = {1: ["wheels", "env", "decode", "floor", "pytest"],
+         2: ["env", "baseline", "levers_a", "ddp", "curve", "profile", "peers", "combined"]}
+"""The two plans, each in order of value. Part 1, the one command of a loan: the wheels nvImageCodec needs, then
+real data (`dlscale train` on synthetic input and on JPEGs fed four ways, each with its loader's figures), then the
+throughput floor (the default against coordinate-descent tuning and the combined levers, alternated), then the GPU
+test tier, each started only where its estimate fits what is left. Part 2, a later loan's: the default's baseline
+from an empty cache, its batch against 768 with the newest GPU tests beside the compilations, the data-parallel
+wrapper, the batch curve, the profile, the peers, the levers that helped together. docs/benchmarks.md has what each
+stage measured and why the order is this one."""
 
-BUDGET_S = {1: 475.0, 2: 225.0}
-"""Each part's deadline on a GPU: 7.9 and 3.75 minutes, so that the commands end within 8 and 4.5 minutes and
-both fit, with the machine's start, in the 15 minutes a GPU machine is lent for; give part 2 what part 1 left
-with --budget-s."""
+BUDGET_S = {1: 455.0, 2: 455.0}
+"""Each part's deadline on a GPU: the command ends within the 480 s (8 minutes) a loan's command is given, with its
+start (3 s), the stopping of a command at the deadline (runner._stop: 10 s at most) and the removal of the work
+directory and the writing of its files (5 s) after it."""
+
+NEEDS_WHEELS = ("decode",)
+"""Stages with runs that use nvImageCodec: --stages runs the wheels stage before them. Only those runs (Run.needs) get
+the wheels on their PYTHONPATH: the GPU tier tests the machine's own environment, as its tests were written for."""
 
 OPTIONAL = frozenset(STAGES) - {name for names in PARTS.values() for name in names}
 """Stages in neither plan (--stages runs them): the measurements behind the earlier defaults."""
@@ -90,7 +111,9 @@ def build_plan(f: Features, only: dict[str, set[str] | None] | None = None, roun
                part: int = 1) -> list[Stage]:
     """The stages to run: the part's plan, or only: {stage: run names or None for all} (env always runs);
     rounds: at most this many rounds per stage."""
-    names = PARTS[part] if only is None else [n for n in STAGES if n == "env" or n in only]
+    wheels = only is not None and any(name in only for name in NEEDS_WHEELS)
+    names = PARTS[part] if only is None else [n for n in STAGES if n == "env" or n in only or
+                                               (n == "wheels" and wheels)]
     stages = []
     for name in names:
         stage = STAGES[name](f)

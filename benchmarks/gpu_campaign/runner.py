@@ -1,16 +1,15 @@
 """Running the plan: each command as a subprocess with a deadline, its output appended to the log,
-its figure read back; rounds interleaved; medians and ratios per stage. A failed or timed-out
+its figure read back (readers.py); rounds interleaved; medians and ratios per stage. A failed or timed-out
 command is recorded and the campaign goes on."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import statistics
 import subprocess
 import time
-import xml.etree.ElementTree as ET
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import TextIO
 
 from gpu_campaign.alternate import by_round
 from gpu_campaign.plan import OVERRUN, Run, Stage, may_start, round_fits, run_limit_s
+from gpu_campaign.readers import READ_ANYWAY, READERS
 
 LOG_TAIL_CHARS = 200_000
 """Output kept per command in gpu.log (the end of it): the log stays far below 16 MiB."""
@@ -39,6 +39,11 @@ class Context:
     results: dict[str, dict] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
     say: Callable[[str], None] = print
+    nvjpg: Callable | str | None = None
+    """Makes a JPEG-engine sampler per command (nvjpg.sampler_factory), or why none can be made; None: not asked."""
+    on_record: Callable[[dict], None] = lambda partial: None
+    """Called with the stage's result so far after each command: gpu.json is rewritten, so that a campaign
+    stopped mid-stage keeps every command that ended."""
 
     def fill(self, text: str, round_index: int) -> str:
         text = text.replace("{work}", str(self.work)).replace("{round}", str(round_index))
@@ -50,147 +55,11 @@ class Context:
         return time.monotonic() - self.started
 
 
-# ------------------------------------------------------------------------------------ readers
-
-def read_env(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
-    return {"value": None, "unit": None, "details": json.loads(out[out.index("{"):])}
-
-
-def read_pytest(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
-    root = ET.parse(path).getroot()
-    cases = []
-    for case in root.iter("testcase"):
-        outcome, message = "passed", ""
-        for tag in ("failure", "error", "skipped"):
-            node = case.find(tag)
-            if node is not None:
-                outcome = "failed" if tag in ("failure", "error") else "skipped"
-                message = (node.get("message") or node.text or "")[:400]
-                break
-        cases.append({"test": f"{case.get('classname')}::{case.get('name')}", "outcome": outcome,
-                      "seconds": float(case.get("time") or 0.0), "message": message})
-    counts = {k: sum(1 for c in cases if c["outcome"] == k) for k in ("passed", "failed", "skipped")}
-    return {"value": counts["passed"], "unit": "passed", "details": {**counts, "tests": cases}}
-
-
-def read_bench(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
-    s = json.loads(path.read_text())
-    keep = ("img_per_sec_total_ci95", "mfu", "peak_tflops", "step_time_ms", "peak_memory_bytes", "device_name",
-            "precision", "channels_last", "fused_optimizer", "cudnn_benchmark", "compile", "compile_mode",
-            "cuda_graphs", "iterations", "stem_channels", "batch_size")
-    details = {k: s.get(k) for k in keep} | {k: v for k, v in s.items() if k.startswith("compile") and k not in keep}
-    if run.sets and s.get("batch_size"):  # the default's batch: its peers run at the same one
-        ctx.values[run.sets] = str(s["batch_size"])
-    return {"value": s["img_per_sec_total_mean"], "unit": "img/s", "details": details}
-
-
-def read_bare(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
-    s = json.loads(path.read_text())
-    return {"value": s["img_per_sec_mean"], "unit": "img/s",
-            "details": {"img_per_sec_ci95": s["img_per_sec_ci95"], "iterations": s["iterations"]}}
-
-
-def read_timm(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
-    result = json.loads(out.split("--result", 1)[1])
-    if "error" in result:
-        raise ValueError(f"timm reported: {result['error']}")
-    return {"value": result["train_samples_per_sec"], "unit": "img/s",
-            "details": {k: result.get(k) for k in ("train_step_time", "train_batch_size", "train_img_size")}}
-
-
-def read_loader(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
-    summary = json.loads(path.read_text())
-    rows = summary["settings"]
-    best = max(rows, key=lambda row: row["images_per_s"])
-    ctx.values[getattr(run, "sets", None) or "workers"] = str(best["workers"])
-    if getattr(run, "sets", None) != "gpu_workers":
-        ctx.values["workers_ips"] = str(best["images_per_s"])
-    else:  # the device path's loader: the share of the decode the device takes where the workers decode the rest
-        ctx.values["device_loader_ips"] = str(best["images_per_s"])
-        from gpu_campaign.decode import device_share
-        from gpu_campaign.plan import RATES
-
-        baseline = [r["value"] for r in ctx.results.get("baseline", {}).get("runs", []) if _figure(r)]
-        device_ms = best.get("device_ms_per_batch")
-        share = device_share(float(ctx.values.get("workers_ips") or 0) or None,
-                             device_ms / summary["batch_size"] if device_ms else None,
-                             statistics.median(baseline) if baseline else RATES["compiled"])
-        ctx.values["share"] = f"{share:.2f}"
-    scalars = {k: v for k, v in summary.items() if not isinstance(v, dict | list)}
-    return {"value": best["images_per_s"], "unit": "img/s",
-            "details": {"rows": [{k: v for k, v in row.items() if not isinstance(v, dict | list)} for row in rows],
-                        "best_workers": best["workers"], "summary": scalars}}
-
-
-def read_overlap(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
-    """benchmarks/decode_overlap.py's figures; the arrangement it found fastest goes to the train runs after it."""
-    figures = json.loads(path.read_text())
-    settings = figures["best"]["settings"]
-    ctx.values["device_feed"] = settings.get("data.device_feed", "inline")
-    ctx.values["step_stream"] = settings.get("speed.step_stream", "false")
-    lines = [line for line in out.splitlines() if line.startswith(("decode of one batch", "synchronising calls"))]
-    return {"value": figures["best"]["of_synthetic"], "unit": "of synthetic",
-            "details": {**figures, "verdict": lines}}
-
-
-def read_alternate(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
-    """alternate.py's figures: every variant's windows; run_stage turns them into a record per window."""
-    return {"value": None, "unit": None, "details": json.loads(path.read_text())}
-
-
-def read_curve(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
-    """A `dlscale bench --batch-size B1,B2,...` summary: its batch curve."""
-    summary = json.loads(path.read_text())
-    curve = summary.get("batch_curve") or []
-    return {"value": None, "unit": None, "details": {"batch_curve": curve, "device_name": summary.get("device_name")}}
-
-
-def read_train(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
-    """img/s over the log windows of epochs after the first, without each epoch's first window (its
-    data wait holds the workers' restart): their images over their seconds, so that a starved window
-    weighs as long as it lasted (a median of the windows' rates hides an input-bound run whose windows
-    alternate between a full prefetch queue and an empty one); the input-bound warnings the run printed."""
-    records = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    windows = [r for r in records if r.get("record") == "train"]
-    later = [r for r in windows if r["epoch"] >= 1] or windows
-    first_of_epoch = {min(r["iteration"] for r in later if r["epoch"] == e) for e in {r["epoch"] for r in later}}
-    steady = [r for r in later if r["iteration"] not in first_of_epoch] or later
-    warnings = [line.strip() for line in out.splitlines() if "input-bound" in line]
-    summary = json.loads((path / "summary.json").read_text())
-    seconds = sum(r["window_s"] for r in steady)
-    images = sum(r["throughput_img_per_s"] * r["window_s"] for r in steady)
-    return {"value": images / seconds, "unit": "img/s",
-            "details": {"windows": len(steady), "seconds": seconds,
-                        "window_img_per_s": [r["throughput_img_per_s"] for r in steady],
-                        "data_time_ms": statistics.median(r["data_time_ms"] for r in steady),
-                        "step_time_ms": statistics.median(r["step_time_ms"] for r in steady),
-                        "input_bound_warnings": warnings, "summary_total_ips": summary.get("total_ips"),
-                        **_data_settings(path)}}
-
-
-def _data_settings(path: Path) -> dict:
-    """The run's loader workers and decode arrangement as its config.json has them (the run's own, not the stage's
-    placeholders: the device path's runs take other workers than the CPU path's)."""
-    config = path / "config.json"
-    data = json.loads(config.read_text()).get("data", {}) if config.exists() else {}
-    keys = ("num_workers", "workers_kind", "decode", "device_decode_share", "device_feed", "device_feed_depth")
-    return {key: data[key] for key in keys if key in data}
-
-
-def read_nothing(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
-    return {"value": None, "unit": None, "details": {"output": out.strip().splitlines()[-1:] if out.strip() else []}}
-
-
-READERS = {"env": read_env, "pytest": read_pytest, "bench": read_bench, "bare": read_bare, "timm": read_timm,
-           "loader": read_loader, "train": read_train, "none": read_nothing, "alternate": read_alternate,
-           "curve": read_curve, "overlap": read_overlap}
-
-
 # ---------------------------------------------------------------------------------- commands
 
 def _stop(process: subprocess.Popen) -> None:
     """End the command and everything it started (its own process group), politely first."""
-    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+    for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
         try:
             os.killpg(process.pid, sig)
         except ProcessLookupError:
@@ -214,23 +83,57 @@ def _too_slow(run: Run, ctx: Context) -> str | None:
             f"its limit of {run_limit_s(run.estimate_s):.0f} s")
 
 
+def _not_started(run: Run, ctx: Context, stage: str, left: float) -> dict | None:
+    """Why the run is not started (status and error of its record), or None: what it needs is missing, too little
+    time is left, or an earlier run measured its input too slow."""
+    missing = ctx.values.get(f"unavailable:{run.needs}") if run.needs else None
+    if missing:
+        return {"status": "unavailable", "error": missing}
+    if not may_start(left, run.estimate_s, run.reader):
+        return {"status": "not_run", "error": f"budget: {max(left, 0):.0f} s left, ~{run.estimate_s:.0f} s "
+                f"estimated; run it alone with --stages {stage}:{run.name.replace(' ', '_')}"}
+    slow = _too_slow(run, ctx)
+    return {"status": "not_run", "error": slow} if slow else None
+
+
+def _sampler(run: Run, ctx: Context):
+    """The run's JPEG-engine sampler, started; or None (and why, as its record's figures) where it has none."""
+    if not run.nvjpg or ctx.nvjpg is None:
+        return None, None
+    if isinstance(ctx.nvjpg, str):
+        return None, {"unavailable": ctx.nvjpg}
+    try:
+        sampler = ctx.nvjpg()
+        sampler.start()
+    except Exception as error:  # noqa: BLE001 - a driver without the queries: recorded, never a zero
+        return None, {"unavailable": f"{type(error).__name__}: {error}"}
+    return sampler, None
+
+
+def _environment(run: Run, ctx: Context) -> dict[str, str]:
+    """The command's environment: the campaign's, its own, and first on its PYTHONPATH what it needs installed
+    (ctx.values "pythonpath:<needs>": the wheels stage's folder)."""
+    env = {**ctx.env, **run.env}
+    installed = ctx.values.get(f"pythonpath:{run.needs}") if run.needs else None
+    if installed:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [installed, env.get("PYTHONPATH")]))
+    return env
+
+
 def execute(run: Run, ctx: Context, stage: str, round_index: int, deadline: float) -> dict:
     """Run one command until it ends or the deadline; its record for gpu.json."""
     argv = [ctx.fill(a, round_index) for a in run.argv]
     shown = Run(run.name, argv, run.reader, run.estimate_s).command("python3", ctx.pythonpath)
     record = {"name": run.name, "round": round_index, "command": shown, "estimate_s": run.estimate_s}
     left = deadline - time.monotonic()
-    if not may_start(left, run.estimate_s, run.reader):
-        ctx.say(f"[{ctx.elapsed():5.0f} s] {stage}: {run.name}: not run, {left:.0f} s left, "
-                f"~{run.estimate_s:.0f} s needed")
-        return {**record, "status": "not_run", "error": f"budget: {max(left, 0):.0f} s left, ~{run.estimate_s:.0f} s "
-                f"estimated; run it alone with --stages {stage}:{run.name.replace(' ', '_')}"}
-    slow = _too_slow(run, ctx)
-    if slow:
-        ctx.say(f"[{ctx.elapsed():5.0f} s] {stage}: {run.name}: not run, {slow}")
-        return {**record, "status": "not_run", "error": slow}
+    refused = _not_started(run, ctx, stage, left)
+    if refused:
+        ctx.say(f"[{ctx.elapsed():5.0f} s] {stage}: {run.name}: {refused['status'].replace('_', ' ')}, "
+                f"{refused['error']}")
+        return {**record, **refused}
+    sampler, engines = _sampler(run, ctx)
     started = time.monotonic()
-    process = subprocess.Popen([ctx.python, *argv], cwd=ctx.root, env={**ctx.env, **run.env}, text=True,
+    process = subprocess.Popen([ctx.python, *argv], cwd=ctx.root, env=_environment(run, ctx), text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     limit = run_limit_s(run.estimate_s)
     try:
@@ -240,13 +143,31 @@ def execute(run: Run, ctx: Context, stage: str, round_index: int, deadline: floa
         _stop(process)
         out, _ = process.communicate()
         status = "timeout" if left <= limit else "overran"
+    except BaseException:  # the campaign is stopped (SIGTERM): its command and what it started go with it
+        _stop(process)
+        raise
+    finally:
+        engines = sampler.stop() if sampler is not None else engines
     seconds = time.monotonic() - started
     ctx.log.write(f"\n### {stage} / {run.name} / round {round_index}: {status} after {seconds:.1f} s "
                   f"(exit {process.returncode})\n$ {shown}\n{out[-LOG_TAIL_CHARS:]}\n")
     ctx.log.flush()
     record.update({"status": status, "seconds": round(seconds, 2), "returncode": process.returncode})
+    if engines is not None:
+        record["nvjpg"] = engines
+    status = _read(run, ctx, record, out, round_index)
+    value = record.get("value")
+    shown_value = f" {value:.1f} {record.get('unit')}" if isinstance(value, float) else ""
+    ctx.say(f"[{ctx.elapsed():5.0f} s] {stage}: {run.name} (round {round_index}) {status}{shown_value} "
+            f"in {seconds:.1f} s")
+    return record
+
+
+def _read(run: Run, ctx: Context, record: dict, out: str, round_index: int) -> str:
+    """The command's figures into its record (its reader's), or why there are none; its status."""
+    status = record["status"]
     path = Path(ctx.fill(run.output, round_index)) if run.output else None
-    if status == "ok" or run.reader in ("pytest", "alternate"):  # failed tests, failed variants leave their report
+    if status == "ok" or run.reader in READ_ANYWAY:
         try:
             record.update(READERS[run.reader](run, out, path, ctx))
         except Exception as exc:  # noqa: BLE001 - recorded; the campaign goes on
@@ -256,13 +177,10 @@ def execute(run: Run, ctx: Context, stage: str, round_index: int, deadline: floa
     if status != "ok" and "error" not in record:
         tail = [line for line in out.strip().splitlines() if line.strip()][-3:]
         why = {"timeout": "timed out at the deadline; ",
-               "overran": f"stopped after {limit:.0f} s, {OVERRUN:g} times its estimate; "}.get(status, "")
+               "overran": f"stopped after {run_limit_s(run.estimate_s):.0f} s, {OVERRUN:g} times its estimate; "
+               }.get(status, "")
         record["error"] = why + " | ".join(tail)[-600:]
-    value = record.get("value")
-    shown_value = f" {value:.1f} {record.get('unit')}" if isinstance(value, float) else ""
-    ctx.say(f"[{ctx.elapsed():5.0f} s] {stage}: {run.name} (round {round_index}) {status}{shown_value} "
-            f"in {seconds:.1f} s")
-    return record
+    return status
 
 
 # ------------------------------------------------------------------------------------- stages
@@ -282,6 +200,7 @@ def run_stage(stage: Stage, ctx: Context) -> dict:
                                     "command": run.command("python3", ctx.pythonpath)})
         else:
             result["setup"].append(execute(run, ctx, stage.name, 0, deadline))
+            _so_far(stage, result, ctx, started)
     live = [r for r in stage.runs if r.unavailable is None and r.reuse is None]
     for run in stage.runs:
         if run.unavailable is not None:
@@ -302,10 +221,22 @@ def run_stage(stage: Stage, ctx: Context) -> dict:
                 result["runs"] += windows(record)
             if run.also is not None:
                 result["runs"].append(beside(run, record, ctx, round_index))
+            _so_far(stage, result, ctx, started)
         result["rounds_done"] = round_index + 1
     result["seconds"] = round(time.monotonic() - started, 1)
     result.update(summarize(stage, result["runs"]))
     return result
+
+
+def _so_far(stage: Stage, result: dict, ctx: Context, started: float) -> None:
+    """The stage's result so far, with its medians and ratios, to ctx.on_record (which cannot stop the stage: the
+    stage's own result is written when it ends)."""
+    try:
+        ctx.on_record({**result, "setup": list(result["setup"]), "runs": list(result["runs"]),
+                       "seconds": round(time.monotonic() - started, 1), "unfinished": True,
+                       **summarize(stage, result["runs"])})
+    except Exception:  # noqa: BLE001
+        ctx.say(f"the record so far of stage {stage.name} could not be written:\n{traceback.format_exc()}")
 
 
 def beside(run: Run, record: dict, ctx: Context, round_index: int) -> dict:

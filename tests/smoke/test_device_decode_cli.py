@@ -91,6 +91,21 @@ def test_loader_with_a_device_share_says_so_and_counts_the_files_each_side_decod
     assert "argument --device-share: '0': give a number above 0 and at most 1" in capsys.readouterr().err
 
 
+def test_loader_names_the_decoder_and_counts_what_each_of_its_backends_decoded(tree, tmp_path, capsys):
+    """--decoder nvimgcodec on the CPU device: nvImageCodec's CPU backend decodes what the Pillow decoder does (the
+    CMYK file goes to a worker, the truncated one is skipped), and the row says which backend decoded them."""
+    pytest.importorskip("nvidia.nvimgcodec", reason="nvImageCodec's wheel (nvidia-nvimgcodec-cu13) is not installed")
+    code = cli.main(["loader", "--data", str(tree), "--workers", "0", "--batch-size", "4", "--batches", "4",
+                     "--warmup-batches", "0", "--image-size", "32", "--device", "cpu", "--decode", "gpu",
+                     "--decoder", "nvimgcodec", "--out", str(tmp_path / "nvimgcodec")])
+    assert code == 0
+    summary = json.loads((tmp_path / "nvimgcodec" / "summary.json").read_text())
+    assert summary["decoder"] == "nvimgcodec" and "decode gpu (nvimgcodec on cpu)," in capsys.readouterr().out
+    (row,) = summary["settings"]
+    assert (row["decoder"], row["decoded_on_device"], row["decoded_by_workers"]) == ("nvimgcodec", 15, 1)
+    assert row["decoded_by_backend"] == {"cpu_only": 15}
+
+
 def _no_torchvision(monkeypatch):
     def missing():
         raise ModuleNotFoundError("No module named 'torchvision'")

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from commands import run_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,36 +76,52 @@ def test_tests_peers_and_progression(tmp_path):
     assert "### peers / dlscale bench / round 0: ok" in log
 
 
-def test_the_real_data_stage(tmp_path):
-    document = _campaign(tmp_path, "--stages", "data", "--rounds", "1")
-    data = document["stages"]["data"]
-    setup = {r["name"]: r for r in data["setup"]}
-    assert setup["JPEG tree"]["status"] == "ok" and setup["dlscale loader"]["status"] == "ok"
-    workers = setup["dlscale loader"]["details"]["best_workers"]
-    assert [row["workers"] for row in setup["dlscale loader"]["details"]["rows"]] == [0, 2]
-    runs = {r["name"]: r for r in data["runs"]}
-    assert runs["train JPEG"]["status"] == runs["train synthetic"]["status"] == "ok"
-    assert f"data.num_workers={workers}" in runs["train JPEG"]["command"]  # the loader's fastest setting
-    ratio = data["ratios"][0]
-    assert ratio["ratio"] == runs["train JPEG"]["value"] / runs["train synthetic"]["value"]
-    assert "train JPEG / train synthetic" in (tmp_path / "gpu.md").read_text()
-
-
 def test_part_one(tmp_path):
-    """The default plan on the CPU: the baseline is GPU only; the real-data stage probes how the device path's
-    decode overlaps eager steps (the Pillow decoder standing in) and trains on JPEGs and on synthetic input."""
+    """The loan's command on the CPU: the wheels stage (installing .whl's wheels where the checkout has them, else
+    asking this venv's nvImageCodec), then the real-data stage end to end with tiny sizes: `dlscale train` on
+    synthetic input and on JPEGs fed four ways, each after its `dlscale loader` run, nvImageCodec's CPU backend
+    standing in for the hardware decoder and Pillow for nvJPEG, NVML absent; the floor is GPU only; the tier's
+    tests all skip."""
     document = _campaign(tmp_path)
     stages = document["stages"]
-    assert list(stages) == ["env", "baseline", "decode"] and document["part"] == 1
-    assert stages["baseline"]["runs"][0]["status"] == "unavailable"
+    assert list(stages) == ["wheels", "env", "decode", "floor", "pytest"] and document["part"] == 1
+    assert document["stopped"] is None
+    nvimgcodec = importlib.util.find_spec("nvidia.nvimgcodec") is not None or any((ROOT / ".whl").glob("*.whl"))
+    why = stages["wheels"]["runs"][0]["details"]["unavailable"]
+    assert why is None if nvimgcodec else "nvImageCodec" in why
     decode = stages["decode"]
     runs = {r["name"]: r for r in decode["runs"]}
-    assert runs["train synthetic"]["status"] == runs["train JPEG fast"]["status"] == "ok"
-    setup = {r["name"]: r for r in decode["setup"]}
-    assert setup["loader fast"]["status"] == setup["decode overlap"]["status"] == "ok"
-    assert set(setup["decode overlap"]["details"]["steps"]) == {"synthetic", "inline", "thread", "process"}
+    assert list(runs) == ["train synthetic", "loader nvimgcodec", "train JPEG nvimgcodec", "loader threads",
+                          "train JPEG threads", "loader nvjpeg shared", "train JPEG nvjpeg shared", "loader processes",
+                          "train JPEG processes"]
+    for name, run in runs.items():
+        if "nvimgcodec" in name and not nvimgcodec:
+            assert run["status"] == "unavailable" and run["error"] == why, name
+            continue
+        assert run["status"] == "ok", (name, run.get("error"))
+        assert run["nvjpg"]["unavailable"].startswith("NVML is not available here"), name  # recorded, never a zero
+        if name.startswith("loader"):
+            best = run["details"]["best"]
+            assert best["images_per_s"] > 0 and best["cpu_ms_per_image"] > 0 and best["device_ms_per_image"] > 0
+    medians = {name: m["median"] for name, m in decode["medians"].items()}
+    for ratio in decode["ratios"]:
+        top = medians[ratio["numerator"]]
+        assert ratio["ratio"] == (top / medians["train synthetic"] if top else None), ratio
+    if nvimgcodec:  # its CPU backend decoded the training crops (the loader says which backend)
+        best = runs["loader nvimgcodec"]["details"]["best"]
+        assert best["decoder"] == "nvimgcodec" and best["decoded_by_backend"]["cpu_only"] == best["decoded_on_device"]
+        assert runs["train JPEG nvimgcodec"]["details"]["decoder"] == "nvimgcodec"
+    share = runs["loader nvjpeg shared"]["details"]["share"]  # from the loaders and the synthetic run
+    assert f"data.device_decode_share={share:.2f}" in runs["train JPEG nvjpeg shared"]["command"]
+    assert runs["train JPEG nvjpeg shared"]["details"]["device_decode_share"] == pytest.approx(share)
+    assert runs["train JPEG processes"]["details"]["workers_kind"] == "process"
+    floor = stages["floor"]["runs"][0]
+    assert floor["status"] == "unavailable" and "GPU only" in floor["error"]
+    tier = stages["pytest"]["runs"][0]
+    assert tier["status"] == "ok" and tier["details"]["skipped"] > 20 and tier["details"]["failed"] == 0
     text = (tmp_path / "gpu.md").read_text()
-    assert "train JPEG fast / train synthetic" in text and "`benchmarks/decode_overlap.py`" in text
+    assert "| arrangement | train img/s | of synthetic |" in text and "train JPEG threads / train synthetic" in text
+    assert "NVML's JPEG engines (NVJPG) during each command:" in text and "GPU only" in text
 
 
 def test_the_levers_and_their_combination(tmp_path):

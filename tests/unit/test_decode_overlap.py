@@ -1,6 +1,5 @@
 """benchmarks/decode_overlap.py without a GPU: its steps section on the CPU (the Pillow decoder standing in for
-nvJPEG), the arrangement it picks, the verdict its probe's figures give, and the campaign's train runs taking
-that arrangement (benchmarks/gpu_campaign: the decode stage's setup)."""
+nvJPEG), the arrangement it picks and the verdict its probe's figures give."""
 
 import json
 import sys
@@ -14,8 +13,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import decode_overlap  # noqa: E402
-from gpu_campaign import decode, runner  # noqa: E402
-from test_gpu_campaign import EVERYTHING, _context  # noqa: E402
 
 
 @pytest.mark.slow
@@ -66,37 +63,6 @@ def test_a_decode_slowed_beside_the_products_but_back_before_they_end_did_not_wa
                "beside a stream of its own, products done at its return": 1 / 3}
     assert decode_overlap.describe_probe(figures).endswith("it waits for neither (a slower step shares the GPU "
                                                           "with it)")
-
-
-def test_the_device_paths_train_runs_take_the_arrangement_the_probe_picked(tmp_path):
-    stage = decode.decode_stage(EVERYTHING)
-    runs = {run.name: run for run in stage.runs}
-    ctx = _context(tmp_path)
-    for key, value in stage.values.items():  # as run_stage does when the stage starts
-        ctx.values.setdefault(key, value)
-    filled = lambda name: [ctx.fill(arg, 0) for arg in runs[name].argv]  # noqa: E731
-    assert {"data.device_feed=inline", "speed.step_stream=false"} \
-        <= set(filled("train JPEG gpu"))  # no probe: the defaults
-    (tmp_path / "overlap.json").write_text(json.dumps({
-        "setup": {"model": "resnet50", "batch_size": 256}, "steps": {"synthetic": [5000.0], "thread + step stream":
-                                                                      [4600.0]},
-        "best": {"name": "thread + step stream", "settings": decode_overlap.ARRANGEMENTS["thread + step stream"],
-                 "img_per_s": 4600.0, "of_synthetic": 0.92}}))
-    out = "decode of one batch: 40.0 ms idle, ...: it waits for the whole device\nsomething else\n"
-    got = runner.read_overlap(None, out, tmp_path / "overlap.json", ctx)
-    assert got["value"] == 0.92 and got["details"]["verdict"] == [out.splitlines()[0]]
-    for name in ("train JPEG gpu", "train JPEG shared"):
-        assert {"data.device_feed=thread", "speed.step_stream=true"} \
-            <= set(filled(name)), name
-    (tmp_path / "overlap.json").write_text(json.dumps({
-        "setup": {}, "steps": {"synthetic": [5000.0], "process": [4700.0]},
-        "best": {"name": "process", "settings": decode_overlap.ARRANGEMENTS["process"], "img_per_s": 4700.0,
-                 "of_synthetic": 0.94}}))
-    runner.read_overlap(None, out, tmp_path / "overlap.json", ctx)
-    assert {"data.device_feed=process", "speed.step_stream=false"} \
-        <= set(filled("train JPEG gpu"))
-    assert not any("device_feed" in arg or "step_stream" in arg for arg in filled("train JPEG fast"))
-    assert not any("device_feed" in arg for arg in filled("train synthetic"))
 
 
 def test_the_probe_times_the_decoders_calls_alone_in_its_three_cases(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ from commands import run_process
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from gpu_campaign import alternate, decode, levers, parts, report, runner  # noqa: E402
+from gpu_campaign import alternate, levers, parts, readers, report, runner  # noqa: E402
 from gpu_campaign import plan as P  # noqa: E402
 
 NEW_TESTS = ("tests/gpu/test_gpu_decode.py", "tests/gpu/test_gpu_ddp.py")
@@ -23,8 +23,8 @@ EVERYTHING = P.Features(device="cuda", bench_flags=frozenset({"--compile-mode", 
                                                               "--stem-channels", "--coordinate-descent-tuning",
                                                               "--cudnn-benchmark-limit", "--wrap-single-rank"}),
                         torchvision=True, timm=True, timm_script=".peers/timm_benchmark.py", timm_script_found=True,
-                        xdist=True, cores=16, batch_list=True, gpu_decode=True, gpu_test_files=NEW_TESTS,
-                        combined_flags=["--stem-channels", "4"])
+                        xdist=True, cores=16, batch_list=True, gpu_decode=True, loader_decoder=True,
+                        gpu_test_files=NEW_TESTS, combined_flags=["--stem-channels", "4"])
 
 
 @pytest.mark.slow
@@ -34,44 +34,55 @@ def test_dry_run_prints_both_plans_and_runs_nothing(tmp_path):
     assert out.returncode == 0, out.stderr
     text = out.stdout
     one, two = text.split("=== part 2 (--part 2)")
-    assert "=== part 1 (--part 1): deadline 475 s" in one and "deadline 225 s" in two
+    assert "=== part 1 (--part 1): deadline 455 s" in one and "deadline 455 s" in two
     for part, chunk in ((1, one), (2, two)):
         assert [line.split(":")[0][6:] for line in chunk.splitlines() if line.startswith("stage ")] == parts.PARTS[part]
-    for command in ("benchmarks/gpu_campaign/environment.py", "-m dlscale bench --json",
-                    "benchmarks/gpu_campaign/jpeg_tree.py", "-m dlscale loader --data",
-                    "--set speed.compile_mode=reduce-overhead", "--set data.decode=gpu",
-                    "benchmarks/decode_overlap.py --data", "--set 'data.device_feed={device_feed}'"):
+    for command in ("benchmarks/gpu_campaign/wheels.py --wheels .whl --target",
+                    "benchmarks/gpu_campaign/environment.py", "benchmarks/gpu_campaign/jpeg_tree.py",
+                    "-m dlscale loader --data", "--decoder nvimgcodec", "--set speed.compile_mode=reduce-overhead",
+                    "--set data.decode=gpu", "--set data.decoder=nvimgcodec",
+                    "--set data.device_feed=thread", "--set 'data.device_decode_share={share}'",
+                    "--set data.workers_kind=process", "--variant 'coordinate descent=--coordinate-descent-tuning'",
+                    "--variant 'combined=--stem-channels 4'", "-m pytest -m gpu -k 'not max-autotune'",
+                    "needs nvimgcodec (the wheels stage)", "NVJPG sampled"):
         assert command in one, command
-    for command in ("benchmarks/gpu_campaign/alternate.py", "--variant 'default 512=--batch-size 512'",
-                    "--variant 'batch 768=--batch-size 768'", "--variant 'default 256=--batch-size 256'",
+    for command in ("-m dlscale bench --json", "benchmarks/gpu_campaign/alternate.py",
+                    "--variant 'default 512=--batch-size 512'", "--variant 'batch 768=--batch-size 768'",
                     "--variant 'DDP=--wrap-single-rank --batch-size 256'",
-                    "--variant 'DDP eager fp16=--wrap-single-rank --model resnet50",
-                    "--variant 'combined=--stem-channels 4'", "--cuda-graphs"):
+                    "--variant 'DDP eager fp16=--wrap-single-rank --model resnet50", "--cuda-graphs"):
         assert command in two, command
-    assert "--coordinate-descent-tuning" not in text  # levers_b runs alone (--stages levers_b)
     assert text.count("With these estimates:") == 2 and "Estimates: a process starts" in text
+    assert "Sent to the GPU machine: the tree" in text and ", .whl " in text and "the run tool's 64 MiB" in text
     assert not any(tmp_path.iterdir()) and "Traceback" not in out.stderr
 
 
 def test_the_default_plans_fit_the_machine():
-    """Part 1 in 8 minutes, part 2 in 4 (with the machine's start, 15 minutes of device time): by the plans'
-    own estimates nothing of value is dropped from part 1 (only the CPU path's train run may not start), and
-    part 2's first stage starts: the levers, the newest GPU tests beside their compilations (the data-parallel
-    wrapper, the batch curve, the profile and the peers where time is left: `--budget-s` gives part 2 what part
-    1 left)."""
+    """Part 1 is a loan's one command: by the plans' own estimates the real-data stage runs every arrangement but the
+    last, the worker processes' (run where time is left), and ends before the deadline; the floor (coordinate
+    descent's compile alone takes minutes) and the GPU tier are then not started, as their estimates do not fit.
+    The deadline leaves the command's start, a command stopped at it and the writing of the files within 480 s."""
     one = parts.build_plan(EVERYTHING, part=1)
     predicted = P.simulate(one, parts.BUDGET_S[1])
-    dropped = [line for line in predicted if "would not start" in line]
-    assert all(line.startswith("decode: train JPEG fast") for line in dropped), dropped
+    dropped = [line.split(" would not start")[0] for line in predicted if "would not start" in line]
+    assert dropped == ["decode: train JPEG processes", "floor: floor", "pytest: pytest -m gpu"], predicted
     ends = [float(line.split("~")[1].split(" ")[0]) for line in predicted if " ends at " in line]
-    assert max(ends) <= parts.BUDGET_S[1] <= 480.0
-    essential = sum(r.estimate_s for s in one for r in s.setup + s.runs
-                    if r.unavailable is None and r.name != "train JPEG fast")
-    assert essential <= parts.BUDGET_S[1]
+    assert max(ends) <= parts.BUDGET_S[1]
+    assert 3.0 + parts.BUDGET_S[1] + 2 * 5 + 5.0 <= 480.0  # start, runner._stop's two waits, the files
     two = parts.build_plan(EVERYTHING, part=2)
-    assert parts.BUDGET_S[2] <= 240.0
     dropped = [line for line in P.simulate(two, parts.BUDGET_S[2]) if "would not start" in line]
-    assert not any(line.startswith("levers_a") for line in dropped), dropped
+    assert not any(line.startswith(("baseline", "levers_a")) for line in dropped), dropped
+
+
+@pytest.mark.slow
+def test_the_tiers_selection_leaves_out_both_max_autotune_cases():
+    """-k takes the test ids as written: "max_autotune" matched none of "[max-autotune]" and
+    "[max-autotune-no-cudagraphs]" (the tier ran them); "max-autotune" leaves out both and keeps the others."""
+    done = run_process([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly", "-p",
+                        "no:cacheprovider", "tests/gpu/test_gpu_compile.py", "-k", P.SLOW_GPU_TESTS], ROOT)
+    kept = [line.split("[")[1].rstrip("]") for line in done.stdout.splitlines() if "::" in line]
+    assert kept == ["default", "reduce-overhead"], done.stdout
+    tier = parts.build_plan(EVERYTHING, {"pytest": None})[-1].runs[0]
+    assert tier.argv[tier.argv.index("-k") + 1] == P.SLOW_GPU_TESTS and tier.reader in P.WHOLE
 
 
 def test_a_machine_with_everything_runs_every_entry():
@@ -92,7 +103,10 @@ def test_a_machine_with_everything_runs_every_entry():
     assert lever_run.also.argv[5] == "not compiled and not compile_facts and not under_compile"
     assert ddp_run.also.argv[2:5] == [NEW_TESTS[1], "-k", "compiled and not compile_facts"]
     tier = stages["pytest"].runs[0].argv
-    assert tier[tier.index("-k") + 1] == "not max_autotune"
+    assert tier[tier.index("-k") + 1] == "not max-autotune"
+    floor = stages["floor"]
+    assert floor.variants == ["default", "coordinate descent", "combined"]
+    assert floor.ratios == [("coordinate descent", "default"), ("combined", "default")]
     # every compared configuration is a variant with a ratio against the first, the default
     assert stages["levers_a"].variants == ["default 512", "batch 768"]
     assert stages["ddp"].ratios[0] == ("DDP", "default 256")
@@ -116,12 +130,20 @@ def test_a_bare_machine_marks_what_it_cannot_run():
     why = {r.name: r.unavailable for s in stages.values() for r in s.runs + s.setup}
     assert "torchvision" in why["bare loop"] and "timm" in why["timm benchmark.py"]
     assert "--compile-mode" in why["compile_max_autotune"] and "--cuda-graphs" in why["cuda_graphs"]
-    assert why["fp32"] is None and why["train JPEG"] is None
+    assert why["fp32"] is None and why["train JPEG threads"] is None and why["train synthetic"] is None
     assert "--stem-channels" in why["levers-a"] and "--wrap-single-rank" in why["ddp"]
-    assert "one --batch-size" in why["batch curve"] and "--decode gpu" in why["loader gpu"]
-    assert why["train JPEG gpu"] == why["loader gpu"] and why["train JPEG fast"] is None
+    assert "one --batch-size" in why["batch curve"] and "--decode gpu" in why["loader nvimgcodec"]
+    assert why["train JPEG nvimgcodec"] == why["loader nvjpeg shared"] == why["loader nvimgcodec"]
+    assert why["train JPEG processes"] is None and "--coordinate-descent-tuning" in why["floor"]
     assert "--after" in why["combined"] and "no new GPU test files" in why["new GPU tests"]
     assert stages["levers_a"].runs[0].also is None  # no newest tests to run beside
+    # a loader that decodes on the GPU but cannot be told which decoder; a GPU machine without torchvision
+    told = {r.name: r.unavailable for r in parts.build_plan(dataclasses.replace(bare, gpu_decode=True),
+                                                            {"decode": None})[-1].runs}
+    assert told["loader nvimgcodec"] == "this dlscale loader has no --decoder"
+    told = {r.name: r.unavailable for r in parts.build_plan(dataclasses.replace(
+        bare, gpu_decode=True, loader_decoder=True), {"decode": None})[-1].runs}
+    assert told["loader nvimgcodec"] is None and "torchvision" in told["train JPEG nvjpeg shared"]
     # timm installed but its script not given: the run says where to get it
     hint = parts.build_plan(dataclasses.replace(bare, timm=True), {"peers": None})[1].runs[2].unavailable
     assert "--timm-benchmark PATH" in hint and "pytorch-image-models" in hint
@@ -317,7 +339,12 @@ def test_a_run_that_does_not_fit_is_not_started_and_says_how_to_run_it(tmp_path)
 def test_a_train_run_starts_only_when_it_can_end_since_a_stopped_one_has_no_figure(tmp_path):
     # 52 s left of a train run's 64: it would be stopped before its last epoch; a loader run may start on half
     assert not P.may_start(52.0, 64.0, "train") and P.may_start(58.0, 64.0, "train")
-    assert P.may_start(52.0, 64.0, "loader") and not P.may_start(31.0, 64.0, "loader")
+    # a loader or a test tier needs all its estimate (stopped early, it has no figure); any other command half of it
+    assert P.may_start(64.0, 64.0, "loader") and not P.may_start(63.0, 64.0, "loader")
+    assert not P.may_start(149.0, 150.0, "pytest") and P.may_start(150.0, 150.0, "pytest")
+    # an alternated run writes its figures at its end: the floor's 501 s do not start with a minute left
+    assert not P.may_start(60.0, 501.0, "alternate") and P.may_start(451.0, 501.0, "alternate")
+    assert P.may_start(52.0, 64.0, "none") and not P.may_start(31.0, 64.0, "none")
     ctx = _context(tmp_path, deadline_s=5.0)
     record = runner.execute(P.Run("train JPEG fast", ["-c", "pass"], "train", 6.0), ctx, "decode", 0, ctx.deadline)
     assert record["status"] == "not_run" and "--stages decode:train_JPEG_fast" in record["error"]
@@ -343,7 +370,7 @@ def test_train_reader_keeps_the_steady_windows(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
     (tmp_path / "summary.json").write_text(json.dumps({"total_ips": 500.0}))
     out = "epoch 1 ...\nWARNING: training is input-bound: 40% of each step ...\n"
-    got = runner.read_train(None, out, tmp_path, _context(tmp_path))
+    got = readers.read_train(None, out, tmp_path, _context(tmp_path))
     # 3,000 images in 0.25 + 0.5 + 0.25 s, not the median window (4,000)
     assert got["value"] == pytest.approx(3000.0) and got["details"]["windows"] == 3
     assert got["details"]["input_bound_warnings"] == ["WARNING: training is input-bound: 40% of each step ..."]
@@ -351,7 +378,7 @@ def test_train_reader_keeps_the_steady_windows(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"data": {"num_workers": 8, "decode": "gpu",
                                                                "device_feed": "process", "workers_kind": "thread",
                                                                "path": "x"}}))
-    got = runner.read_train(None, out, tmp_path, _context(tmp_path))
+    got = readers.read_train(None, out, tmp_path, _context(tmp_path))
     assert {k: got["details"][k] for k in ("num_workers", "workers_kind", "decode", "device_feed")} == \
         {"num_workers": 8, "workers_kind": "thread", "decode": "gpu", "device_feed": "process"}
 
@@ -362,66 +389,11 @@ def test_pytest_reader_counts_outcomes(tmp_path):
         '<testcase classname="t" name="bad" time="2"><failure message="assert 1 == 2">trace</failure></testcase>'
         '<testcase classname="t" name="skip" time="0"><skipped message="needs a CUDA device"/></testcase>'
         '</testsuite></testsuites>')
-    got = runner.read_pytest(None, "", tmp_path / "junit.xml", _context(tmp_path))
+    got = readers.read_pytest(None, "", tmp_path / "junit.xml", _context(tmp_path))
     assert got["value"] == 1 and (got["details"]["failed"], got["details"]["skipped"]) == (1, 1)
     failed = {"test": "t::bad", "outcome": "failed", "seconds": 2.0, "message": "assert 1 == 2"}
     assert failed in got["details"]["tests"]
 
-
-def test_loader_reader_picks_the_fastest_worker_count_for_training(tmp_path):
-    rows = [{"workers": w, "images_per_s": r, "cpu_cores_busy": 1.0, "images_per_cpu_s": r / w, "speedup": 1.0}
-            for w, r in ((4, 2400.0), (8, 4700.0), (15, 4600.0))]
-    (tmp_path / "summary.json").write_text(json.dumps({"settings": rows}))
-    ctx = _context(tmp_path)
-    got = runner.read_loader(None, "", tmp_path / "summary.json", ctx)
-    assert got["value"] == 4700.0 and ctx.values["workers"] == "8"
-    assert ctx.fill("data.num_workers={workers} {work}/x-{round}", 2) == f"data.num_workers=8 {tmp_path}/x-2"
-
-
-def test_the_shared_decode_balances_the_workers_and_the_device():
-    # workers 3,000 img/s, model 6,000, 0.1 device-ms per image: x = (1 - 0.5) / (1/6000 + 1/10000) = 1,875 on
-    # the device, so 4,875 img/s in all: 4,875 / 6,000 + 1,875 x 0.0001 = 1 s of device time per second
-    assert decode.device_share(3000.0, 0.1, 6000.0) == pytest.approx(1875.0 / 4875.0)
-    assert decode.device_share(7000.0, 0.1, 6000.0) == 0.05  # the workers alone keep up
-    assert decode.device_share(None, 0.1, 6000.0) == decode.device_share(3000.0, None, 6000.0) == 0.5
-    assert decode.device_share(10.0, 0.001, 6000.0) == pytest.approx(1.0, abs=0.01)  # workers of no use
-
-
-def test_the_device_loader_sets_the_share_of_the_shared_train_run(tmp_path):
-    ctx = _context(tmp_path)
-    ctx.results["baseline"] = {"runs": [{"name": "compiled default", "status": "ok", "value": 6000.0}]}
-    for path, sets, rate, device_ms in (("fast", "workers", 3000.0, 1.0), ("gpu", "gpu_workers", 4000.0, 25.6)):
-        (tmp_path / path).mkdir()
-        rows = [{"workers": 8, "images_per_s": rate, "device_ms_per_batch": device_ms}]
-        (tmp_path / path / "summary.json").write_text(json.dumps({"settings": rows, "batch_size": 256}))
-        runner.read_loader(P.Run(f"loader {path}", [], "loader", 1.0, sets=sets), "", tmp_path / path / "summary.json",
-                           ctx)
-    assert ctx.values["share"] == f"{1875.0 / 4875.0:.2f}" == "0.38"  # 25.6 ms / 256 = 0.1 ms per image
-    stage = decode.decode_stage(EVERYTHING)
-    shared = next(run for run in stage.runs if run.name == "train JPEG shared")
-    assert "data.device_decode_share={share}" in shared.argv and "data.num_workers={workers}" in shared.argv
-    assert ("train JPEG shared", "train synthetic") in stage.ratios
-
-
-
-def test_a_device_loader_too_slow_for_the_epochs_keeps_the_gpu_train_run_from_starting(tmp_path):
-    stage = decode.decode_stage(EVERYTHING)
-    gpu = next(run for run in stage.runs if run.name == "train JPEG gpu")
-    key, needed = gpu.min_rate
-    # its 3 epochs of the tree within 4x its estimate, the overrun limit
-    assert needed == pytest.approx(3 * 30720 / (4 * gpu.estimate_s))
-    ctx = _context(tmp_path)
-    (tmp_path / "summary.json").write_text(json.dumps({"settings": [
-        {"workers": 8, "images_per_s": 129.4, "device_ms_per_batch": 1974.0}], "batch_size": 256}))
-    runner.read_loader(P.Run("loader gpu", [], "loader", 1.0, sets="gpu_workers"), "", tmp_path / "summary.json",
-                       ctx)
-    ran = tmp_path / "ran"
-    probe = P.Run("probe", ["-c", f"open({str(ran)!r}, 'w').close()"], "none", gpu.estimate_s, min_rate=gpu.min_rate)
-    record = runner.execute(probe, ctx, "decode", 0, time.monotonic() + 600)
-    assert record["status"] == "not_run" and "measured 129 img/s" in record["error"]
-    assert not ran.exists()
-    ctx.values[key] = "4000.0"
-    assert runner.execute(probe, ctx, "decode", 0, time.monotonic() + 600)["status"] == "ok" and ran.exists()
 
 # ------------------------------------------------------------------------------------- report
 
@@ -432,8 +404,15 @@ def _results():
                                                          "status": "ok", "settings": ""} for k, v in medians.items()},
                 "ratios": ratios, **extra}
     ratio = lambda a, b, v: {"numerator": a, "denominator": b, "ratio": v, "per_round": [v]}  # noqa: E731
-    loader = lambda name, per_cpu_s: {"name": name, "status": "ok", "details": {"rows": [  # noqa: E731
-        {"workers": 15, "images_per_s": 9000.0, "cpu_cores_busy": 14.0, "images_per_cpu_s": per_cpu_s}]}}
+    loader = lambda name, per_cpu_s, decoder=None: {  # noqa: E731
+        "name": name, "status": "ok", "value": 9000.0, "details": {
+            "rows": [{"workers": 15, "images_per_s": 9000.0, "cpu_cores_busy": 14.0, "images_per_cpu_s": per_cpu_s}],
+            "best": {"images_per_s": 9000.0, "cpu_ms_per_image": 1000 / per_cpu_s, "device_ms_per_image": 0.05,
+                     "workers": 15, **({"decoder": decoder, "decoded_by_backend": {"hw_gpu_only": 900, "gpu_only": 24},
+                                        "decoded_by_workers": 0} if decoder else {})}}}
+    train = lambda name, rate, warnings=(): {  # noqa: E731
+        "name": name, "round": 0, "status": "ok", "value": rate, "unit": "img/s",
+        "details": {"host_cpu_ms_per_image": 0.5, "input_bound_warnings": list(warnings)}}
     warning = "WARNING: training is input-bound: 20% of each step waits for data"
     return {
         "baseline": stage("baseline", {"compiled default": 6100.0}, []),
@@ -444,12 +423,18 @@ def _results():
                        [ratio("dlscale bench", "bare loop", 0.991),
                         ratio("dlscale bench", "timm benchmark.py", 5600.0 / 4800.0),
                         ratio("dlscale bench default", "timm benchmark.py compiled", 6240.0 / 6000.0)]),
-        "decode": stage("decode", {"train JPEG gpu": 4400.0, "train synthetic": 5500.0, "train JPEG shared": 4675.0},
-                        [ratio("train JPEG gpu", "train synthetic", 0.8),
-                         ratio("train JPEG shared", "train synthetic", 0.85)],
-                        setup=[loader("loader fast", 320.0), loader("loader gpu", 1600.0)],
-                        runs=[{"name": "train JPEG gpu", "status": "ok",
-                               "details": {"input_bound_warnings": [warning]}}]),
+        "decode": stage("decode", {"train synthetic": 5500.0, "train JPEG nvimgcodec": 4400.0,
+                                   "train JPEG threads": 5060.0, "train JPEG nvjpeg shared": 4675.0},
+                        [ratio("train JPEG nvimgcodec", "train synthetic", 0.8),
+                         ratio("train JPEG threads", "train synthetic", 0.92),
+                         ratio("train JPEG nvjpeg shared", "train synthetic", 0.85),
+                         {"numerator": "train JPEG processes", "denominator": "train synthetic", "ratio": None,
+                          "per_round": []}],
+                        runs=[train("train synthetic", 5500.0), loader("loader nvimgcodec", 1600.0, "nvimgcodec"),
+                              train("train JPEG nvimgcodec", 4400.0, [warning]), loader("loader threads", 320.0),
+                              train("train JPEG threads", 5060.0),
+                              {"name": "train JPEG processes", "round": 0, "status": "not_run",
+                               "error": "budget: 20 s left"}]),
         "ddp": stage("ddp", {"default": 5600.0, "DDP": 7300.0}, [ratio("DDP", "default", 0.95)]),
         "progression": stage("progression", {"fp32": 1200.0, "fused_sgd": 5600.0, "compile_reduce_overhead": 5690.0},
                              [ratio("fused_sgd", "fp32", 4.667)]),
@@ -459,7 +444,8 @@ def _results():
 def test_goals_are_judged_on_a_gpu_and_say_why_real_data_falls_short():
     rows = {g["goal"]: g for g in report.goals(_results(), "cuda")}
     assert list(rows) == ["throughput", "vs_bare", "vs_timm_compiled", "vs_timm_eager", "real_data",
-                          "real_data_shared", "cpu_per_image", "ddp_wrapper"]
+                          "real_data_threads", "real_data_nvjpeg_shared", "real_data_processes", "cpu_per_image",
+                          "ddp_wrapper"]
     # the compiled default's own figure, the baseline's: not the lever's 6,150, the peers' default run or the
     # DDP-wrapped run (7,300, made up)
     throughput = rows["throughput"]
@@ -492,20 +478,23 @@ def test_goals_are_judged_on_a_gpu_and_say_why_real_data_falls_short():
     del slow["baseline"]
     judged = {g["goal"]: g for g in report.goals(slow, "cuda")}
     assert judged["throughput"]["value"] is None and judged["throughput"]["source"] is None  # no default: no figure
-    # real data: JPEGs decoded on the GPU at 0.8 of synthetic, below 0.90; the CPU time per image 320 / 1,600
-    # img per CPU-second = 0.2 of the CPU path's, within the third allowed
+    # real data, each way of feeding JPEGs against 0.90 (0.95 the stretch): nvImageCodec at 0.8 no, the threads at
+    # 0.92 yes (stretch no), the shared decode at 0.85 no, the processes not measured; the CPU time per image of
+    # nvImageCodec's path 320 / 1,600 img per CPU-second = 0.2 of the threads', within the third allowed
     assert rows["real_data"]["met"] is False and rows["real_data"]["input_bound_warnings"]
-    assert rows["real_data_shared"]["value"] == pytest.approx(0.85) and rows["real_data_shared"]["met"] is None
+    assert (rows["real_data_threads"]["met"], rows["real_data_threads"]["goal_met"]) == (True, False)
+    assert rows["real_data_threads"]["goal_value"] == 0.95 and rows["real_data_nvjpeg_shared"]["met"] is False
+    assert rows["real_data_processes"]["value"] is None and rows["real_data_processes"]["met"] is None
     assert rows["cpu_per_image"]["value"] == pytest.approx(0.2) and rows["cpu_per_image"]["met"] is True
     need = rows["real_data"]["cores_needed"]
-    assert need["per_path"]["fast"]["cores"] == pytest.approx(5500.0 / 320.0)
-    assert need["per_path"]["gpu"]["cores"] == pytest.approx(5500.0 / 1600.0)
+    assert need["per_path"]["threads"]["cores"] == pytest.approx(5500.0 / 320.0)
+    assert need["per_path"]["nvimgcodec"]["cores"] == pytest.approx(5500.0 / 1600.0)
+    assert set(need["per_path"]) == {"threads", "nvimgcodec"}
     assert rows["ddp_wrapper"]["value"] == 0.95 and rows["ddp_wrapper"]["met"] is None
     assert all(g["met"] is None for g in report.goals(_results(), "cpu"))  # tiny CPU runs prove nothing
-    # an earlier campaign's data stage (CPU decode) still reads
-    older = {"data": _results()["decode"] | {"ratios": [{"numerator": "train JPEG", "denominator": "train synthetic",
-                                                        "ratio": 0.75, "per_round": [0.75]}]}}
-    assert {g["goal"]: g for g in report.goals(older, "cuda")}["real_data"]["value"] == 0.75
+    # the floor's alternated windows of the default are its figure where neither the baseline nor the peers ran it
+    floor = {"floor": {"medians": {"default": {"median": 5990.0}, "coordinate descent": {"median": 6100.0}}}}
+    assert report.compiled_default(floor) == ("floor / default", 5990.0)
 
 
 def test_markdown_has_the_goal_table_and_the_tables_of_each_stage():
@@ -516,18 +505,25 @@ def test_markdown_has_the_goal_table_and_the_tables_of_each_stage():
     text = report.markdown(document)
     assert "# GPU campaign: NVIDIA H100 80GB HBM3" in text and "driver 580.159.04" in text
     assert "| dlscale bench / bare PyTorch loop | 0.98 | - | 0.991 | yes |" in text
-    real = "| dlscale train, JPEG decoded on the GPU / synthetic, compiled default | 0.90 | - | 0.800 | **no** |"
+    real = ("| dlscale train on JPEGs / on synthetic input, compiled default, batch 512: nvImageCodec's hardware "
+            "decoder, the training crop decoded as a region | 0.90 | 0.95 | 0.800 | **no** (goal no) |")
     assert real in text
+    assert "| the same, the CPU path with 15 loader threads | 0.90 | 0.95 | 0.920 | yes (goal no) |" in text
     compiled = ("| dlscale bench default / timm benchmark.py --torchcompile (train), both compiled at the default's "
                 "batch | 1.00 | - | 1.040 | yes |")
     assert compiled in text
-    assert "| CPU time per image, GPU decode / CPU decode (dlscale loader) | - | - | 0.200 | yes |" in text
+    assert ("| CPU time per image, nvImageCodec's device path / the CPU path with loader threads (dlscale loader) | - "
+            "| - | 0.200 | yes |") in text
     eager = "| dlscale bench / timm benchmark.py (train), both eager with the same settings | 1.00 | - | 1.167 | yes |"
     assert eager in text
-    assert "Decode fast: the loader takes 320 img per CPU-second" in text and "about 17.2 cores per GPU" in text
-    assert "Decode gpu: the loader takes 1,600 img per CPU-second" in text and "about 3.4 cores per GPU" in text
+    assert "JPEGs fed as threads: the loader takes 320 img per CPU-second" in text and "about 17.2 cores" in text
+    assert "JPEGs fed as nvimgcodec: the loader takes 1,600 img per CPU-second" in text and "about 3.4 cores" in text
     assert "| stem 4 / default | **1.044** |" in text and "| batch 512 | - | ok | 6,150.0 | 6,150.0 |" in text
-    assert "| loader gpu | 15 | 9,000.0 | 14.00 | 1,600.0 | - |" in text
+    # the real-data stage: each arrangement's train run beside its loader's figures and the decoder's backends
+    assert ("| nvimgcodec | 4,400.0 | 0.800 | 0.500 | 9,000.0 | 0.625 | 0.050 | nvimgcodec: hw_gpu_only 900, "
+            "gpu_only 24 |") in text
+    assert "| threads | 5,060.0 | 0.920 | 0.500 | 9,000.0 | 3.125 | 0.050 | the loader workers (CPU) |" in text
+    assert "| processes | not run | - | - | - | - | - | - |" in text and "| synthetic | 5,500.0 | 1.000 |" in text
     assert "| fused_sgd | - | ok | 5,600.0 | - | 4.67 | - |" in text
     assert "The throughput is the compiled default's own, measured in baseline / compiled default." in text
 

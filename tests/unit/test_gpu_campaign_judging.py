@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import gpu  # noqa: E402
-from gpu_campaign import alternate, parts, report, runner  # noqa: E402
+from gpu_campaign import alternate, parts, readers, report, runner  # noqa: E402
 from gpu_campaign import plan as P  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
@@ -109,7 +109,7 @@ def test_timm_compiled_runs_at_the_batch_the_default_ran(tmp_path):
     summary.write_text('{"img_per_sec_total_mean": 5000.0, "batch_size": 256}')
     ctx = runner.Context(python=sys.executable, root=ROOT, work=tmp_path, env={}, log=None, deadline=0.0,
                          pythonpath=False, values=dict(stage.values))
-    runner.read_bench(runs["dlscale bench default"], "", summary, ctx)  # a GPU under 40 GiB: batch 256
+    readers.read_bench(runs["dlscale bench default"], "", summary, ctx)  # a GPU under 40 GiB: batch 256
     assert ctx.fill(" ".join(compiled), 0).split(" -b ")[1].startswith("256 ")
     cpu = {r.name: r for r in parts.build_plan(P.Features(device="cpu", timm=True), {"peers": None})[1].runs}
     assert "GPU only" in cpu["timm benchmark.py compiled"].unavailable

@@ -16,7 +16,7 @@ from tests.unit.test_device_decode import SIZE, _jpeg, _smooth, _tree
 
 pytest.importorskip("nvidia.nvimgcodec", reason="nvImageCodec's wheel (nvidia-nvimgcodec-cu13) is not installed")
 
-from dlscale.data.device.decoders.nvimgcodec import NvimgcodecDecoder  # noqa: E402
+from dlscale.data.device.decoders.nvimgcodec import NvimgcodecDecoder, in_turn  # noqa: E402
 
 DEVICE_TOLERANCE = {"max": 12.0, "mean": 0.5}
 """As tests/gpu/test_gpu_decode.py allows nvJPEG against libjpeg, both at full scale with the same crop code."""
@@ -112,8 +112,45 @@ def test_auto_chooses_nvimgcodec_on_cuda_only_where_it_decodes_and_names_both_de
     with pytest.raises(ConfigError) as raised:
         resolve_decode("gpu", "cpu")
     assert "\n" not in str(raised.value) and "nvImageCodec" in str(raised.value) and "torchvision" in str(raised.value)
+    # named, its CPU backend decodes on the CPU device (what the GPU campaign's CPU rehearsal runs); auto never
+    # takes it there
+    assert NvimgcodecDecoder.unavailable_named(torch.device("cpu")) is None
+    assert resolve_decode("gpu", "cpu", "nvimgcodec") == "gpu" and resolve_decode("auto", "cpu") == "fast"
+    assert "the batches stay on the host" in NvimgcodecDecoder.unavailable_named(None)
     monkeypatch.setattr(NvimgcodecDecoder, "unavailable", staticmethod(lambda device: None))
     assert resolve_decode("gpu", "cpu") == "gpu" and resolve_decode("auto", "cpu") == "gpu"
     with pytest.raises(ConfigError, match="data.decoder='nvimg'"):
         DataConfig(decoder="nvimg")
 
+
+def test_each_backend_in_turn_takes_what_the_ones_before_it_refused_and_is_counted():
+    """Hardware first, then CUDA, then the hybrid decode: each gets only the files those before it returned None
+    for, in their order; a file none decodes is None; a decoded image the device path cannot use (not three
+    channels) is no result and is not counted."""
+    asked = {}
+
+    def backend(name, takes):
+        def decode(items):
+            asked[name] = list(items)
+            return [f"{name}:{item}" if item in takes else None for item in items]
+        return name, decode
+
+    counts = {"hw_gpu_only": 0, "gpu_only": 0, "hybrid_cpu_gpu": 0}
+    got = in_turn([backend("hw_gpu_only", {"a", "c", "e"}), backend("gpu_only", {"b", "grey"}),
+                   backend("hybrid_cpu_gpu", {"d"})], ["a", "b", "c", "d", "e", "junk", "grey"], counts,
+                  lambda image: None if image.endswith("grey") else image.upper())
+    assert got == ["HW_GPU_ONLY:A", "GPU_ONLY:B", "HW_GPU_ONLY:C", "HYBRID_CPU_GPU:D", "HW_GPU_ONLY:E", None, None]
+    assert asked == {"hw_gpu_only": ["a", "b", "c", "d", "e", "junk", "grey"], "gpu_only": ["b", "d", "junk", "grey"],
+                     "hybrid_cpu_gpu": ["d", "junk"]}
+    assert counts == {"hw_gpu_only": 3, "gpu_only": 1, "hybrid_cpu_gpu": 1}
+    done = {"x": 0, "y": 0}
+    assert in_turn([("x", lambda items: list(items)), ("y", lambda items: 1 / 0)], [1, 2], done, str) == ["1", "2"]
+    assert done == {"x": 2, "y": 0}  # nothing left for the second: not called
+
+
+def test_the_decoder_counts_the_files_its_cpu_backend_decoded():
+    data = _jpeg(_smooth(64, 48))
+    decoder = NvimgcodecDecoder("cpu")
+    assert decoder.decoded_by == {"cpu_only": 0}
+    decoder.decode([_file(data), _file(b"\x00junk" * 32), _file(data)], [(0, 0, 64, 48), (0, 0, 8, 8), (4, 4, 8, 8)])
+    assert decoder.decoded_by == {"cpu_only": 2}

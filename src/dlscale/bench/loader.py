@@ -134,13 +134,19 @@ def _measure(cfg: DataConfig, *, batch_size: int, batches: int, warmup: int, dev
 
 
 def _decoded_where(prefetchers: list[DevicePrefetcher]) -> dict:
-    """On the device decode path, where the rows of every batch (warm-up included) were decoded."""
+    """On the device decode path, where the rows of every batch (warm-up included) were decoded: by the device's
+    decoder (named; per backend where it has several, nvImageCodec's), by the workers, or refused by the device."""
     stages = [p.stage for p in prefetchers if p.stage is not None]
     if not stages:
         return {}
+    backends: dict[str, int] = {}
+    for decoder in {id(s.decoder): s.decoder for s in stages}.values():  # an epoch's prefetcher makes its own
+        for backend, count in getattr(decoder, "decoded_by", {}).items():
+            backends[backend] = backends.get(backend, 0) + count
     return {"decoded_on_device": sum(s.counts.device for s in stages),
             "decoded_by_workers": sum(s.counts.workers for s in stages),
-            "refused_by_device": sum(s.counts.refused for s in stages)}
+            "refused_by_device": sum(s.counts.refused for s in stages), "decoder": stages[0].decoder.name,
+            **({"decoded_by_backend": backends} if backends else {})}
 
 
 def _pids(loader) -> list[int]:

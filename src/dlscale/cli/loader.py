@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from dlscale.cli import numbers, paths
 from dlscale.config import DataConfig
-from dlscale.config.data import DATASET_NAMES, DECODE_ALIASES, DECODE_MODES
+from dlscale.config.data import DATASET_NAMES, DECODE_ALIASES, DECODE_MODES, DECODERS
 from dlscale.errors import DataError, DeviceError
 from dlscale.metrics.hardware import available_cores, host_memory_bytes
 from dlscale.metrics.progress import ProgressDisplay
@@ -45,6 +45,9 @@ def add_parser(subparsers) -> None:
                    help="JPEG decode path (data.decode): fast (also called cpu) and plain decode in the workers; "
                         "gpu decodes on the device (needs --device cuda and torchvision); auto takes gpu where "
                         "it can run, else fast")
+    p.add_argument("--decoder", choices=DECODERS, default="auto",
+                   help="with --decode gpu: the device's decoder (data.decoder): nvimgcodec, nvjpeg, pillow, or auto "
+                        "(nvimgcodec on CUDA where it decodes, else nvjpeg)")
     p.add_argument("--device-share", type=numbers.SHARE, default=1.0, metavar="SHARE",
                    help="with --decode gpu: the share of the training JPEGs the device decodes, the workers "
                         "the rest (data.device_decode_share; default 1)")
@@ -90,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     workers = list(args.workers)
     device = _check(args)
     cfg = DataConfig(name=args.dataset, path=args.data, image_size=args.image_size, decode=args.decode,
-                     device_decode_share=args.device_share)
+                     decoder=args.decoder, device_decode_share=args.device_share)
     if args.dataset == "imagefolder":  # refused here, in one line, where the device decoder cannot run
         cfg = cfg.on_path(resolve_decode(cfg.decode, device, cfg.decoder))
     out = RunDir(args.out) if args.out else RunDir(Path("runs") / default_run_name("loader", args.dataset))
@@ -148,7 +151,8 @@ def _measure(args: argparse.Namespace, cfg: DataConfig, workers: list[int],
     cores = available_cores()
     print(f"{args.dataset} {args.data or ''}: batch {args.batch_size}, {args.batches} timed batches per setting, "
           f"workers as {' and '.join('processes' if k == 'process' else 'threads' for k in _kinds(args))}, "
-          f"decode {_said(cfg.decode, device, cfg.device_decode_share)}, {pillow_build()}, {cores} cores", flush=True)
+          f"decode {_said(cfg.decode, device, cfg.device_decode_share, cfg.decoder)}, {pillow_build()}, {cores} cores",
+          flush=True)
     if max(workers) > cores:
         print(f"note: settings of more than {cores} workers oversubscribe this machine's {cores} cores", flush=True)
     in_flight = max(workers) * cfg.prefetch_factor
@@ -186,13 +190,13 @@ def _prewarm(root: Path) -> None:
         raise DataError(f"--prewarm: {error.filename or root} cannot be read ({error.strerror or error})") from None
 
 
-def _said(decode: str, device: torch.device | None, share: float = 1.0) -> str:
+def _said(decode: str, device: torch.device | None, share: float = 1.0, decoder: str = "auto") -> str:
     from dlscale.data.device import decoder_name
 
     if decode != "gpu" or device is None:
         return decode
     shared = f", {share:.0%} of the training JPEGs, the workers the rest" if share < 1 else ""
-    return f"gpu ({decoder_name(device)} on {device}{shared})"
+    return f"gpu ({decoder_name(device, decoder)} on {device}{shared})"
 
 
 def _write(out: RunDir, args, cfg: DataConfig, device, rows: list[dict], table: str) -> None:
@@ -205,7 +209,8 @@ def _write(out: RunDir, args, cfg: DataConfig, device, rows: list[dict], table: 
 
     settings = {"dataset": args.dataset, "data": args.data, "batch_size": args.batch_size, "batches": args.batches,
                 "repeats": args.repeats, "warmup_batches": args.warmup_batches, "image_size": args.image_size,
-                "decode": cfg.decode, "decode_asked": args.decode, "device_decode_share": cfg.device_decode_share,
+                "decode": cfg.decode, "decode_asked": args.decode, "decoder": args.decoder,
+                "device_decode_share": cfg.device_decode_share,
                 "device": args.device, "prewarm": args.prewarm, "workers": [row["workers"] for row in rows],
                 "workers_kinds": _kinds(args)}
     out.write_setup({"kind": "loader", **settings}, environment_info(1, device or torch.device("cpu"),

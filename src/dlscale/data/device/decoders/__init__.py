@@ -58,7 +58,10 @@ def resolve_decode(decode: str, device: torch.device | str | None, decoder: str 
     where = torch.device(device) if device is not None else None
     reasons = []
     for name in DEVICE_DECODERS["cuda"] if decoder == "auto" else (decoder,):
-        why = DECODERS[name].unavailable(where)
+        # named, a decoder may run where auto would not take it (nvImageCodec's CPU backend on the CPU device)
+        check = DECODERS[name].unavailable if decoder == "auto" else \
+            getattr(DECODERS[name], "unavailable_named", DECODERS[name].unavailable)
+        why = check(where)
         if why is None:
             return "gpu"
         reasons.append(why)
