@@ -302,10 +302,27 @@ def test_a_rate_given_as_such_is_anchored_in_the_commands_setting(tmp_path):
     assert "the H100 curve measured by dlscale bench" in out.stdout  # the device's fixed part, by name
     for bad, message in (("rate=1,devices=8", "needs batch"), ("rate=x,devices=8,batch=4", "rate='x'"),
                          ("rate=1,devices=8,batch=4,device=Z900", "give one of B200, H200 NVL"),
-                         ("speed=1", "'speed=1' is not KEY=VALUE")):
+                         ("speed=1", "'speed=1' is not KEY=VALUE"),
+                         ("rate=1,devices=8,batch=4,framework=caffe", "framework='caffe': pytorch or mxnet")):
         refused = dlscale_here("predict", "--from-reference", bad, "--platform", "dgx-h100", "--no-run-dir",
                                cwd=tmp_path)
         assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+
+
+def test_the_stack_that_issues_the_kernels_sets_the_modelled_fixed_part(tmp_path):
+    """A V100 figure of 1,200 img/s at 256 (NVIDIA's AMP figure): its fixed part modelled with eager PyTorch's 4 us
+    per op, with MXNet's executor (4.83 us per launch, 42 engine operations at its default bulk of 15), and with a
+    CUDA graph (0.58 us per node); each header says which and t1 follows from the one figure."""
+    floors, figure = {}, "rate=1200,devices=1,batch=256,device=V100,precision=amp_fp16"
+    for extra in ((), ("--framework", "mxnet"), ("--execution", "cuda-graphs")):
+        out = dlscale_here("predict", "--from-reference", figure,
+                           "--platform", "dgx1-v100", "--gpus", "1", "--no-run-dir", *extra, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        floors[extra[-1] if extra else "eager"] = next(line for line in out.stdout.splitlines() if "t0 (fixed" in line)
+    assert "(pytorch eager): 624 kernels x 4.00 us = 2.50 ms" in floors["eager"]
+    assert "(mxnet eager, 15/15 nodes per engine operation): 624 kernels x 4.83 us + 42 engine operations x 4.83 us" \
+        in floors["mxnet"]
+    assert "(pytorch cuda-graphs): 624 kernels x 0.58 us = 0.36 ms" in floors["cuda-graphs"]
 
 
 def test_both_rates_and_the_fixed_parts_range(tmp_path):

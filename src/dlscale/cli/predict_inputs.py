@@ -13,6 +13,7 @@ from dlscale.predict.anchor import Setting
 from dlscale.predict.cases import CASES
 from dlscale.predict.ceilings import Ceilings
 from dlscale.predict.compute import Fixed, with_fixed
+from dlscale.predict.fixed import Stack
 from dlscale.predict.model import Strategy
 from dlscale.predict.network import Network
 from dlscale.predict.platforms import platform
@@ -51,7 +52,7 @@ def _workload(args: argparse.Namespace, figure: inputs.ReferenceFigure | None,
     peak = args.peak_tflops  # a number, else a device name (H100, A100): checked when parsed
     workload = inputs.workload_from_flops(args.model or "resnet50", batch=args.batch_size, peak_tflops=peak,
                                           mfu=args.mfu, image_size=args.image_size, fixed=fixed,
-                                          execution=args.execution or "eager")
+                                          stack=Stack(args.execution or "eager", args.framework or "pytorch"))
     device = peak if isinstance(peak, str) else None
     above = caveats.mfu_line(device, args.mfu, inputs.device_peak_dtype(device) if device else "bf16")
     return workload, None, "", {"mfu": f"WARNING: {above}"} if above else {}
@@ -194,6 +195,8 @@ def _figure(args: argparse.Namespace) -> inputs.ReferenceFigure:
     """--from-reference: a rate given as such (rate=...), else a shipped reference or --reference-file's."""
     if "=" in args.from_reference:
         figure = inputs.given_figure(args.from_reference)
-        return replace(figure, execution=args.execution or figure.execution)
-    figure = inputs.reference_figure(args.from_reference, str(args.reference_file) if args.reference_file else None)
-    return replace(figure, execution=args.execution) if args.execution else figure
+    else:
+        figure = inputs.reference_figure(args.from_reference, str(args.reference_file) if args.reference_file else None)
+    stack = replace(figure.stack, execution=args.execution or figure.stack.execution,
+                    framework=args.framework or figure.stack.framework)
+    return replace(figure, stack=stack)
