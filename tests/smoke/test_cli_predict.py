@@ -349,6 +349,9 @@ def test_machines_by_flag(tmp_path):
     assert "fabric given: nics_per_node 2, nic_gbps 100, transport roce" in out.stdout
     assert "24.000 GB/s per node between nodes" in out.stdout and "sharp algorithm" in out.stdout
     assert "BatchNorm over groups of 2" in out.stdout
+    tcp = dlscale_here("predict", "--from-reference", "ngc:a100_80gb_amp", "--platform", "dgx-a100", "--nics", "1",
+                       "--transport", "tcp", "--algorithm", "sharp", "--gpus", "8,64", "--no-run-dir", cwd=tmp_path)
+    assert tcp.returncode == 2 and "nodes on TCP have none" in tcp.stderr, tcp.stderr
     listed = dlscale_here("predict", "--list-platforms", cwd=tmp_path).stdout
     for name in ("dgx2h", "abci-v100", "xe8545-a100", "r750xa-a100-pcie", "dss8440-a100-pcie", "azure-ndm-a100-v4"):
         assert f"{name}: " in listed

@@ -74,6 +74,9 @@ def _network(args: argparse.Namespace, own: Setting | None) -> tuple[Network, in
                           "--platform NAME (--list-platforms), or --inter-gbps for a network of numbers")
     if args.platform:
         chosen = platform(args.platform).with_fabric(*fabric)
+        if chosen.transport == "tcp" and args.algorithm == "sharp":
+            raise ConfigError(f"--algorithm sharp reduces in InfiniBand switches (NCCL's CollNet); {args.platform}'s "
+                              "nodes on TCP have none: choose auto, ring, tree or hierarchical")
         base, cores, kind = chosen.network(), chosen.value("cpu_cores_per_node"), chosen.kind
     elif args.comm_run:
         base = inputs.network_from_comm_run(args.comm_run)
