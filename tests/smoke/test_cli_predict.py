@@ -279,8 +279,9 @@ def test_a_reference_file_is_anchored_and_validated_as_a_shipped_one(tmp_path):
                                                                       "not a number above 0"),
     (lambda d: d["series"][0].update(platform="dgx-z100"), "unknown --platform 'dgx-z100'; choose one of dgx1-v100"),
     (lambda d: d["series"][0].pop("platform"), "series h100 names no platform"),
-    (lambda d: d["series"][0]["points"][1].update(program=3), "the point at 64 devices has program 3: a program is "
-                                                               "text"),
+    (lambda d: d["series"][0]["points"][1].update(program=3), "series[0].points[1].program is 3, not text"),
+    (lambda d: d["series"][0]["points"][1].update(config=["a.sh"]), "series[0].points[1].config is ['a.sh'], not text"),
+    (lambda d: d["series"][0].update(overlay="no"), "series[0].overlay is 'no', not true or false"),
 ])
 def test_a_bad_reference_file_is_one_line_naming_the_field(tmp_path, change, message):
     data = json.loads(json.dumps(MLPERF_AS_A_FILE))

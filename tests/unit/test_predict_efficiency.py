@@ -4,6 +4,7 @@ is never one of its inputs."""
 
 import json
 from dataclasses import replace
+from importlib import resources
 
 import pytest
 
@@ -11,6 +12,7 @@ from dlscale.cli import main
 from dlscale.errors import ConfigError
 from dlscale.predict import efficiency
 from dlscale.predict.cases import IMAGENET_TRAIN_IMAGES
+from dlscale.report.references import load_reference
 
 
 def _series(name):
@@ -48,7 +50,16 @@ def test_the_published_efficiency_is_never_an_input():
         assert row.error == pytest.approx(row.predicted / row.published - 1)
 
 
-@pytest.mark.parametrize("base", [0, 256, 2.5, True])
-def test_a_base_that_is_not_a_smaller_device_count_is_one_line(base):
-    with pytest.raises(ConfigError, match="base_devices must be a whole number of devices from 1 to below 256"):
-        efficiency.check(_with(_series("goyal_2017"), base_devices=base))
+@pytest.mark.parametrize("base", [0, 2.5, True, "8"])
+def test_a_base_that_is_not_a_device_count_is_refused_when_the_file_is_read(tmp_path, base):
+    data = json.loads((resources.files("dlscale") / "references" / "large_batch.json").read_text())
+    data["series"][0]["points"][0]["base_devices"] = base
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"series\[0\]\.points\[0\]\.base_devices is .*, not a whole number of 1"):
+        load_reference(str(path))
+
+
+def test_a_base_that_is_not_below_the_point_is_one_line():
+    with pytest.raises(ConfigError, match="base_devices must be below the point's 256 devices, got 256"):
+        efficiency.check(_with(_series("goyal_2017"), base_devices=256))
