@@ -24,19 +24,34 @@ def _with(series, **changes):
     return replace(series, points=points)
 
 
-def test_a_check_is_the_prediction_of_the_command_a_user_runs(tmp_path):
-    # Goyal et al.: 90 epochs in one hour on 256 P100 at 32 per GPU, 8 per server on one 50 Gbit Ethernet port.
-    row = efficiency.check(_series("goyal_2017"))
-    rate = 90 * IMAGENET_TRAIN_IMAGES / 3600
+COMMANDS = {
+    # Goyal et al.: 90 epochs in one hour on 256 P100 at 32 per GPU, 8 per server on one 50 Gbit Ethernet port;
+    # Caffe2's reduce in the server, allreduce between servers, broadcast back.
+    "goyal_2017": (3600, 256, 32, 8, ["--platform", "dgx1-v100", "--nics", "1", "--nic-gbps", "50", "--transport",
+                                      "tcp", "--algorithm", "hierarchical"]),
+    # Akiba et al.: 15 minutes on 1,024 P100, 8 per node on two FDR adapters; ChainerMN's allreduce after backward,
+    # in fp16.
+    "akiba_2017": (900, 1024, 128, 1, ["--platform", "dss8440-a100-pcie", "--nics", "2", "--nic-gbps", "56",
+                                       "--transport", "ib", "--dist-optimizer", "gradient_allreduce", "--grad-bytes",
+                                       "2"]),
+    "jia_2018": (396, 2048, 256, 1, ["--platform", "dss8440-a100-pcie", "--nics", "1", "--nic-gbps", "100",
+                                     "--transport", "roce", "--algorithm", "hierarchical"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_check_is_the_prediction_of_the_command_a_user_runs(tmp_path, name):
+    seconds, devices, nodes, base, flags = COMMANDS[name]
+    row = efficiency.check(_series(name))
+    rate = 90 * IMAGENET_TRAIN_IMAGES / seconds
     path = tmp_path / "p.json"
-    assert main(["predict", "--from-reference", f"rate={rate!r},devices=256,batch=32,nodes=32", "--platform",
-                 "dgx1-v100", "--nics", "1", "--nic-gbps", "50", "--transport", "tcp", "--gpus", "8,256", "--json",
-                 str(path), "--no-run-dir"]) == 0
+    assert main(["predict", "--from-reference", f"rate={rate!r},devices={devices},batch=32,nodes={nodes}", *flags,
+                 "--gpus", f"{base},{devices}", "--json", str(path), "--no-run-dir"]) == 0
     points = {p["devices"]: p for p in json.loads(path.read_text())["points"]}
-    assert points[256]["img_per_s_total"] == pytest.approx(rate, rel=1e-9)  # anchored at its own count
-    assert row.predicted == pytest.approx(points[256]["efficiency"], rel=1e-9)
-    assert row.point.step_ms == pytest.approx(points[256]["step_ms"], rel=1e-9)
-    assert (row.devices, row.base, row.published) == (256, 8, 0.90)
+    assert points[devices]["img_per_s_total"] == pytest.approx(rate, rel=1e-9)  # anchored at its own count
+    assert row.predicted == pytest.approx(points[devices]["efficiency"], rel=1e-9)
+    assert row.point.step_ms == pytest.approx(points[devices]["step_ms"], rel=1e-9)
+    assert (row.devices, row.base) == (devices, base)
 
 
 def test_the_published_efficiency_is_never_an_input():
