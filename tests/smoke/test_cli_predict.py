@@ -279,8 +279,9 @@ def test_a_reference_file_is_anchored_and_validated_as_a_shipped_one(tmp_path):
                                                                       "not a number above 0"),
     (lambda d: d["series"][0].update(platform="dgx-z100"), "unknown --platform 'dgx-z100'; choose one of dgx1-v100"),
     (lambda d: d["series"][0].pop("platform"), "series h100 names no platform"),
-    (lambda d: d["series"][0]["points"][1].update(program=3), "the point at 64 devices has program 3: a program is "
-                                                               "text"),
+    (lambda d: d["series"][0]["points"][1].update(program=3), "series[0].points[1].program is 3, not text"),
+    (lambda d: d["series"][0]["points"][1].update(config=["a.sh"]), "series[0].points[1].config is ['a.sh'], not text"),
+    (lambda d: d["series"][0].update(overlay="no"), "series[0].overlay is 'no', not true or false"),
 ])
 def test_a_bad_reference_file_is_one_line_naming_the_field(tmp_path, change, message):
     data = json.loads(json.dumps(MLPERF_AS_A_FILE))
@@ -302,10 +303,27 @@ def test_a_rate_given_as_such_is_anchored_in_the_commands_setting(tmp_path):
     assert "the H100 curve measured by dlscale bench" in out.stdout  # the device's fixed part, by name
     for bad, message in (("rate=1,devices=8", "needs batch"), ("rate=x,devices=8,batch=4", "rate='x'"),
                          ("rate=1,devices=8,batch=4,device=Z900", "give one of B200, H200 NVL"),
-                         ("speed=1", "'speed=1' is not KEY=VALUE")):
+                         ("speed=1", "'speed=1' is not KEY=VALUE"),
+                         ("rate=1,devices=8,batch=4,framework=caffe", "framework='caffe': pytorch or mxnet")):
         refused = dlscale_here("predict", "--from-reference", bad, "--platform", "dgx-h100", "--no-run-dir",
                                cwd=tmp_path)
         assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+
+
+def test_the_stack_that_issues_the_kernels_sets_the_modelled_fixed_part(tmp_path):
+    """A V100 figure of 1,200 img/s at 256 (NVIDIA's AMP figure): its fixed part modelled with eager PyTorch's 4 us
+    per op, with MXNet's executor (4.83 us per launch, 42 engine operations at its default bulk of 15), and with a
+    CUDA graph (0.58 us per node); each header says which and t1 follows from the one figure."""
+    floors, figure = {}, "rate=1200,devices=1,batch=256,device=V100,precision=amp_fp16"
+    for extra in ((), ("--framework", "mxnet"), ("--execution", "cuda-graphs")):
+        out = dlscale_here("predict", "--from-reference", figure,
+                           "--platform", "dgx1-v100", "--gpus", "1", "--no-run-dir", *extra, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        floors[extra[-1] if extra else "eager"] = next(line for line in out.stdout.splitlines() if "t0 (fixed" in line)
+    assert "(pytorch eager): 624 kernels x 4.00 us = 2.50 ms" in floors["eager"]
+    assert "(mxnet eager, 15/15 nodes per engine operation): 624 kernels x 4.83 us + 42 engine operations x 4.83 us" \
+        in floors["mxnet"]
+    assert "(pytorch cuda-graphs): 624 kernels x 0.58 us = 0.36 ms" in floors["cuda-graphs"]
 
 
 def test_both_rates_and_the_fixed_parts_range(tmp_path):
@@ -332,6 +350,9 @@ def test_machines_by_flag(tmp_path):
     assert "fabric given: nics_per_node 2, nic_gbps 100, transport roce" in out.stdout
     assert "24.000 GB/s per node between nodes" in out.stdout and "sharp algorithm" in out.stdout
     assert "BatchNorm over groups of 2" in out.stdout
+    tcp = dlscale_here("predict", "--from-reference", "ngc:a100_80gb_amp", "--platform", "dgx-a100", "--nics", "1",
+                       "--transport", "tcp", "--algorithm", "sharp", "--gpus", "8,64", "--no-run-dir", cwd=tmp_path)
+    assert tcp.returncode == 2 and "nodes on TCP have none" in tcp.stderr, tcp.stderr
     listed = dlscale_here("predict", "--list-platforms", cwd=tmp_path).stdout
     for name in ("dgx2h", "abci-v100", "xe8545-a100", "r750xa-a100-pcie", "dss8440-a100-pcie", "azure-ndm-a100-v4"):
         assert f"{name}: " in listed

@@ -4,6 +4,7 @@ is never one of its inputs."""
 
 import json
 from dataclasses import replace
+from importlib import resources
 
 import pytest
 
@@ -11,6 +12,7 @@ from dlscale.cli import main
 from dlscale.errors import ConfigError
 from dlscale.predict import efficiency
 from dlscale.predict.cases import IMAGENET_TRAIN_IMAGES
+from dlscale.report.references import load_reference
 
 
 def _series(name):
@@ -22,19 +24,34 @@ def _with(series, **changes):
     return replace(series, points=points)
 
 
-def test_a_check_is_the_prediction_of_the_command_a_user_runs(tmp_path):
-    # Goyal et al.: 90 epochs in one hour on 256 P100 at 32 per GPU, 8 per server on one 50 Gbit Ethernet port.
-    row = efficiency.check(_series("goyal_2017"))
-    rate = 90 * IMAGENET_TRAIN_IMAGES / 3600
+COMMANDS = {
+    # Goyal et al.: 90 epochs in one hour on 256 P100 at 32 per GPU, 8 per server on one 50 Gbit Ethernet port;
+    # Caffe2's reduce in the server, allreduce between servers, broadcast back.
+    "goyal_2017": (3600, 256, 32, 8, ["--platform", "dgx1-v100", "--nics", "1", "--nic-gbps", "50", "--transport",
+                                      "tcp", "--algorithm", "hierarchical"]),
+    # Akiba et al.: 15 minutes on 1,024 P100, 8 per node on two FDR adapters; ChainerMN's allreduce after backward,
+    # in fp16.
+    "akiba_2017": (900, 1024, 128, 1, ["--platform", "dss8440-a100-pcie", "--nics", "2", "--nic-gbps", "56",
+                                       "--transport", "ib", "--dist-optimizer", "gradient_allreduce", "--grad-bytes",
+                                       "2"]),
+    "jia_2018": (396, 2048, 256, 1, ["--platform", "dss8440-a100-pcie", "--nics", "1", "--nic-gbps", "100",
+                                     "--transport", "roce", "--algorithm", "hierarchical"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_check_is_the_prediction_of_the_command_a_user_runs(tmp_path, name):
+    seconds, devices, nodes, base, flags = COMMANDS[name]
+    row = efficiency.check(_series(name))
+    rate = 90 * IMAGENET_TRAIN_IMAGES / seconds
     path = tmp_path / "p.json"
-    assert main(["predict", "--from-reference", f"rate={rate!r},devices=256,batch=32,nodes=32", "--platform",
-                 "dgx1-v100", "--nics", "1", "--nic-gbps", "50", "--transport", "tcp", "--gpus", "8,256", "--json",
-                 str(path), "--no-run-dir"]) == 0
+    assert main(["predict", "--from-reference", f"rate={rate!r},devices={devices},batch=32,nodes={nodes}", *flags,
+                 "--gpus", f"{base},{devices}", "--json", str(path), "--no-run-dir"]) == 0
     points = {p["devices"]: p for p in json.loads(path.read_text())["points"]}
-    assert points[256]["img_per_s_total"] == pytest.approx(rate, rel=1e-9)  # anchored at its own count
-    assert row.predicted == pytest.approx(points[256]["efficiency"], rel=1e-9)
-    assert row.point.step_ms == pytest.approx(points[256]["step_ms"], rel=1e-9)
-    assert (row.devices, row.base, row.published) == (256, 8, 0.90)
+    assert points[devices]["img_per_s_total"] == pytest.approx(rate, rel=1e-9)  # anchored at its own count
+    assert row.predicted == pytest.approx(points[devices]["efficiency"], rel=1e-9)
+    assert row.point.step_ms == pytest.approx(points[devices]["step_ms"], rel=1e-9)
+    assert (row.devices, row.base) == (devices, base)
 
 
 def test_the_published_efficiency_is_never_an_input():
@@ -48,7 +65,16 @@ def test_the_published_efficiency_is_never_an_input():
         assert row.error == pytest.approx(row.predicted / row.published - 1)
 
 
-@pytest.mark.parametrize("base", [0, 256, 2.5, True])
-def test_a_base_that_is_not_a_smaller_device_count_is_one_line(base):
-    with pytest.raises(ConfigError, match="base_devices must be a whole number of devices from 1 to below 256"):
-        efficiency.check(_with(_series("goyal_2017"), base_devices=base))
+@pytest.mark.parametrize("base", [0, 2.5, True, "8"])
+def test_a_base_that_is_not_a_device_count_is_refused_when_the_file_is_read(tmp_path, base):
+    data = json.loads((resources.files("dlscale") / "references" / "large_batch.json").read_text())
+    data["series"][0]["points"][0]["base_devices"] = base
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"series\[0\]\.points\[0\]\.base_devices is .*, not a whole number of 1"):
+        load_reference(str(path))
+
+
+def test_a_base_that_is_not_below_the_point_is_one_line():
+    with pytest.raises(ConfigError, match="base_devices must be below the point's 256 devices, got 256"):
+        efficiency.check(_with(_series("goyal_2017"), base_devices=256))

@@ -2,13 +2,16 @@
 and against the H100's measured step curve; where a fixed part comes from, best source first."""
 
 import math
+import runpy
+from pathlib import Path
 
 import pytest
 
+from dlscale.errors import ConfigError
 from dlscale.metrics.hardware import PEAKS
 from dlscale.predict import compute, fixed
 from dlscale.predict.compute import KNOWN_RANGE_MS, device_curve, fixed_for_device
-from dlscale.predict.fixed import execution_of, floor, kernels_per_step, structure
+from dlscale.predict.fixed import Stack, execution_of, floor, kernel_counts, kernels_per_step, stack_of, structure
 
 MS = 1e-3
 
@@ -52,11 +55,47 @@ def test_the_h100_floor_term_by_term():
     assert got.waves_s == pytest.approx(2 * 128 * 256 * (s.gemm_k_forward + s.gemm_k_backward) / per_sm)
     assert got.parameters_s == pytest.approx(25_557_032 * 38 / 3350e9)
     assert got.seconds == pytest.approx(got.launches_s + got.waves_s + got.parameters_s)
-    # Eager launches from the host: 2.65 us each; fp32 runs on CUDA cores in 128 x 128 tiles.
+    # Eager PyTorch dispatches each op at 4 us; torch.compile's wrapper launches each of its 494 kernels at 2.65 us;
+    # fp32 runs on CUDA cores in 128 x 128 tiles.
     eager = floor("NVIDIA H100 80GB HBM3", "amp_bf16", "eager")
-    assert eager.launches_s == pytest.approx(624 * 2.65e-6) and eager.waves_s == got.waves_s
+    assert eager.launches_s == pytest.approx(624 * 4.0e-6) and eager.waves_s == got.waves_s
+    assert floor("NVIDIA H100 80GB HBM3", "amp_bf16", "compiled").launches_s == pytest.approx(494 * 2.65e-6)
     fp32 = floor("V100-SXM2-16GB", "fp32", "eager")
     assert fp32.waves_s == pytest.approx(2 * 128 * 128 * (s.gemm_k_forward + s.gemm_k_backward) / (15.7e12 / 80))
+
+
+def test_each_stack_issues_its_kernels_at_its_own_cost():
+    # MXNet without CUDA graphs (MLPerf v0.6's DGX-1: 999 forward and 25 backward nodes per engine operation): 624
+    # launches at 4.83 us, and one more per engine operation (1 forward, ceil(338 / 25) = 14 backward) for the
+    # synchronisation that closes it.
+    forward, backward, optimizer = kernel_counts("resnet50", "eager")
+    assert (forward, backward, optimizer) == (284, 338, 2)
+    v06 = floor("V100-SXM2-16GB", "fp16", Stack("eager", "mxnet", bulk=(999, 25)))
+    assert v06.segments == 1 + 14
+    assert v06.launches_s == pytest.approx((624 * 4.83 + 15 * 4.83) * 1e-6)
+    # With MXNet's CUDA graphs (v0.7's DGX A100, 999 and 999): 624 graph nodes at 0.58 us and 2 engine operations.
+    v07 = floor("A100-SXM4-40GB", "fp16", Stack("cuda-graphs", "mxnet", bulk=(999, 999)))
+    assert v07.segments == 2 and v07.launches_s == pytest.approx((624 * 0.58 + 2 * 4.83) * 1e-6)
+    # MXNet's default bulk of 15 nodes: ceil(284 / 15) + ceil(338 / 15) = 19 + 23 engine operations.
+    assert floor("A100-SXM4-40GB", "fp16", Stack("cuda-graphs", "mxnet")).segments == 42
+    # NVIDIA's ConvNets step with torch.optim.SGD unfused: 3 kernels per parameter, each dispatched at 4 us.
+    ngc = floor("V100-SXM2-16GB", "amp_fp16", Stack("eager", fused_optimizer=False))
+    assert ngc.kernels == 622 + 3 * 161 and ngc.launches_s == pytest.approx(ngc.kernels * 4.0e-6)
+    assert "mxnet cuda-graphs, 999/999 nodes per engine operation" in v07.describe()
+    assert "2 engine operations x 4.83 us" in v07.describe()
+
+
+def test_a_stack_from_a_recipe_and_its_bad_values():
+    assert stack_of({}) == Stack("eager", "pytorch", True, (15, 15))
+    assert stack_of({"framework": "mxnet", "cuda_graphs": True, "bulk_fwd": 999, "bulk_bwd": 25}) == \
+        Stack("cuda-graphs", "mxnet", True, (999, 25))
+    assert not stack_of({"fused_optimizer": False}).fused_optimizer
+    assert stack_of({"fused_optimizer": None}).fused_optimizer  # dlscale's None: fused on a GPU
+    for bad, says in ((dict(framework="tensorflow"), "unknown framework"), (dict(execution="jit"), "unknown execution"),
+                      (dict(framework="mxnet", execution="compiled"), "torch.compile's"),
+                      (dict(bulk=(0, 15)), "whole numbers of nodes")):
+        with pytest.raises(ConfigError, match=says):
+            Stack(**bad)
 
 
 def test_the_floor_against_the_h100_measured_curve():
@@ -106,3 +145,13 @@ def test_every_known_device_has_a_floor_at_a_precision_it_has():
         precision = {"bf16": "amp_bf16", "fp16": "amp_fp16"}.get(dtype, dtype)
         got = floor(key, precision, "eager")
         assert got is not None and math.isfinite(got.seconds) and got.seconds > 0, key
+
+
+def test_the_fixed_part_check_prints_what_the_docs_table_shows(capsys):
+    """scripts/fixed_part_check.py: docs/prediction.md's table of the modelled fixed part against the measured and
+    fitted ones comes from it."""
+    runpy.run_path(str(Path(__file__).parents[2] / "scripts" / "fixed_part_check.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "H100, pytorch cuda-graphs: modelled 1.61 ms; measured 2.63 ms" in out
+    assert "resnet-v1b-normconv-fl (8 at 208, 1040 at 52): fitted 9.36 ms, 1.07 x the model" in out
+    assert "resnet-v1b-fl (64 at 51, 1024 at 35, 4320 at 15): fitted 5.36 ms, 1.52 x the model" in out

@@ -47,6 +47,24 @@ def test_another_fabric_for_a_platforms_nodes():
     assert roce.intra_gbs == platform("dgx-a100").intra_gbs and "fabric given" in roce.label
 
 
+def test_the_transport_sets_the_fabrics_bandwidth_and_latency():
+    # InfiniBand verbs, and RoCE, which NCCL runs on the same transport: 0.96 of line rate, 14 us per network step.
+    for transport in ("ib", "roce"):
+        chosen = platform("dgx-a100").with_fabric(2, 100.0, transport)
+        assert chosen.inter_gbs == pytest.approx(2 * 100 / 8 * 0.96) and chosen.network().inter.hop_us == 14.0
+    # TCP sockets: half the line rate (the median of published nccl-tests sweeps), 33.6 us per network step (a
+    # published 2-node 8-byte broadcast, 42.0 us, less NCCL's 8.4 us per call).
+    tcp = platform("dgx-a100").with_fabric(2, 100.0, "tcp")
+    assert tcp.inter_gbs == pytest.approx(2 * 100 / 8 * 0.5) and tcp.network().inter.hop_us == pytest.approx(33.6)
+    assert platform("aws-p3.16xlarge").inter_gbs == pytest.approx(25 / 8 * 0.5)
+    # A ring allreduce of 100 MB over 8 nodes of 8 over TCP, by hand: 8.4 us + 2 x 56 NVLink steps of 3.4 us +
+    # 2 x 7 network steps of 33.6 us, and 2 x 63/64 of the bytes through the slower level, 12.5 GB/s per node.
+    expected = (8.4 + 2 * 56 * 3.4 + 2 * 7 * 33.6) * 1e-6 + 2 * 63 / 64 * 100e6 / (12.5e9)
+    assert allreduce_times(tcp.network(), 100e6, 64)["ring"] == pytest.approx(expected)
+    ib = platform("dgx-a100").with_fabric(2, 100.0, "ib").network()
+    assert allreduce_times(ib, 100e6, 64)["ring"] < 0.55 * allreduce_times(tcp.network(), 100e6, 64)["ring"]
+
+
 def net(intra=100.0, inter=10.0, hop_intra=2.0, hop_inter=10.0, per_node=8, base=5.0) -> Network:
     return Network("test", per_node, Level(intra, hop_intra), Level(inter, hop_inter), base_us=base)
 

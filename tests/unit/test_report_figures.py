@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import re
+from dataclasses import replace
 from importlib import resources
 
 import pytest
@@ -354,3 +355,20 @@ def test_the_causes_read_the_host_load_record_bench_and_train_write(tmp_path):
                   "a loaded host at the baseline: load average 3.00 on 1 cores",
                   "different threads per rank: 2 at the baseline, 1 here"):
         assert cause in row
+
+
+def test_a_reference_series_marked_overlay_false_is_on_no_plot(tmp_path):
+    """large_batch's four published efficiencies say "overlay": false: the efficiency plot and the strategies'
+    efficiency panel leave them out, and draw the same series once the mark is taken off."""
+    for world, total in ((1, 100.0), (2, 180.0)):
+        bench(tmp_path / "runs", f"ar{world}", world, total)
+        bench(tmp_path / "runs", f"nar{world}", world, total * 1.05, dist="neighbor_allreduce")
+    figures = compute(load([tmp_path / "runs"]), 1.0)
+    hidden = load_reference("large_batch")
+    shown = replace(hidden, series=tuple(replace(s, meta={**s.meta, "overlay": True}) for s in hidden.series))
+    labels = {s.label for s in hidden.series}
+    for refs, drawn in (([hidden], set()), ([shown], labels)):
+        efficiency = plots.efficiency(figures.series, refs)
+        strategies = plots.dist_optimizers(figures.strategies, refs)
+        assert set(lines(efficiency)) & labels == drawn
+        assert set(lines(strategies, axes=1)) & labels == drawn

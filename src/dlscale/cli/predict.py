@@ -26,7 +26,7 @@ from dlscale.predict import cases, caveats, efficiency, output, scorecard, sweep
 from dlscale.predict.cases import CASES
 from dlscale.predict.ceilings import Ceilings
 from dlscale.predict.endtoend import Schedule
-from dlscale.predict.fixed import EXECUTIONS
+from dlscale.predict.fixed import EXECUTIONS, FRAMEWORKS
 from dlscale.predict.graphs import SCHEDULES, TOPOLOGIES
 from dlscale.predict.model import OVERLAPS, STRATEGIES, Strategy, predict
 from dlscale.predict.network import ALGORITHMS, Network
@@ -53,9 +53,9 @@ def add_parser(subparsers) -> None:
     compute.add_argument("--from-reference", type=paths.TEXT, default=None, metavar="NAME[:SERIES]|rate=...",
                          help="a shipped reference's smallest published point, e.g. ngc:v100_16gb_amp (NAME alone: its "
                               "first series with img/s), or one of --reference-file's; or a rate of your own, "
-                              "rate=IMG_PER_S,devices=N,batch=B[,nodes=M][,device=D][,precision=P][,execution=E]; its "
-                              "own communication taken out; a strong-scaling series predicts at its global batch "
-                              "unless --batch-size or --global-batch is given")
+                              "rate=IMG_PER_S,devices=N,batch=B[,nodes=M][,device=D][,precision=P][,execution=E]"
+                              "[,framework=F]; its own communication taken out; a strong-scaling series predicts at "
+                              "its global batch unless --batch-size or --global-batch is given")
     compute.add_argument("--reference-file", type=paths.PATH, default=None, metavar="FILE",
                          help="published or measured points of your own, in the shipped references' format "
                               "(docs/prediction.md): --from-reference NAME[:SERIES] reads them, --validate predicts "
@@ -63,6 +63,9 @@ def add_parser(subparsers) -> None:
     compute.add_argument("--execution", choices=EXECUTIONS, default=None,
                          help="how the device launches a step's kernels, for the model of its fixed part (default: "
                               "the run's or the reference's, else eager)")
+    compute.add_argument("--framework", choices=FRAMEWORKS, default=None,
+                         help="who issues a step's kernels, for the model of its fixed part: eager PyTorch's dispatch "
+                              "or MXNet's executor (default: the run's or the reference's, else pytorch)")
     compute.add_argument("--peak-tflops", type=numbers.NumberOrName(numbers.PEAK_TFLOPS, PEAK_TFLOPS, "a device"),
                          default=None, metavar="TFLOPS|DEVICE",
                          help="compute from FLOPs: a peak in TFLOP/s or a device (H100, A100, MI300X: its bf16 "

@@ -13,6 +13,7 @@ from dlscale.predict.anchor import Setting
 from dlscale.predict.cases import CASES
 from dlscale.predict.ceilings import Ceilings
 from dlscale.predict.compute import Fixed, with_fixed
+from dlscale.predict.fixed import Stack
 from dlscale.predict.model import Strategy
 from dlscale.predict.network import Network
 from dlscale.predict.platforms import platform
@@ -51,7 +52,7 @@ def _workload(args: argparse.Namespace, figure: inputs.ReferenceFigure | None,
     peak = args.peak_tflops  # a number, else a device name (H100, A100): checked when parsed
     workload = inputs.workload_from_flops(args.model or "resnet50", batch=args.batch_size, peak_tflops=peak,
                                           mfu=args.mfu, image_size=args.image_size, fixed=fixed,
-                                          execution=args.execution or "eager")
+                                          stack=Stack(args.execution or "eager", args.framework or "pytorch"))
     device = peak if isinstance(peak, str) else None
     above = caveats.mfu_line(device, args.mfu, inputs.device_peak_dtype(device) if device else "bf16")
     return workload, None, "", {"mfu": f"WARNING: {above}"} if above else {}
@@ -73,6 +74,9 @@ def _network(args: argparse.Namespace, own: Setting | None) -> tuple[Network, in
                           "--platform NAME (--list-platforms), or --inter-gbps for a network of numbers")
     if args.platform:
         chosen = platform(args.platform).with_fabric(*fabric)
+        if chosen.transport == "tcp" and args.algorithm == "sharp":
+            raise ConfigError(f"--algorithm sharp reduces in InfiniBand switches (NCCL's CollNet); {args.platform}'s "
+                              "nodes on TCP have none: choose auto, ring, tree or hierarchical")
         base, cores, kind = chosen.network(), chosen.value("cpu_cores_per_node"), chosen.kind
     elif args.comm_run:
         base = inputs.network_from_comm_run(args.comm_run)
@@ -194,6 +198,8 @@ def _figure(args: argparse.Namespace) -> inputs.ReferenceFigure:
     """--from-reference: a rate given as such (rate=...), else a shipped reference or --reference-file's."""
     if "=" in args.from_reference:
         figure = inputs.given_figure(args.from_reference)
-        return replace(figure, execution=args.execution or figure.execution)
-    figure = inputs.reference_figure(args.from_reference, str(args.reference_file) if args.reference_file else None)
-    return replace(figure, execution=args.execution) if args.execution else figure
+    else:
+        figure = inputs.reference_figure(args.from_reference, str(args.reference_file) if args.reference_file else None)
+    stack = replace(figure.stack, execution=args.execution or figure.stack.execution,
+                    framework=args.framework or figure.stack.framework)
+    return replace(figure, stack=stack)

@@ -169,10 +169,6 @@ def file_cases(path: str, *, strict: bool = True) -> tuple[Case, ...]:
                 meta.get("overlap", "backward") not in OVERLAPS:
             raise ConfigError(f"{path}: series {series.id}: dist_optimizer must be one of {', '.join(STRATEGIES)}, "
                               f"algorithm one of {', '.join(ALGORITHMS)}, overlap one of {', '.join(OVERLAPS)}")
-        wrong = next((p for p in series.points if not isinstance(p.get("program", ""), str)), None)
-        if wrong is not None:
-            raise ConfigError(f"{path}: series {series.id}: the point at {wrong.get('devices')} devices has program "
-                              f"{wrong['program']!r}: a program is text (the step program its configuration runs)")
         overlap = meta.get("overlap") or ("backward" if name == "allreduce" else "none")
         strategy = Strategy(name, algorithm=meta.get("algorithm") or "auto", overlap=overlap,
                             bucket_cap_bytes=int((meta.get("bucket_cap_mb") or 25) * MIB))

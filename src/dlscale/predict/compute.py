@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from dlscale.errors import ConfigError
-from dlscale.predict.fixed import device_key, floor
+from dlscale.predict.fixed import Stack, device_key, floor
 
 FIXED_KINDS = ("measured", "published", "given", "modelled", "unknown")
 """Where a fixed part comes from, best first: a curve dlscale measured; published figures at two batch sizes or
@@ -191,10 +191,11 @@ def device_curve(device: str | None) -> DeviceCurve | None:
     return None
 
 
-def fixed_for_device(device: str | None, precision: str | None = None, execution: str | None = None,
+def fixed_for_device(device: str | None, precision: str | None = None, execution: str | Stack | None = None,
                      model: str = "resnet50") -> Fixed:
-    """The fixed part of a shipped curve for this device type; else, where its precision and execution are known,
-    the first-principles model's (predict/fixed.py); else unknown, taken as zero, with the range it could be."""
+    """The fixed part of a shipped curve for this device type; else, where its precision and execution (a mode, or
+    the whole Stack that issues its kernels) are known, the first-principles model's (predict/fixed.py); else
+    unknown, taken as zero, with the range it could be."""
     curve = device_curve(device)
     if curve is not None:
         return curve.fixed()

@@ -88,10 +88,10 @@ def check(series: RefSeries) -> EfficiencyRow:
     if judged is None or timed is None:
         raise ConfigError(f"{series.reference}:{series.id}: an efficiency check needs a point with an efficiency and "
                           "one with a time to train and its epochs")
-    base = judged.get("base_devices", 1)
-    if isinstance(base, bool) or not isinstance(base, int) or not 1 <= base < judged["devices"]:
-        raise ConfigError(f"{series.reference}:{series.id}: base_devices must be a whole number of devices from 1 to "
-                          f"below {judged['devices']}, got {base!r}")
+    base = judged.get("base_devices", 1)  # a whole number >= 1: report/references.py checked it when reading
+    if base >= judged["devices"]:
+        raise ConfigError(f"{series.reference}:{series.id}: base_devices must be below the point's {judged['devices']} "
+                          f"devices, got {base}")
     batch = int(timed.get("batch_per_device") or series.meta["batch_per_device"])
     rate = float(timed["epochs"]) * IMAGENET_TRAIN_IMAGES / series.value(timed, "train_time_s")
     step = batch * timed["devices"] / rate

@@ -3,13 +3,17 @@
 Where no step curve of the device was measured and no published figures give it at two batch sizes or
 more, dlscale predict models t0 from what every step must do whatever its batch, term by term:
 
-    t0 >= launches + GEMM waves + parameter traffic
+    t0 >= issuing the kernels + GEMM waves + parameter traffic
 
-- launches: the kernels of one training step (counted from the layer table for the execution mode), each
-  at least the cost of one launch: a node of a replayed CUDA graph 0.58 us, a kernel enqueued by the host
-  2.65 us (ahrefs/ocannl#488, measured on an RTX 5070 Ti Laptop with CUDA 13.3: docs/references.md#launch-
-  floors). Eager and compiled steps are enqueued op by op, so their launches are the host's; a framework
-  adds its own dispatch on top, which this floor leaves out.
+- issuing the kernels: the kernels of one training step (counted from the layer table for the execution mode),
+  each at the cost its stack pays to issue one (docs/references.md#launch-floors, #dispatch-costs):
+  - a node of a replayed CUDA graph, 0.58 us (ahrefs/ocannl#488), whatever the framework that captured it;
+  - a kernel of torch.compile's wrapper, enqueued by the host: 2.65 us (the same measurement);
+  - an operator of eager PyTorch, its dispatcher and launch: 4 us (pytorch/pytorch#82793, an A100);
+  - a kernel of MXNet's symbolic executor: its launch, 4.83 us (apache/mxnet#9055, MXNet's own cudaLaunch
+    average), and for each engine operation (a bulk segment of up to MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_FWD or
+    _BWD nodes, 15 by default) the stream synchronisation that closes it (apache/mxnet#18951) before the next
+    is issued: at least one more launch. With MXNet's CUDA graphs a segment's kernels replay as graph nodes.
 - GEMM waves: every convolution's forward and input-gradient GEMM runs at least one wave of output tiles
   over its reduction dimension (C_in k^2 forward, C_out k^2 backward), even for one image: 2 x 128 x 256 x K
   FLOPs per tile (CUTLASS's default tensor-op threadblock, 128 x 128 for fp32 on CUDA cores) at one SM's
@@ -19,9 +23,9 @@ more, dlscale predict models t0 from what every step must do whatever its batch,
   writes of weights, gradients and momentum; the weight casts of mixed precision; the reads of the weights by
   the forward and input-gradient passes), over the device's memory bandwidth.
 
-It is a floor: tiles run below peak, small kernels run longer than their launch, and a framework's host
-work is left out. Checked against the H100's measured fixed part (references/device_steps.json), which it
-puts at 61% (tests/unit/test_predict_fixed.py): the predictions say so wherever they use it.
+It is a floor: tiles run below peak, small kernels run longer than their launch, and a step's host work beyond
+issuing its kernels is left out. Checked against the H100's measured fixed part (references/device_steps.json),
+which it puts at 61% (tests/unit/test_predict_fixed.py): the predictions say so wherever they use it.
 """
 
 from __future__ import annotations
@@ -37,10 +41,23 @@ EXECUTIONS = ("eager", "compiled", "cuda-graphs")
 """How the step's kernels are launched: op by op from Python, from torch.compile's wrapper (fewer kernels:
 its pointwise fusion), or replayed as one captured CUDA graph."""
 
+FRAMEWORKS = ("pytorch", "mxnet")
+"""Who issues a step's kernels: PyTorch (dlscale's own runs, NVIDIA's ConvNets, HAL, BlueFog) or MXNet's symbolic
+executor (NVIDIA's MLPerf ResNet-50, v0.6 to v4.0)."""
+
 GRAPH_NODE_US = 0.58
 """A replayed CUDA graph's cost per kernel node (no-op kernels; ahrefs/ocannl#488, 2026-07-30)."""
 HOST_LAUNCH_US = 2.65
-"""The host's cost to enqueue one kernel asynchronously (the same measurement): a framework's op costs more."""
+"""The host's cost to enqueue one kernel asynchronously (the same measurement): torch.compile's wrapper."""
+PYTORCH_OP_US = 4.0
+"""Eager PyTorch's cost per operator on a CUDA tensor, dispatch and launch: "4 us per op on CUDA" on an A100 with
+PyTorch 1.12, in a model the profiler's maintainer calls dispatch bound (pytorch/pytorch#82793)."""
+MXNET_LAUNCH_US = 4.83
+"""MXNet's executor per kernel launch: cudaLaunch's average under nvprof in MXNet 1.0.0, 631,908 calls in 3.05095 s
+(0.10.0: 4.82 us; apache/mxnet#9055)."""
+MXNET_BULK_DEFAULT = 15
+"""Nodes per engine operation when a configuration sets none: MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN's default
+(MXNet's docs/faq/env_var.md, apache/mxnet#14200)."""
 TILE_TENSOR = (128, 256)
 """CUTLASS's default threadblock tile of a tensor-op GEMM on Volta, Turing and Ampere (M x N)."""
 TILE_SIMT = (128, 128)
@@ -64,6 +81,51 @@ def execution_of(settings: dict) -> str:
     if settings.get("cuda_graphs") or (settings.get("compile") and mode != "default" and "no-cudagraphs" not in mode):
         return "cuda-graphs"
     return "compiled" if settings.get("compile") else "eager"
+
+
+@dataclass(frozen=True)
+class Stack:
+    """How a step's kernels are issued: the execution mode, the framework issuing them, its optimizer and, for
+    MXNet, the nodes of forward and backward per engine operation (bulk execution)."""
+
+    execution: str = "eager"
+    framework: str = "pytorch"
+    fused_optimizer: bool = True
+    bulk: tuple[int, int] = (MXNET_BULK_DEFAULT, MXNET_BULK_DEFAULT)
+
+    def __post_init__(self) -> None:
+        if self.execution not in EXECUTIONS:
+            raise ConfigError(f"unknown execution {self.execution!r}; choose one of {', '.join(EXECUTIONS)}")
+        if self.framework not in FRAMEWORKS:
+            raise ConfigError(f"unknown framework {self.framework!r}; choose one of {', '.join(FRAMEWORKS)}")
+        if self.framework == "mxnet" and self.execution == "compiled":
+            raise ConfigError("execution 'compiled' is torch.compile's: an MXNet step is eager or cuda-graphs")
+        if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in self.bulk):
+            raise ConfigError(f"bulk execution takes whole numbers of nodes >= 1 (forward, backward), got {self.bulk}")
+
+    def describe(self) -> str:
+        bulk = f", {self.bulk[0]}/{self.bulk[1]} nodes per engine operation" if self.framework == "mxnet" else ""
+        return f"{self.framework} {self.execution}{bulk}"
+
+
+def stack_of(settings: dict) -> Stack:
+    """The stack of a bench run's speed options or a reference's recipe (`framework`, `fused_optimizer`, MXNet's
+    `bulk_fwd` and `bulk_bwd`), PyTorch's with a fused optimizer where they say nothing."""
+    framework = str(settings.get("framework") or "pytorch")
+    bulk = tuple(int(settings.get(key) or MXNET_BULK_DEFAULT) for key in ("bulk_fwd", "bulk_bwd"))
+    return Stack(execution_of(settings), framework, settings.get("fused_optimizer", True) is not False, bulk)
+
+
+def issue_cost_us(stack: Stack) -> tuple[float, float]:
+    """Microseconds to issue one kernel of a step, and one engine operation of MXNet's (0 for PyTorch): a graph's
+    node, torch.compile's host launch, eager PyTorch's dispatch, MXNet's launch; an engine operation ends in a
+    stream synchronisation, after which the next is issued: one launch at least."""
+    per_segment = MXNET_LAUNCH_US if stack.framework == "mxnet" else 0.0
+    if stack.execution == "cuda-graphs":
+        return GRAPH_NODE_US, per_segment
+    if stack.execution == "compiled":
+        return HOST_LAUNCH_US, 0.0
+    return (MXNET_LAUNCH_US if stack.framework == "mxnet" else PYTORCH_OP_US), per_segment
 
 
 @dataclass(frozen=True)
@@ -113,7 +175,8 @@ def _kernel_area(name: str, bottleneck: bool) -> int:
     return 9 if ".conv2." in name or not bottleneck else 1
 
 
-def kernels_per_step(model: str, execution: str, *, mixed: bool = True, fused_optimizer: bool = True) -> int:
+def kernel_counts(model: str, execution: str, *, mixed: bool = True,
+                  fused_optimizer: bool = True) -> tuple[int, int, int]:
     """Kernels one training step launches (PyTorch's ops on cuDNN, channels-last): forward, backward, optimizer.
 
     Forward: a convolution and (mixed precision) its weight's cast; a normalisation's statistics and
@@ -123,7 +186,7 @@ def kernels_per_step(model: str, execution: str, *, mixed: bool = True, fused_op
     and residual add's; the pools, the classifier (two GEMMs, the bias sum, two casts), the loss (two). The
     optimizer: a fused SGD one launch per 110 tensors (multi_tensor_apply's chunking, derived), else three per
     parameter. torch.compile fuses each normalisation's transform with its ReLU and residual add into one
-    pointwise kernel, forward and backward."""
+    pointwise kernel, forward and backward. MXNet's ResNet is counted alike (its own fusions are not)."""
     if execution not in EXECUTIONS:
         raise ConfigError(f"unknown execution {execution!r}; choose one of {', '.join(EXECUTIONS)}")
     s = structure(model)
@@ -134,7 +197,12 @@ def kernels_per_step(model: str, execution: str, *, mixed: bool = True, fused_op
         forward -= s.relus + s.adds
         backward -= s.relus + s.adds
     optimizer = math.ceil(s.parameters / 110) if fused_optimizer else 3 * s.parameters
-    return forward + backward + optimizer
+    return forward, backward, optimizer
+
+
+def kernels_per_step(model: str, execution: str, *, mixed: bool = True, fused_optimizer: bool = True) -> int:
+    """All the kernels of one training step (kernel_counts)."""
+    return sum(kernel_counts(model, execution, mixed=mixed, fused_optimizer=fused_optimizer))
 
 
 @dataclass(frozen=True)
@@ -146,17 +214,25 @@ class Floor:
     parameters_s: float
     kernels: int
     device: str
-    execution: str
+    stack: Stack
+    segments: int = 0
+    """MXNet's engine operations per step (0 for PyTorch)."""
+
+    @property
+    def execution(self) -> str:
+        return self.stack.execution
+
+    def describe(self) -> str:
+        per_kernel, per_segment = issue_cost_us(self.stack)
+        segments = f" + {self.segments} engine operations x {per_segment:.2f} us" if self.segments else ""
+        return (f"{1e3 * self.seconds:.2f} ms, a first-principles floor on {self.device} ({self.stack.describe()}): "
+                f"{self.kernels} kernels x {per_kernel:.2f} us{segments} = {1e3 * self.launches_s:.2f} ms, one wave "
+                f"of GEMM tiles per convolution pass {1e3 * self.waves_s:.2f} ms, parameter traffic "
+                f"{1e3 * self.parameters_s:.2f} ms (predict/fixed.py)")
 
     @property
     def seconds(self) -> float:
         return self.launches_s + self.waves_s + self.parameters_s
-
-    def describe(self) -> str:
-        return (f"{1e3 * self.seconds:.2f} ms, a first-principles floor on {self.device} ({self.execution}): "
-                f"{self.kernels} kernels x {1e6 * self.launches_s / self.kernels:.2f} us = "
-                f"{1e3 * self.launches_s:.2f} ms, one wave of GEMM tiles per convolution pass "
-                f"{1e3 * self.waves_s:.2f} ms, parameter traffic {1e3 * self.parameters_s:.2f} ms (predict/fixed.py)")
 
 
 def device_key(device: str | None) -> str | None:
@@ -170,10 +246,11 @@ def device_key(device: str | None) -> str | None:
     return key
 
 
-def floor(device: str | None, precision: str = "amp_fp16", execution: str = "eager", model: str = "resnet50",
-          *, fused_optimizer: bool = True) -> Floor | None:
+def floor(device: str | None, precision: str = "amp_fp16", execution: str | Stack = "eager",
+          model: str = "resnet50") -> Floor | None:
     """The first-principles floor of the fixed part on a known device, or None (its peak or bandwidth unknown,
-    or a precision it has no peak for)."""
+    or a precision it has no peak for). `execution`: a mode (PyTorch's, fused optimizer) or a whole Stack."""
+    stack = execution if isinstance(execution, Stack) else Stack(execution)
     key = device_key(device)
     dtype = PEAK_DTYPE.get((precision or "").split(" ")[0].lower())
     if key is None or dtype is None:
@@ -183,10 +260,15 @@ def floor(device: str | None, precision: str = "amp_fp16", execution: str = "eag
     if not tflops or not peak.memory_gbs:
         return None
     mixed = dtype in ("fp16", "bf16")
-    kernels = kernels_per_step(model, execution, mixed=mixed, fused_optimizer=fused_optimizer)
-    launch_us = GRAPH_NODE_US if execution == "cuda-graphs" else HOST_LAUNCH_US
+    forward, backward, optimizer = kernel_counts(model, stack.execution, mixed=mixed,
+                                                 fused_optimizer=stack.fused_optimizer)
+    segments = 0
+    if stack.framework == "mxnet":
+        segments = math.ceil(forward / stack.bulk[0]) + math.ceil(backward / stack.bulk[1])
+    per_kernel, per_segment = issue_cost_us(stack)
+    kernels = forward + backward + optimizer
     tile_m, tile_n = TILE_SIMT if dtype == "fp32" else TILE_TENSOR
     s = structure(model)
     waves = 2 * tile_m * tile_n * (s.gemm_k_forward + s.gemm_k_backward) / (tflops * 1e12 / peak.sms)
     traffic = s.elements * BYTES_PER_PARAMETER["mixed" if mixed else "fp32"] / (peak.memory_gbs * 1e9)
-    return Floor(kernels * launch_us * 1e-6, waves, traffic, kernels, key, execution)
+    return Floor((kernels * per_kernel + segments * per_segment) * 1e-6, waves, traffic, kernels, key, stack, segments)

@@ -16,7 +16,7 @@ from pathlib import Path
 from dlscale.errors import ConfigError
 from dlscale.metrics.hardware import PEAK_TFLOPS
 from dlscale.predict.compute import Fixed, fixed_for_device, from_one_point, from_points
-from dlscale.predict.fixed import device_key, execution_of
+from dlscale.predict.fixed import EXECUTIONS, FRAMEWORKS, Stack, device_key, stack_of
 from dlscale.predict.layers import forward_macs, model_parameters
 from dlscale.predict.model import workload_for_model
 from dlscale.predict.network import Level, Network
@@ -44,7 +44,7 @@ def workload_from_run(path: str | Path, fixed: Fixed | None = None) -> tuple[Wor
     batch = int(summary["batch_size"])
     shape = {"image_size": int(summary.get("image_size") or 224),
              "num_classes": int(summary.get("num_classes") or 1000), "width": int(summary.get("width") or 64)}
-    fixed = fixed or fixed_for_device(summary.get("device_name"), summary.get("precision"), execution_of(summary),
+    fixed = fixed or fixed_for_device(summary.get("device_name"), summary.get("precision"), stack_of(summary),
                                       model or "resnet50")
     if summary["kind"] == "bench":
         if int(summary["world_size"]) != 1:
@@ -151,8 +151,9 @@ class ReferenceFigure:
     grad_bytes: int
     precision: str | None = None
     """The series' precision, as it states it (the fixed part's model reads its first word)."""
-    execution: str = "eager"
-    """How its steps launched their kernels (predict/fixed.py's EXECUTIONS), from the reference's recipe."""
+    stack: Stack = Stack()
+    """How its steps issued their kernels (predict/fixed.py: execution, framework, optimizer, MXNet's bulk
+    execution), from the reference's recipe."""
 
     @property
     def global_batch(self) -> int | None:
@@ -175,7 +176,7 @@ class ReferenceFigure:
         else:
             batch, seconds = steps[0]
             step_time = from_one_point(batch, seconds, fixed or fixed_for_device(self.device, self.precision,
-                                                                                  self.execution, model),
+                                                                                  self.stack, model),
                                        self.text + (f"; {note}" if note else ""))
         return workload_for_model(model, batch_per_device=self.steps[0].batch, step_time=step_time,
                                   grad_bytes_per_element=grad_bytes or self.grad_bytes, source=step_time.source)
@@ -209,19 +210,21 @@ def reference_figure(spec: str, file: str | None = None) -> ReferenceFigure:
     device = series.meta.get("device") or ref.hardware.get("device")
     return ReferenceFigure(f"{name}:{series.id}", series, steps, device, text, ref.source_text(series),
                            reference_spread(series, first)[0], _grad_bytes(series.meta.get("precision")),
-                           series.meta.get("precision"), execution_of(ref.recipe_of(series)))
+                           series.meta.get("precision"), stack_of(ref.recipe_of(series)))
 
 
 GIVEN = {"rate": "images/s of all the devices together (> 0)", "devices": "how many devices (a whole number >= 1)",
          "batch": "images per device per step (a whole number >= 1)", "nodes": "how many nodes (a whole number >= 1)",
          "device": "the device, as the peak table names it (H100, A100, V100-SXM2, MI300X)",
-         "precision": "amp_bf16, amp_fp16, tf32 or fp32", "execution": "eager, compiled or cuda-graphs"}
+         "precision": "amp_bf16, amp_fp16, tf32 or fp32", "execution": "eager, compiled or cuda-graphs",
+         "framework": "pytorch or mxnet (who issued the steps' kernels)"}
 """The fields of a figure given on the command line (--from-reference rate=...,devices=...,batch=...)."""
 
 
 def given_figure(text: str) -> ReferenceFigure:
     """A published or measured rate given as such: rate=IMG_PER_S,devices=N,batch=B[,nodes=M][,device=D]
-    [,precision=P][,execution=E], anchored in the command's setting as a shipped reference is in its own."""
+    [,precision=P][,execution=E][,framework=F], anchored in the command's setting as a shipped reference is in its
+    own."""
     fields = {}
     for part in text.split(","):
         key, sep, value = part.partition("=")
@@ -239,9 +242,11 @@ def given_figure(text: str) -> ReferenceFigure:
     if fields.get("device") and device_key(fields["device"]) is None:
         raise ConfigError(f"--from-reference: device={fields['device']!r} is not a device dlscale knows the peak and "
                           f"memory bandwidth of; give one of {', '.join(PEAK_TFLOPS)}, or leave device out")
-    execution = fields.get("execution", "eager")
-    if execution not in ("eager", "compiled", "cuda-graphs"):
-        raise ConfigError(f"--from-reference {text!r}: execution={execution!r}: {GIVEN['execution']}")
+    execution, framework = fields.get("execution", "eager"), fields.get("framework", "pytorch")
+    for key, value, known in (("execution", execution, EXECUTIONS), ("framework", framework, FRAMEWORKS)):
+        if value not in known:
+            raise ConfigError(f"--from-reference {text!r}: {key}={value!r}: {GIVEN[key]}")
+    stack = Stack(execution, framework)
     point = {"devices": devices, "nodes": nodes, "batch_per_device": batch, "img_per_s": rate}
     meta = {"device": fields.get("device"), "precision": fields.get("precision"), "batch_per_device": batch}
     series = RefSeries("given", "point", "given on the command line", "scaling", (point,), meta)
@@ -249,7 +254,7 @@ def given_figure(text: str) -> ReferenceFigure:
     said = (f"given on the command line: {rate:,.1f} img/s at {devices} device(s) of batch {batch}"
             + (" (its own communication included)" if devices > 1 else ""))
     return ReferenceFigure("given:point", series, (step,), fields.get("device") or "", said, "the command line",
-                           None, 4, fields.get("precision"), execution)
+                           None, 4, fields.get("precision"), stack)
 
 
 def _given_number(fields: dict, key: str, kind: type) -> int | float:
@@ -301,10 +306,10 @@ def device_peak_dtype(device: str) -> str:
 
 
 def workload_from_flops(model: str, *, batch: int, peak_tflops: float | str, mfu: float, image_size: int = 224,
-                        num_classes: int = 1000, fixed: Fixed | None = None, execution: str = "eager") -> Workload:
+                        num_classes: int = 1000, fixed: Fixed | None = None, stack: Stack | None = None) -> Workload:
     """Step = batch x training FLOPs per image / (peak x MFU); FLOPs from the layer table (3 x 2 x MACs).
     A device name takes its peak of device_peak_dtype. The fixed part: `fixed`, else the shipped curve of the
-    named device, else its first-principles model for `execution`, else unknown."""
+    named device, else its first-principles model for `stack`, else unknown."""
     device = peak_tflops if isinstance(peak_tflops, str) else None
     flops_dtype = "bf16"
     if device is not None:
@@ -321,7 +326,8 @@ def workload_from_flops(model: str, *, batch: int, peak_tflops: float | str, mfu
     peak_said = f"{device}'s {flops_dtype} peak, " if device else ""
     source = (f"FLOPs: {flops / 1e9:.2f} GFLOP per image at {100 * mfu:.0f}% of {peak_said}"
               f"{float(peak_tflops):g} TFLOP/s")
-    step_time = from_one_point(batch, step, fixed or fixed_for_device(device, flops_dtype, execution, model), source)
+    fixed = fixed or fixed_for_device(device, flops_dtype, stack or Stack(), model)
+    step_time = from_one_point(batch, step, fixed, source)
     return workload_for_model(model, batch_per_device=batch, step_time=step_time, image_size=image_size,
                               num_classes=num_classes, source=source)
 

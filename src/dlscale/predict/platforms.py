@@ -6,8 +6,11 @@ A platform's network is derived from its figures and NCCL's own constants, nothi
                               (AC922: NCCL's POWER9 inter-socket figure, which a 4-GPU ring crosses;
                               PCIe: lanes x NCCL's GB/s per lane of the generation, and no more than
                               NCCL's figure for the link between two sockets where the ring crosses it)
-    inter (GB/s per node)   = NICs x line rate (Gbit/s) / 8 x NCCL's 0.96 (12 GB/s per 100 Gbit/s)
-    latency                 = NCCL's base latency per call and per-step latencies (NVLink or PCI, network)
+    inter (GB/s per node)   = NICs x line rate (Gbit/s) / 8 x the transport's fraction of it: NCCL's 0.96 over
+                              InfiniBand verbs (12 GB/s per 100 Gbit/s), which RoCE runs too; 0.5 over TCP
+                              sockets, the median of published nccl-tests sweeps between nodes of several GPUs
+    latency                 = NCCL's base latency per call and per-step latencies (NVLink or PCI; the network:
+                              14 us over InfiniBand verbs, 33.6 us over TCP sockets from a published 2-node sweep)
 
 Each platform also says what kind of machine it is (`dedicated`: nodes of one job on an RDMA fabric;
 `cloud-tcp`: virtual instances on TCP over Ethernet), which chooses the default spread of step times
@@ -65,16 +68,22 @@ class Platform:
     def intra_hop_us(self) -> float:
         return self.constants["pci_hop_us" if self.intra_kind == "pcie" else "nvlink_hop_us"]["value"]
 
+    def transport_figure(self, name: str) -> float:
+        """`net_efficiency` or `net_hop_us` of the fabric's transport: TCP sockets' own (tcp_...), else InfiniBand
+        verbs', which RoCE runs (roce_transport)."""
+        runs = self.constants["roce_transport"]["value"] if self.transport == "roce" else self.transport
+        return self.constants[f"tcp_{name}" if runs == "tcp" else name]["value"]
+
     @property
     def inter_gbs(self) -> float:
-        return self.value("nics_per_node") * self.value("nic_gbps") / 8 * self.constants["net_efficiency"]["value"]
+        return self.value("nics_per_node") * self.value("nic_gbps") / 8 * self.transport_figure("net_efficiency")
 
     def network(self) -> Network:
         c = self.constants
         return Network(
             name=self.id, devices_per_node=self.value("devices_per_node"),
             intra=Level(self.intra_gbs, self.intra_hop_us),
-            inter=Level(self.inter_gbs, c["net_hop_us"]["value"]),
+            inter=Level(self.inter_gbs, self.transport_figure("net_hop_us")),
             base_us=c["base_latency_us"]["value"], nics_per_node=self.value("nics_per_node"),
             source=f"platform {self.id} (references/platforms.json): {self.label}",
         )

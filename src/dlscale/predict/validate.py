@@ -32,7 +32,7 @@ from dlscale.predict.cases import (
 )
 from dlscale.predict.ceilings import Ceilings, EpochStart, NodeLoader
 from dlscale.predict.compute import Fixed, fit_fixed_per_image, fixed_for_device, from_one_point, from_points
-from dlscale.predict.fixed import device_key, execution_of
+from dlscale.predict.fixed import device_key, stack_of
 from dlscale.predict.inputs import reference_spread
 from dlscale.predict.model import Point, Strategy, compute_for_step, predict_point, workload_for_model
 from dlscale.predict.network import Network
@@ -235,7 +235,7 @@ def case_workload(case: Case, terms: Terms, predicted: str | None = None,
         batch, step = steps[0]
         fixed, fixed_fed = stack_fixed(case, predicted, program)
         if fixed is None:
-            fixed = fixed_for_device(device, series.meta.get("precision"), execution_of(ref.recipe_of(series)),
+            fixed = fixed_for_device(device, series.meta.get("precision"), stack_of(ref.recipe_of(series)),
                                      case.model)
             fixed_fed = [DEVICE_FIXED[fixed.kind]]
         step_time = from_one_point(batch, step, fixed, text)

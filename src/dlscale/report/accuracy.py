@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from dlscale.report.figure import figure, legend, log2_axis
-from dlscale.report.overlay import style
+from dlscale.report.overlay import drawn_on_plots, style
 from dlscale.report.plots import rank_word
 from dlscale.report.references import Reference
 from dlscale.report.scaling import AccuracyRow, schedule_text
@@ -51,8 +51,8 @@ def curves(runs, flagged: set, x: str) -> Figure | str:
 
 
 def vs_batch(rows: list[AccuracyRow], tolerance: float, references: list[Reference]) -> Figure | str:
-    refs = [s for ref in references for s in ref.of_kind("scaling")
-            if len([p for p in s.points if "final_top1_pct" in p and "global_batch" in p]) >= 2]
+    refs = [s for ref in references for s in ref.of_kind("scaling") if drawn_on_plots(s)
+            and len([p for p in s.points if "final_top1_pct" in p and "global_batch" in p]) >= 2]
     if len({r.run.global_batch for r in rows}) < 2 and not refs:
         return "needs train runs with two or more global batch sizes"
     fig, (ax,) = figure(

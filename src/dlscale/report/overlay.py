@@ -48,6 +48,11 @@ class Overlay:
         return scaled + self.series.label + (" [read off a plot]" if self.series.read_off_plot else "")
 
 
+def drawn_on_plots(series: RefSeries) -> bool:
+    """A reference series is drawn unless its file says "overlay": false (then it is in the tables only)."""
+    return series.meta.get("overlay", True) is not False
+
+
 def curves(references: list[Reference], key: str, kinds: tuple[str, ...] = ("scaling", "time_to_solution"),
            minimum: int = 2) -> list[tuple[RefSeries, list[tuple[int, float]]]]:
     """Drawable curves of `key` against devices: `minimum` points or more, not marked overlay: false."""
@@ -55,7 +60,7 @@ def curves(references: list[Reference], key: str, kinds: tuple[str, ...] = ("sca
     for ref in references:
         for s in ref.of_kind(*kinds):
             curve = s.curve(key)
-            if len(curve) >= minimum and s.meta.get("overlay", True):
+            if len(curve) >= minimum and drawn_on_plots(s):
                 out.append((s, curve))
     return out
 

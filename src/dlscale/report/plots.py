@@ -21,7 +21,7 @@ from dlscale.report import overlay
 from dlscale.report.compare import CompareRow
 from dlscale.report.figure import figure, legend, log2_axis
 from dlscale.report.flags import short_cause
-from dlscale.report.overlay import Overlay, style
+from dlscale.report.overlay import Overlay, drawn_on_plots, style
 from dlscale.report.references import Reference
 from dlscale.report.scaling import Row, Series
 
@@ -160,7 +160,7 @@ def efficiency(series: list[Series], references: list[Reference], predictions=()
     """alone=False: only with a series or prediction of ours (a report draws the references alone once)."""
     drawn = [s for s in series if len(s.ok_rows) >= 2]
     curves = [(s, s.efficiency_curve()) for ref in references for s in ref.series
-              if s.kind in ("scaling", "efficiency") and s.meta.get("overlay", True)]
+              if s.kind in ("scaling", "efficiency") and drawn_on_plots(s)]
     curves = [(s, c) for s, c in curves if len(c) >= 2 or (c and s.kind == "efficiency")]
     if not drawn and not predictions and (not curves or not alone):
         return "needs one series with two or more world sizes"
@@ -304,7 +304,7 @@ def dist_optimizers(rows: list[CompareRow], references: list[Reference]) -> Figu
         mark_host(right, [(r.world_size, 100 * r.efficiency) for r in mine
                           if r.setting == name and r.host and r.efficiency])
     for ref in references:
-        for s in ref.of_kind("efficiency"):
+        for s in filter(drawn_on_plots, ref.of_kind("efficiency")):
             curve = s.efficiency_curve()
             right.plot([d for d, _ in curve], [100 * e for _, e in curve], **style(s, references, star=True),
                        label=s.label)

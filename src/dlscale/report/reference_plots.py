@@ -10,6 +10,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from dlscale.report.figure import figure, legend, shorten
+from dlscale.report.overlay import drawn_on_plots
 from dlscale.report.references import Reference
 
 MAX_SERIES = 8
@@ -17,7 +18,7 @@ MAX_SERIES = 8
 
 
 def plot(reference: Reference) -> Figure | str:
-    series = [s for s in reference.of_kind("scaling") if s.meta.get("overlay", True) and s.curve("img_per_s")]
+    series = [s for s in reference.of_kind("scaling") if drawn_on_plots(s) and s.curve("img_per_s")]
     if not series:
         return f"{reference.name} publishes no images/s per device count"
     series = series[:MAX_SERIES]

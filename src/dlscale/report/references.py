@@ -153,7 +153,7 @@ POINT = {"devices": Maybe("count", null=False), "nodes": Maybe("count", null=Fal
          "final_top1_pct": "number?", "final_top5_pct": "number?", "epoch_time": "text?", "setting": "text?",
          "note": "text?", "bound": "text?", "preset": "text?", "efficiency_source": "text?",
          "approximate_time": "flag?", "algorithm": "text?", "bn_group": "count?", "epochs": "positive?",
-         "eval_s": "nonnegative?", "runs": "count?"}
+         "eval_s": "nonnegative?", "runs": "count?", "program": "text?", "config": "text?", "base_devices": "count?"}
 """The figures of a published point, by key: what the report, explain and predict read of it."""
 RECIPE = Maybe({"source": Maybe(["text"], null=False)}, null=False)
 REFERENCE = {
@@ -164,12 +164,15 @@ REFERENCE = {
                 "read_off_plot": "flag?", "device": "text?", "precision": "text?", "batch_per_device": "count?",
                 "dist_optimizer": "text?", "short": "text?", "recipe": RECIPE,
                 "platform": "text?", "algorithm": "text?", "overlap": "text?", "bucket_cap_mb": "positive?",
-                "grad_bytes": "count?", "rate": "text?", "stack": "text?", "setting": "text?"}],
+                "grad_bytes": "count?", "rate": "text?", "stack": "text?", "setting": "text?", "overlay": "flag?",
+                "nics": "count?", "nic_gbps": "positive?", "transport": "text?"}],
 }
 """A reference file's shape (dlscale.rundir.shape): checked when it is read, so that no reader meets a wrong
 field. A series' platform, algorithm, overlap, bucket_cap_mb, grad_bytes and dist_optimizer describe how its runs
 communicated, which dlscale predict takes out of their figures and validates against (docs/prediction.md#your-own-
-published-points); rate and stack say which rate the figures are and what software ran them."""
+published-points); nics, nic_gbps and transport put its platform's nodes on another fabric; rate and stack say which
+rate the figures are and what software ran them; overlay: false keeps it off the report's plots. A point's program
+and config name the step program its run executed, its base_devices what a published efficiency is relative to."""
 
 
 def load_reference(name_or_path: str) -> Reference:
