@@ -12,6 +12,8 @@ split of a JPEG tree through the fast decode path (FastRandomResizedCrop to --cr
                     memory as training gets them: dlscale.bench.loader.measure_setting, as `dlscale loader` measures
     processes       the same with DataLoader worker processes (data.workers_kind=process)
     1 thread        the thread pipeline with one thread (the wall-time scaling of --workers threads over it)
+    plain threads   --workers plain Python threads taking the samples in turn, no batch or queue: the best threads
+                    of one process give on this transform (a gap to one thread is the GIL's, not the pipeline's)
     torchdata       torchdata.nodes' ParallelMapper(method="thread") + Batcher + the same collation, where torchdata
                     imports (a peer: the library the thread pipeline was weighed against)
 
@@ -35,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -70,6 +73,32 @@ def one_thread(cfg: DataConfig, *, images: int, seed: int) -> dict:
     return {"images_per_cpu_s": len(keys) / cpu, "images_per_s": len(keys) / wall}
 
 
+def plain_threads(cfg: DataConfig, *, images: int, workers: int, seed: int) -> dict:
+    """`workers` plain Python threads, each taking every workers-th sample of ImageDataset on one intra-op thread, no
+    batch, queue or pipeline: what threads of one process give on this transform at best (where they do not reach one
+    thread's images per CPU-second, the gap is the GIL's, not the pipeline's)."""
+    loader, _, _ = build_loaders(replace(cfg, num_workers=0), rank=0, world_size=1, batch_size=1, seed=seed)
+    keys = [(0, index) for index in range(len(loader.dataset))][:images]
+    dataset, threads = loader.dataset, torch.get_num_threads()
+
+    def work(share: list) -> None:
+        torch.set_num_threads(1)
+        for key in share:
+            dataset[key]
+
+    for key in keys[:8]:  # warm
+        dataset[key]
+    cpu, wall = time.process_time(), time.perf_counter()
+    running = [threading.Thread(target=work, args=(keys[k::workers],)) for k in range(workers)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    torch.set_num_threads(threads)
+    return {"images_per_cpu_s": len(keys) / cpu, "images_per_s": len(keys) / wall}
+
+
 def torchdata_threads(cfg: DataConfig, *, batch_size: int, batches: int, seed: int) -> dict | None:
     """torchdata.nodes' thread mapper over the same samples, batched and collated as the DataLoader does; None
     where torchdata does not import."""
@@ -98,6 +127,8 @@ def loader_round(cfg: DataConfig, order: list[str], *, workers: int, batch_size:
     for name in order:
         if name == "one thread":
             figures[name] = one_thread(cfg, images=batch_size * batches, seed=seed)
+        elif name == "plain threads":
+            figures[name] = plain_threads(cfg, images=batch_size * batches, workers=workers, seed=seed)
         elif name == "torchdata":
             found = torchdata_threads(replace(cfg, num_workers=workers), batch_size=batch_size, batches=batches,
                                       seed=seed)
@@ -123,6 +154,8 @@ def ratios(rounds: list[dict[str, dict]]) -> dict[str, float]:
 
     out = {"threads / one thread, img per CPU-s": median("threads", "one thread", "images_per_cpu_s"),
            "processes / one thread, img per CPU-s": median("processes", "one thread", "images_per_cpu_s"),
+           "plain threads / one thread, img per CPU-s": median("plain threads", "one thread", "images_per_cpu_s"),
+           "threads / plain threads, img per CPU-s": median("threads", "plain threads", "images_per_cpu_s"),
            "threads / processes, img per CPU-s": median("threads", "processes", "images_per_cpu_s"),
            "threads / processes, img/s": median("threads", "processes", "images_per_s"),
            "threads / 1 thread, img/s": median("threads", "1 thread", "images_per_s"),
@@ -168,16 +201,19 @@ def main(argv: list[str] | None = None) -> int:
             tree = Path(scratch) / "jpegs"
             write_tree(tree, train=2560, val=256, classes=10, unique=256, processes=os.cpu_count() or 1)
         cfg = DataConfig(name="imagefolder", path=str(tree), image_size=args.crop, decode="fast")
+        load_start = os.getloadavg()[0]
         print(f"{tree}: {args.workers} workers, batch {args.batch_size}, {args.batches} batches per setting, "
               f"{args.crop} px, {pillow_build()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
-        names = ["one thread", "threads", "processes", "1 thread", "torchdata"]
+        names = ["one thread", "threads", "processes", "1 thread", "plain threads", "torchdata"]
         rounds = []
         for k in range(args.rounds):
             order = names[k % len(names):] + names[:k % len(names)]
             print(f"round {k + 1} (load {os.getloadavg()[0]:.1f})", flush=True)
             rounds.append(loader_round(cfg, order, workers=args.workers, batch_size=args.batch_size,
                                        batches=args.batches, seed=k))
-        result = {"setup": {"workers": args.workers, "batch_size": args.batch_size, "batches": args.batches,
+        result = {"command": " ".join(["python", "benchmarks/input_threads.py", *(argv or sys.argv[1:])]),
+                  "date": time.strftime("%Y-%m-%d"), "git_sha": _git_sha(), "load_start": load_start,
+                  "setup": {"workers": args.workers, "batch_size": args.batch_size, "batches": args.batches,
                             "crop": args.crop, "pillow": pillow_build(), "torch": torch.__version__,
                             "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
                   "rounds": rounds, "ratios": ratios(rounds)}
@@ -189,6 +225,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0
+
+
+def _git_sha() -> str | None:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip()
+    return (done.stdout.strip() + ("-dirty" if dirty else "")) if done.returncode == 0 else None
 
 
 def train_rounds(tree: Path, scratch: Path, rounds: int, workers: int) -> dict:

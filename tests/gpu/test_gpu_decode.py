@@ -22,7 +22,7 @@ from test_gpu_train import SETTINGS, STEPS_PER_EPOCH, _final_state, assert_resum
 from dlscale import cli
 from dlscale.config import DataConfig
 from dlscale.data import build_loaders
-from dlscale.data.device import DeviceNormalizer, DevicePrefetcher, for_device
+from dlscale.data.device import DeviceNormalizer, DevicePrefetcher, decoder_name, for_device
 from dlscale.data.device.decoders import PillowDecoder
 
 pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore:Unable to enable fault handler")]
@@ -236,7 +236,8 @@ def test_loader_command_decodes_on_the_gpu(smooth_tree, tmp_path, capsys):
     code = cli.main(["loader", "--data", str(smooth_tree), "--workers", "0,2", "--batch-size", "8", "--batches", "4",
                      "--image-size", str(SIZE), "--device", "cuda", "--decode", "auto", "--out", str(out)])
     assert code == 0
-    assert "decode gpu (nvjpeg on cuda)" in capsys.readouterr().out
+    # auto takes nvImageCodec where its wheel is installed and decodes, else torchvision's nvJPEG
+    assert f"decode gpu ({decoder_name('cuda')} on cuda)" in capsys.readouterr().out
     summary = json.loads((out / "summary.json").read_text())
     assert summary["decode"] == "gpu" and summary["decode_asked"] == "auto"
     for row in summary["settings"]:

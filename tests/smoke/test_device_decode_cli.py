@@ -222,3 +222,11 @@ def test_the_warning_and_explain_name_the_kind_of_workers_and_offer_threads_for_
     assert "15 loader worker threads per rank deliver" in found.evidence and "workers_kind" not in found.change
     (found,) = input_bound(Context(_starved("gpu")))
     assert "data.num_workers" not in found.change and "workers_kind" not in found.change
+    # on a CPU device the step's operators and loader threads contend (dlscale train ran faster with processes):
+    # threads are not offered there, and auto took processes
+    on_cpu = input_bound_warning(0.04, 0.1, workers=4, workers_kind="process", **{**kwargs, "device_type": "cpu"})
+    assert "worker processes, keeping up" in on_cpu and "workers_kind" not in on_cpu
+    cpu_run = _starved("fast", kind="auto")
+    cpu_run.summary["device"] = "cpu"
+    (found,) = input_bound(Context(cpu_run))
+    assert "15 loader worker processes per rank deliver" in found.evidence and "workers_kind" not in found.change

@@ -5,6 +5,7 @@ files read counted exactly."""
 
 import contextlib
 import threading
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ import torch
 from dlscale.config import DataConfig
 from dlscale.data import build_loaders
 from dlscale.data.counting import count_reads
+from dlscale.data.device import for_device
 from dlscale.data.encoded import EncodedBatch
 from dlscale.data.threads import THREAD_NAME, ThreadLoader
 from dlscale.errors import ConfigError
@@ -126,12 +128,20 @@ def test_the_threads_files_and_bytes_are_counted_exactly(tmp_path):
     assert counting.totals()[1] >= sum(path.stat().st_size for path in files) - max(p.stat().st_size for p in files)
 
 
-def test_workers_kind_is_checked_in_one_line_and_auto_takes_threads_for_jpegs():
+def test_workers_kind_is_checked_in_one_line_and_auto_takes_threads_for_jpegs_on_cuda():
     with pytest.raises(ConfigError, match=r"^data.workers_kind='fibers'; use one of thread, process, auto$"):
         DataConfig(workers_kind="fibers")
-    assert DataConfig(name="imagefolder").worker_threads and not DataConfig(name="digits").worker_threads
-    assert DataConfig(name="digits", workers_kind="thread").worker_threads
-    assert not DataConfig(name="imagefolder", workers_kind="process").worker_threads
+    # auto: threads for JPEGs where the step runs on a GPU; processes where the step's own operators run on the
+    # host (a CPU device, or none known) and for the data sets held as arrays
+    jpegs, digits = DataConfig(name="imagefolder"), DataConfig(name="digits")
+    assert jpegs.workers_kind_on("cuda") == "thread"
+    assert jpegs.workers_kind_on("cpu") == jpegs.workers_kind_on(None) == "process" and not jpegs.worker_threads
+    assert digits.workers_kind_on("cuda") == "process"
+    assert DataConfig(name="digits", workers_kind="thread").workers_kind_on("cpu") == "thread"
+    assert DataConfig(name="imagefolder", workers_kind="process").workers_kind_on("cuda") == "process"
+    # what build_loaders is given: the kind resolved for the device
+    assert for_device(jpegs, "cpu").workers_kind == "process" and not for_device(jpegs, "cpu").worker_threads
+    assert for_device(replace(jpegs, decode="fast"), torch.device("cuda")).workers_kind == "thread"
 
 
 def test_the_digits_threads_make_the_processes_batches(tmp_path):

@@ -114,8 +114,11 @@ class DataConfig:
     sample straight into its row of the batch (dlscale.data.threads): no pickling, shared-memory copies or
     collation, which Pillow's decode and resize and torch's uint8 kernels allow since they release the GIL.
     "process": a DataLoader worker process, for transforms that hold the GIL. "auto": threads for imagefolder
-    (JPEGs), processes for the data sets held as arrays, whose small images spend their time in Python
-    (docs/profiling.md, "Threads or processes"). Both make the same batches from the same seed."""
+    (JPEGs) where the model runs on a CUDA device, processes elsewhere: the loader threads took less CPU per
+    image than the processes, but where the step's own operators run on the host (a CPU device) they and the
+    threads contend for the GIL and the cores, and `dlscale train` ran faster with processes; the data sets held
+    as arrays spend their time in Python (docs/profiling.md, "Threads or processes"). Both make the same batches
+    from the same seed."""
 
     pin_memory: bool = True
     """Page-lock host batches so host-to-device copies can be asynchronous. Takes effect
@@ -210,11 +213,18 @@ class DataConfig:
             raise ConfigError(f"data.download fetches CIFAR-10 and CIFAR-100 only, not data.name={self.name}; drop "
                               "--download (`dlscale data make-jpegs` writes a JPEG tree to try imagefolder)")
 
+    def workers_kind_on(self, device_type: str | None) -> str:
+        """workers_kind resolved for a model on `device_type` (None: not known, as on the CPU): "thread" or
+        "process"; "auto" takes threads for imagefolder on CUDA, processes elsewhere."""
+        if self.workers_kind != "auto":
+            return self.workers_kind
+        return "thread" if self.name == "imagefolder" and device_type == "cuda" else "process"
+
     @property
     def worker_threads(self) -> bool:
-        """Whether the loader workers are threads (workers_kind resolved: "auto" takes threads for imagefolder)."""
-        kind = self.workers_kind
-        return kind == "thread" or (kind == "auto" and self.name == "imagefolder")
+        """Whether the loader workers are threads (workers_kind as resolved; "auto" unresolved: processes, as on a
+        CPU device)."""
+        return self.workers_kind_on(None) == "thread"
 
     def on_path(self, decode: str) -> DataConfig:
         """This configuration on the decode path `decode` (data.decode resolved for a device: "auto" taken

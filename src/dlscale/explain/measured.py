@@ -57,7 +57,7 @@ def input_bound(ctx: Context) -> Result:
     path = _decode_path(run)
     evidence += _path_cores(run, path, need)
     fixes = []
-    if workers and kind == "process" and path in ("fast", "plain"):
+    if workers and kind == "process" and path in ("fast", "plain") and run.device == "cuda":
         fixes.append(f"--set data.workers_kind=thread (loader threads make the same batches without pickling, shared "
                      f"memory and collation: worker processes took {PROCESS_TAX:.2f}x their CPU time per image in "
                      "benchmarks/input_threads.py)")
@@ -81,11 +81,13 @@ def input_bound(ctx: Context) -> Result:
 
 
 def _workers_kind(run) -> str:
-    """The run's kind of loader workers: data.workers_kind resolved as the run did ("auto": threads for imagefolder);
-    a run from before the setting had worker processes."""
-    kind = run.data_settings.get("workers_kind")
+    """The run's kind of loader workers as it ran (its summary's workers_kind; a run that did not record it: its
+    data.workers_kind, "auto" resolved by its device as the run did); a run from before the setting had worker
+    processes."""
+    kind = run.summary.get("workers_kind") or run.data_settings.get("workers_kind")
     if kind == "auto":
-        return "thread" if run.data_settings.get("name") == "imagefolder" else "process"
+        cuda = run.summary.get("device") == "cuda"
+        return "thread" if run.data_settings.get("name") == "imagefolder" and cuda else "process"
     return kind if kind in ("thread", "process") else "process"
 
 

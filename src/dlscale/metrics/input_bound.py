@@ -53,8 +53,8 @@ def input_bound_warning(data_wait_s: float, step_s: float, *, workers: int, deco
     fixes = []
     if decode == "gpu" and device_type == "cuda" and not decode_process:
         fixes.append(PROCESS_FIX)
-    if workers > 0 and workers_kind == "process" and decode in ("fast", "plain"):
-        fixes.append(THREADS_FIX)
+    if workers > 0 and workers_kind == "process" and decode in ("fast", "plain") and device_type == "cuda":
+        fixes.append(THREADS_FIX)  # on a CPU device the step's operators and the threads contend: processes won
     if workers < cores and decode != "gpu":  # on the device path the workers only read files
         fixes.append(f"more loader workers (data.num_workers={min(cores, max(2, 2 * workers, need))}; now {workers}, "
                      f"{cores} cores for this rank)")

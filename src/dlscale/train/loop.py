@@ -389,7 +389,7 @@ def _warn_if_input_bound(run: Run, epoch: int, record: dict) -> None:
         decode=run.info.decode or "not JPEG", cores=max(available_cores() // run.env.local_world_size, 1),
         batch_size=run.plan.per_rank_batch, cpu_s_per_image=record["host_cpu_ms_per_image"] / 1000,
         device_type=run.device.type, decode_process=_decode_process(run),
-        workers_kind="thread" if run.cfg.data.worker_threads else "process")
+        workers_kind=run.cfg.data.workers_kind_on(run.device.type))
     if warning:
         run.warned_epoch = epoch
         run.records.message(warning)
@@ -465,6 +465,7 @@ def _summary(run: Run, progress: Progress, *, preempted: bool, signal: str | Non
         "decode": run.info.decode,  # the decode path that ran (data.decode resolved); None: not JPEG
         "decode_process": _decode_process(run),  # the training batches decoded in a process of their own
         "device_feed": run.feed.feed,
+        "workers_kind": cfg.data.workers_kind_on(run.device.type),  # data.workers_kind as it ran ("auto" resolved)
         "batch_size": plan.per_rank_batch, "global_batch_size": plan.global_batch,
         "dist_optimizer": cfg.strategy.dist_optimizer, "peak_lr": plan.peak_lr,
         "epochs_planned": plan.epochs, "epochs_completed": progress.epoch, "steps": progress.step,

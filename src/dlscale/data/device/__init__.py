@@ -16,6 +16,8 @@ normalize.py DeviceNormalizer
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from dlscale.config.data import DataConfig
@@ -29,7 +31,10 @@ from dlscale.data.device.stage import DecodeCounts, DeviceDecodeStage
 
 def for_device(cfg: DataConfig, device: torch.device | str | None) -> DataConfig:
     """The data configuration on the decode path its batches take to `device` (data.decode "auto" resolved;
-    "gpu" refused in one line where no decoder can run there): what build_loaders is given."""
+    "gpu" refused in one line where no decoder can run there) and with its kind of loader workers resolved
+    (data.workers_kind "auto": threads for JPEGs on CUDA): what build_loaders is given."""
+    kind = cfg.workers_kind_on(torch.device(device).type if device is not None else None)
+    cfg = replace(cfg, workers_kind=kind) if kind != cfg.workers_kind else cfg
     if cfg.name != "imagefolder":
         return cfg
     return cfg.on_path(resolve_decode(cfg.decode, device, cfg.decoder) if device is not None else
