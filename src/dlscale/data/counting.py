@@ -36,13 +36,26 @@ class CountingSource:
         self.source = source
         self.counts = torch.zeros((workers + 1, 3), dtype=torch.int64).share_memory_()
         self.has_files = hasattr(source, "path")
+        self._rows = None
 
     def __len__(self) -> int:
         return len(self.source)
 
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_rows": None}  # a spawned worker makes its own view of the shared tensor
+
+    @property
+    def rows(self):
+        """The counts as a numpy view of the same shared memory: adding to an element is a few hundred
+        nanoseconds that keep the GIL, where a tensor's indexing and add are several dispatches that each
+        release and take it again (which loader threads on other cores then contend for)."""
+        if self._rows is None:
+            self._rows = self.counts.numpy()
+        return self._rows
+
     def load(self, index: int):
         info = get_worker_info()
-        row = self.counts[getattr(_thread, "row", 0) if info is None else info.id + 1]
+        row = self.rows[getattr(_thread, "row", 0) if info is None else info.id + 1]
         try:
             return self.source.load(index)
         finally:
