@@ -1,9 +1,9 @@
 """Why a training step fed by the device decode path runs slower than the step and the decode would side by side.
 
-On 2026-11-27 (H100, docs/benchmarks.md) the device path's loader decoded 6,533 img/s alone and the compiled
-default trained 5,888 img/s on synthetic data, yet `dlscale train` with data.decode=gpu trained 2,841 img/s:
-each step lasted about as long as the step and its batch's decode one after the other. This script tells the
-possible causes apart in about a minute of GPU time:
+On an H100 the device path's loader alone and the compiled default on synthetic data each ran faster than
+`dlscale train` with data.decode=gpu did: each step lasted about as long as the step and its batch's decode one
+after the other (the figures: docs/benchmarks.md, "History of the GPU runs"). This script tells the possible
+causes apart in about a minute of GPU time:
 
     python benchmarks/decode_overlap.py --data JPEG_TREE --json overlap.json
 
@@ -345,8 +345,8 @@ def feed_steps(step, loader, normalizer, device: torch.device, batch: int, size:
                steps: int, warmup: int, rounds: int, failed: dict[str, str]) -> dict[str, list[float]]:
     """img/s of each arrangement per round; every round a new epoch, the order rotated. An arrangement fed by
     the decode path that raises is left out of the later rounds with no rates, its error in `failed`: the
-    others still give the train runs an arrangement (on 2026-11-27 a failing decode process took the whole
-    probe, and the train runs fell back to the defaults)."""
+    others still give the train runs an arrangement (a failing decode process must not take the whole probe
+    and leave the train runs the defaults)."""
     names = [n for n, settings in ARRANGEMENTS.items()
              if device.type == "cuda" or settings is None or "speed.step_stream" not in settings]
     rates: dict[str, list[float]] = {name: [] for name in names}
