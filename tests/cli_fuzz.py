@@ -311,11 +311,19 @@ def damage_reference(place: Path, rng: random.Random) -> str:
     return str(path)
 
 
+HOSTILE = ("fifo", "zero", "digits", "nesting")
+"""The files no reader may read without bound: a FIFO (a read would wait for a writer forever), a link to /dev/zero
+(a read that never ends), a number of 5,000 digits, a nesting deeper than Python recurses."""
+
+
 def hostile(path: Path, rng: random.Random) -> None:
-    """path made a file no reader may read without bound: a FIFO (a read would wait for a writer forever), a link
-    to /dev/zero (a read that never ends), a number of 5,000 digits, a nesting deeper than Python recurses."""
+    """path made one of HOSTILE, drawn by rng."""
+    make_hostile(path, rng.choice(HOSTILE))
+
+
+def make_hostile(path: Path, how: str) -> None:
+    """path made into the HOSTILE file `how`, in place of what was there."""
     path.unlink(missing_ok=True)
-    how = rng.choice(["fifo", "zero", "digits", "nesting"])
     if how == "fifo":
         os.mkfifo(path)
     elif how == "zero":

@@ -4,7 +4,8 @@ against synthetic input, its loader's figures, the decoder's backends, and NVML'
 from __future__ import annotations
 
 
-def _fmt(value, digits: int = 1) -> str:
+def fmt(value, digits: int = 1) -> str:
+    """A table cell: "-" for none, a float with thousands separators and `digits` decimals (report.py's too)."""
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -60,17 +61,17 @@ def arrangement_table(result: dict, names: list[str]) -> list[str]:
     lines = ["| arrangement | train img/s | of synthetic | CPU ms/img in training | loader img/s | loader CPU ms/img "
              "| loader device ms/img | decoded by |", "|---|---|---|---|---|---|---|---|"]
     if synthetic:
-        lines.append(f"| synthetic | {_fmt(synthetic['value'])} | 1.000 | "
-                     f"{_fmt(synthetic['details'].get('host_cpu_ms_per_image'), 3)} | - | - | - | - |")
+        lines.append(f"| synthetic | {fmt(synthetic['value'])} | 1.000 | "
+                     f"{fmt(synthetic['details'].get('host_cpu_ms_per_image'), 3)} | - | - | - | - |")
     for name in names:
         train, loader = _ok(runs, f"train JPEG {name}"), _ok(runs, f"loader {name}")
         best = (loader or {}).get("details", {}).get("best", {})
         lines.append(
-            f"| {name} | {_fmt(train['value']) if train else _said(runs, f'train JPEG {name}')} | "
-            f"{_fmt(ratios.get(f'train JPEG {name}'), 3)} | "
-            f"{_fmt(train['details'].get('host_cpu_ms_per_image'), 3) if train else '-'} | "
-            f"{_fmt(best.get('images_per_s')) if loader else _said(runs, f'loader {name}')} | "
-            f"{_fmt(best.get('cpu_ms_per_image'), 3)} | {_fmt(best.get('device_ms_per_image'), 3)} | "
+            f"| {name} | {fmt(train['value']) if train else _said(runs, f'train JPEG {name}')} | "
+            f"{fmt(ratios.get(f'train JPEG {name}'), 3)} | "
+            f"{fmt(train['details'].get('host_cpu_ms_per_image'), 3) if train else '-'} | "
+            f"{fmt(best.get('images_per_s')) if loader else _said(runs, f'loader {name}')} | "
+            f"{fmt(best.get('cpu_ms_per_image'), 3)} | {fmt(best.get('device_ms_per_image'), 3)} | "
             f"{backends(best) if loader else '-'} |")
     return lines
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from gpu_campaign import data_report
+from gpu_campaign.data_report import fmt
 
 GOALS = {
     "throughput": ("ResNet-50, synthetic, one GPU: the compiled default, `dlscale bench` with no flags (img/s)", 6000.0,
@@ -158,14 +159,6 @@ def write_json(path: Path, document: dict) -> None:
 
 # ----------------------------------------------------------------------------------- markdown
 
-def _fmt(value, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    return str(value)
-
-
 def _status(entry: dict) -> str:
     return entry["status"] if entry["status"] == "ok" else f"{entry['status']}"
 
@@ -173,7 +166,7 @@ def _status(entry: dict) -> str:
 def environment_lines(env: dict) -> list[str]:
     smi = env.get("nvidia_smi") or {}
     if env.get("cuda_available"):
-        device = (f"- GPU: {env.get('device_name', '-')} ({_fmt(env.get('gpu_memory_gib'))} GiB), driver "
+        device = (f"- GPU: {env.get('device_name', '-')} ({fmt(env.get('gpu_memory_gib'))} GiB), driver "
                   f"{env.get('driver') or '-'}, max SM clock {smi.get('clocks.max.sm', '-')}, power limit "
                   f"{smi.get('power.limit', '-')}")
     else:
@@ -194,13 +187,13 @@ def stage_table(result: dict) -> list[str]:
     lines = ["| run | settings | status | img/s per round | median |", "|---|---|---|---|---|"]
     for name, m in result.get("medians", {}).items():
         rounds = ", ".join(f"{v:,.1f}" for v in m["values"]) or "-"
-        lines.append(f"| {name} | {m['settings'] or '-'} | {m['status']} | {rounds} | {_fmt(m['median'])} |")
+        lines.append(f"| {name} | {m['settings'] or '-'} | {m['status']} | {rounds} | {fmt(m['median'])} |")
     ratios = [r for r in result.get("ratios", []) if not r.get("chain")]
     lever = result.get("name") in VERDICT_STAGES
     if ratios:
         lines += ["", "| ratio | of medians | per round |" + (" helps (rounds at 1.01 or more) |" if lever else ""),
                   "|---|---|---|" + ("---|" if lever else "")]
-        lines += [f"| {r['numerator']} / {r['denominator']} | **{_fmt(r['ratio'], 3)}** | "
+        lines += [f"| {r['numerator']} / {r['denominator']} | **{fmt(r['ratio'], 3)}** | "
                   f"{', '.join(f'{p:.3f}' for p in r['per_round']) or '-'} |" + (f" {_verdict(r)} |" if lever else "")
                   for r in ratios]
     return lines
@@ -213,8 +206,8 @@ def progression_table(result: dict) -> list[str]:
              "|---|---|---|---|---|---|---|"]
     for name, m in result.get("medians", {}).items():
         mfu = f"{100 * m['mfu']:.1f}%" if m.get("mfu") else "-"
-        lines.append(f"| {name} | {m['settings'] or '-'} | {m['status']} | {_fmt(m['median'])} | {mfu} | "
-                     f"{_fmt(base.get(name), 2)} | {_fmt(chain.get(name), 2)} |")
+        lines.append(f"| {name} | {m['settings'] or '-'} | {m['status']} | {fmt(m['median'])} | {mfu} | "
+                     f"{fmt(base.get(name), 2)} | {fmt(chain.get(name), 2)} |")
     return lines
 
 
@@ -232,8 +225,8 @@ def curve_table(result: dict) -> list[str]:
         return ["Not measured: " + "; ".join(r.get("error", r["status"]) for r in result.get("runs", []))]
     lines = [f"`{run['command']}`", "", "| batch per device | step ms | img/s |", "|---|---|---|"]
     for point in run["details"]["batch_curve"]:
-        lines.append(f"| {point.get('batch_size')} | {_fmt(point.get('step_time_ms'), 2)} | "
-                     f"{_fmt(point.get('img_per_sec') or point.get('img_per_sec_total_mean'))} |")
+        lines.append(f"| {point.get('batch_size')} | {fmt(point.get('step_time_ms'), 2)} | "
+                     f"{fmt(point.get('img_per_sec') or point.get('img_per_sec_total_mean'))} |")
     return lines
 
 
@@ -243,7 +236,7 @@ def compile_lines(result: dict) -> list[str]:
     if run is None:
         return []
     facts = {k: v for k, v in (run.get("details") or {}).items() if k.startswith("compile") and v is not None}
-    return ["", f"The baseline's process took {_fmt(run.get('seconds'))} s in all; its compile record: "
+    return ["", f"The baseline's process took {fmt(run.get('seconds'))} s in all; its compile record: "
             + (", ".join(f"{k} {v}" for k, v in facts.items()) or "none") + "."]
 
 
@@ -270,7 +263,7 @@ def markdown(document: dict) -> str:
         met = "-" if g["met"] is None else ("yes" if g["met"] else "**no**")
         if g["goal_met"] is not None:
             met += f" (goal {'yes' if g['goal_met'] else 'no'})"
-        out.append(f"| {g['what']} | {_fmt(g['floor'], 2)} | {_fmt(g['goal_value'], 2)} | {_fmt(g['value'], 3)} "
+        out.append(f"| {g['what']} | {fmt(g['floor'], 2)} | {fmt(g['goal_value'], 2)} | {fmt(g['value'], 3)} "
                    f"| {met} |")
     if document["goals"] and document["goals"][0].get("source"):
         out.append(f"\nThe throughput is the compiled default's own, measured in {document['goals'][0]['source']}.")
@@ -306,15 +299,15 @@ def markdown(document: dict) -> str:
         where = f" (beside {run['beside']})" if run.get("beside") else ""
         out += [f"`{run.get('command', '')}`{where}: {run.get('status', '-')}, "
                 f"{d.get('passed', '-')} passed, {d.get('failed', '-')} failed, {d.get('skipped', '-')} skipped "
-                f"in {_fmt(run.get('seconds'))} s.", ""]
+                f"in {fmt(run.get('seconds'))} s.", ""]
         out += [f"- {t['test']}: {t['outcome']} {t['message'][:200]}" for t in d.get("tests", [])
                 if t["outcome"] == "failed"]
     out += ["", "## Stages", "", "| stage | status | seconds | estimate | budget |", "|---|---|---|---|---|"]
     for stage in results.values():
         statuses = {e.get("status") for e in stage.get("setup", []) + stage.get("runs", [])} - {"unavailable"}
         status = "ok" if statuses <= {"ok"} else ", ".join(sorted(statuses))
-        out.append(f"| {stage['name']} | {status} | {_fmt(stage.get('seconds'))} | {_fmt(stage['estimate_s'])} | "
-                   f"{_fmt(stage['budget_s'], 0)} |")
+        out.append(f"| {stage['name']} | {status} | {fmt(stage.get('seconds'))} | {fmt(stage['estimate_s'])} | "
+                   f"{fmt(stage['budget_s'], 0)} |")
     problems = failures(results)
     if problems:
         out += ["", "Not measured or failed:", "", *problems]
@@ -365,5 +358,5 @@ def comparison(document: dict, previous: dict, name: str) -> list[str]:
                  for run, m in result.get("medians", {}).items() if m["median"] is not None or run in old]
     for what, then, now in rows:
         change = now / then if isinstance(then, int | float) and isinstance(now, int | float) and then else None
-        lines.append(f"| {what} | {_fmt(then, 3)} | {_fmt(now, 3)} | {_fmt(change, 3)} |")
+        lines.append(f"| {what} | {fmt(then, 3)} | {fmt(now, 3)} | {fmt(change, 3)} |")
     return lines

@@ -5,11 +5,11 @@ presets, reference files, the checkpoint pointer, the lock's holder, the launche
 report.md from a record is escaped. Error messages quote a bounded prefix of a value."""
 
 import json
-import os
 import shutil
 
 import pytest
-from cli_fuzz import FIXTURES
+from cli_fuzz import FIXTURES, HOSTILE
+from cli_fuzz import make_hostile as _hostile
 from faults import hang_guard
 
 from dlscale.cli import main
@@ -18,21 +18,6 @@ from dlscale.distributed.env import DistEnv
 from dlscale.errors import ConfigError
 
 pytestmark = pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
-HOSTILE = ("fifo", "zero", "digits", "nesting")
-
-
-def _hostile(path, how: str) -> None:
-    """path made into one of HOSTILE, in place of what was there."""
-    if path.exists():
-        path.unlink()
-    if how == "fifo":
-        os.mkfifo(path)
-    elif how == "zero":
-        path.symlink_to("/dev/zero")
-    elif how == "digits":
-        path.write_text('{"kind": "bench", "world_size": ' + "7" * 5000 + "}\n")
-    else:
-        path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
 
 
 def _one_line(capsys, argv) -> str:
