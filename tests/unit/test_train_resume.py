@@ -131,3 +131,22 @@ def test_a_run_builds_one_device_feed_and_trains_and_evaluates_through_it(tmp_pa
     loop.fit(cfg, DistEnv(), run_name="one", output_dir=tmp_path)
     assert len(made) == 1  # built once per run
     assert len(fed) == 4 and fed[0] is fed[2] and fed[1] is fed[3] and fed[0] is not fed[1]  # train, val, twice
+
+
+@pytest.mark.slow
+def test_an_epoch_all_of_whose_steps_ran_before_a_resume_has_no_rate_and_its_run_is_read(tmp_path, signal_at_step):
+    from dlscale import cli
+    from dlscale.rundir import read_run
+
+    cfg, _ = load_config("cpu:digits", OVERRIDES)
+    disarm = signal_at_step(6)  # the last step of epoch 0 (6 steps per epoch): stopped before its evaluation
+    cut = loop.fit(cfg, DistEnv(), run_name="cut", output_dir=tmp_path)
+    disarm()
+    assert cut["preempted"] and cut["steps"] == 6 and cut["epochs_completed"] == 0
+    resumed = loop.fit(cfg, DistEnv(), run_name="cut", output_dir=tmp_path)
+    history = resumed["history"]
+    assert history[0]["throughput_img_per_s"] is None  # this attempt trained none of epoch 0: no rate, not 0 img/s
+    assert history[1]["throughput_img_per_s"] > 0 and resumed["total_ips"] == history[1]["throughput_img_per_s"]
+    read_run(tmp_path / "cut")  # the reader takes it (a rate of 0.0 was refused, and report and explain with it)
+    assert cli.main(["report", str(tmp_path / "cut"), "-o", str(tmp_path / "report")]) == 0
+    assert cli.main(["explain", str(tmp_path / "cut"), "--reference", "none"]) == 0

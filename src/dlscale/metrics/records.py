@@ -196,7 +196,7 @@ class Records:
         self._scalars(TB_EPOCH_TAGS, record, record["step"])
         self._dlll("LOG", step=[record["epoch"]], data=self._dlll_data(record))
         print(f"epoch {record['epoch']}: val top1 {record['val_top1_pct']:.2f}% top5 {record['val_top5_pct']:.2f}% "
-              f"loss {record['val_loss']:.4f} | {record['throughput_img_per_s']:.1f} img/s | "
+              f"loss {record['val_loss']:.4f} | {_rate(record['throughput_img_per_s'])} | "
               f"{self._epoch_time(record)}elapsed {record['elapsed_s']:.1f} s", flush=True)
         if self.writer is not None:
             with storing(self.run.path / "tb"):  # TensorBoard's thread raises a failed write here
@@ -280,3 +280,8 @@ class Records:
         with storing(self.raport_path, "--raport-file"):
             self.raport.write("DLLL " + json_line(entry))
             self.raport.flush()
+
+
+def _rate(images_per_s: float | None) -> str:
+    """An epoch's rate as the terminal prints it; none where every step of the epoch ran before a resume."""
+    return "no steps in this attempt" if images_per_s is None else f"{images_per_s:.1f} img/s"

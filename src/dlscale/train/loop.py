@@ -301,7 +301,8 @@ def _epochs(run: Run, progress: Progress) -> bool:
             return True
         evaluation = _evaluate(run)
         progress.elapsed_s = run.elapsed_s()
-        _end_epoch(run, progress, evaluation, images / max(train_s, 1e-9))
+        # an epoch whose every step ran before a resume has no rate of this attempt's: none, not 0 img/s
+        _end_epoch(run, progress, evaluation, images / max(train_s, 1e-9) if images else None)
         reached = cfg.target_accuracy is not None and evaluation["val_top1_pct"] >= 100 * cfg.target_accuracy
         if reached and progress.time_to_target_s is None:
             progress.time_to_target_s = progress.elapsed_s
@@ -418,7 +419,7 @@ def _say_skipped(run: Run, total: int, skipped: list[str], split: str) -> int:
     return total
 
 
-def _end_epoch(run: Run, progress: Progress, evaluation: dict, throughput: float) -> None:
+def _end_epoch(run: Run, progress: Progress, evaluation: dict, throughput: float | None) -> None:
     if run.cfg.schedule.name == "plateau":
         run.schedule.observe(evaluation["val_loss"], epoch=progress.epoch)
     record = {"epoch": progress.epoch, "step": progress.step, **evaluation, "elapsed_s": progress.elapsed_s,
@@ -456,7 +457,7 @@ def _resume(run: Run, run_dir: RunDir, resume: str) -> Progress:
 def _summary(run: Run, progress: Progress, *, preempted: bool, signal: str | None) -> dict:
     cfg, plan = run.cfg, run.plan
     last = progress.history[-1] if progress.history else {}
-    rates = [h["throughput_img_per_s"] for h in progress.history]
+    rates = [h["throughput_img_per_s"] for h in progress.history if h["throughput_img_per_s"] is not None]
     tts = progress.time_to_target_s
     found = progress.best_epoch >= 0
     return {
