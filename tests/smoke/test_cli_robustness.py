@@ -3,6 +3,7 @@ changed on resume, checkpoints dlscale did not write, unreadable validation file
 
 import errno
 import json
+import os
 import pickle
 import time
 
@@ -190,3 +191,16 @@ def test_unreadable_validation_files_are_counted_once_and_left_out(tmp_path, mon
              if '"epoch"' in line and '"val_count"' in line][-1]
     assert (epoch["val_count"], epoch["val_skipped"]) == (60, 6)
     assert "validation: 6 unreadable file(s) left out" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["config", "--list"], ["models"], ["train", "--help"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path, argv):
+    """`dlscale config --list | head -1`: the reader closes the pipe; the command stops as one killed by SIGPIPE
+    would, with no traceback and no 'Exception ignored' at exit."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line is written
+    with os.fdopen(write_end, "w") as pipe:
+        process = start_process([*DLSCALE, *argv], tmp_path, stdout=pipe)
+    _, err = process.communicate(timeout=HANG_S)
+    assert process.returncode == 141, err
+    assert "Traceback" not in err and "Exception ignored" not in err and "BrokenPipe" not in err, err

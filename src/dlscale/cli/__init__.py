@@ -8,6 +8,7 @@ second (tests/unit/test_cli_startup.py holds every command's parser to that).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import os
@@ -137,12 +138,28 @@ def _one_line_error(line: str, code: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = command_of(argv)
-    # Only the named command's module is imported, and its parser needs no torch (whose import alone
-    # takes about two seconds on a small machine): commands that never run torch never load it.
-    if not os.environ.get("TORCHELASTIC_ERROR_FILE"):  # not a worker of torchrun
-        return _run(argv, command)
-    # record() makes torchrun's failure summary carry the worker's traceback (torch docs,
-    # torch.distributed.elastic.multiprocessing.errors); it changes nothing outside torchrun.
-    from torch.distributed.elastic.multiprocessing.errors import record
+    try:
+        # Only the named command's module is imported, and its parser needs no torch (whose import alone
+        # takes about two seconds on a small machine): commands that never run torch never load it.
+        if not os.environ.get("TORCHELASTIC_ERROR_FILE"):  # not a worker of torchrun
+            code = _run(argv, command)
+        else:
+            # record() makes torchrun's failure summary carry the worker's traceback (torch docs,
+            # torch.distributed.elastic.multiprocessing.errors); it changes nothing outside torchrun.
+            from torch.distributed.elastic.multiprocessing.errors import record
 
-    return record(_run)(argv, command)
+            code = record(_run)(argv, command)
+        sys.stdout.flush()  # here, not at exit: a reader gone is then this one's to handle
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """The reader of the output went away (`dlscale config --list | head -1`): stop quietly, as a program killed by
+    SIGPIPE does (exit status 128 + 13), with what is left to flush sent nowhere (Python's docs, "Note on
+    SIGPIPE")."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 141
