@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dlscale.cli import numbers, paths
+from dlscale.cli import DefaultsHelpFormatter, numbers, paths
 from dlscale.config import DataConfig
 from dlscale.config.data import DATASET_NAMES, DECODE_ALIASES, DECODE_MODES, DECODERS
 from dlscale.errors import DataError, DeviceError
@@ -25,7 +25,7 @@ def add_parser(subparsers) -> None:
         "processes), and report img/s, speedup, bytes and files read per second (the process's I/O counters) and "
         "CPU use: img per CPU-s compares the kinds' cost per image. "
         "Writes a table, a plot and summary.json (kind: loader) to a run directory.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--data", type=paths.TEXT, default=None, metavar="PATH",
                    help="data set folder (imagefolder: train/<class>/*.JPEG)")
@@ -58,7 +58,8 @@ def add_parser(subparsers) -> None:
                    help="measure every setting this many times, interleaved, and keep the median run")
     p.add_argument("--prewarm", action="store_true",
                    help="read every training file once first, so that every setting reads from the page cache")
-    p.add_argument("--seed", type=numbers.SEED, default=0)
+    p.add_argument("--seed", type=numbers.SEED, default=0,
+                   help="the seed of the samples' crops and flips and of their order (each setting the same samples)")
     p.add_argument("--out", type=paths.PATH, default=None, metavar="DIR",
                    help="run directory (default: runs/loader-<dataset>-<time>)")
     p.set_defaults(run=run)

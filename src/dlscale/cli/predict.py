@@ -14,7 +14,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from dlscale.cli import numbers, paths, predict_inputs
+from dlscale.cli import DefaultsHelpFormatter, numbers, paths, predict_inputs
 from dlscale.cli.output import write_json_file, write_summary_file
 from dlscale.cli.tracking import add_tracking_arguments, tracking_from_args
 from dlscale.errors import ConfigError
@@ -41,7 +41,7 @@ def add_parser(subparsers) -> None:
         description="Predict a training step at each device count from a single-device figure and a network, "
         "term by term (compute, exposed communication, input, stragglers). --validate predicts every published "
         "scaling point dlscale ships and prints the errors. See docs/prediction.md.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--gpus", type=numbers.DEVICES, default="1,8,64,512,4096", metavar="N[,N]",
                    help="device counts to predict")
@@ -77,7 +77,8 @@ def add_parser(subparsers) -> None:
     compute.add_argument("--global-batch", type=numbers.GLOBAL_BATCH, default=None,
                          help="images per step over all devices "
                          "(strong scaling: the batch per device is this / N)")
-    compute.add_argument("--image-size", type=numbers.PIXELS, default=224)
+    compute.add_argument("--image-size", type=numbers.PIXELS, default=224,
+                         help="with --peak-tflops: the side of the training images in pixels (the FLOPs per image)")
     compute.add_argument("--step-overhead-ms", type=numbers.MILLISECONDS_OR_ZERO, default=None,
                          help="override: the part of the single-device step that does not shrink with the batch "
                               "(default: fitted to a curve, else the shipped curve of the device, else unknown)")
