@@ -1,17 +1,21 @@
 """A rank slowed from outside is named as the straggler, measured against the even ranks of the same run.
 
 Three `dlscale bench` processes on gloo (RANK/WORLD_SIZE/MASTER_* as torchrun sets them), all pinned to one
-CPU. Rank 0 is throttled from outside the way a cgroup CPU quota throttles a process: stopped for 30 ms of
-every 40 ms (SIGSTOP, SIGCONT), so it computes at most a quarter of the time and its forward pass takes
-several times as long (+150% to +190% here), far above the 25% that counts as slower
-(dlscale.metrics.ranks). Ranks 1 and 2 run as they are: the even ranks the throttled one is measured
-against, and which must not be told apart. Rank 0 is the throttled one because it is the one unlike the
-others (the root of DDP's buffer broadcasts, the store's host): with rank 1 throttled instead, rank 0's
-forward came out 50-75% slower than rank 2's, so 0 and 2 were no even pair.
+CPU. Rank 0 is throttled from outside the way a cgroup CPU quota throttles a process: stopped for 3 ms of
+every 4 ms (SIGSTOP, SIGCONT), so it computes at most a quarter of the time and its forward pass takes several
+times as long (4-5x here), far above the 25% that counts as slower (dlscale.metrics.ranks). The running window
+(1 ms) is shorter than any forward pass, so that every forward is stopped: with 10 ms windows every 40 ms a
+forward of a few ms could run in one untouched, and rank 0 came out the slowest in fewer than 8 of 10
+iterations in some runs. (Stopped 9 ms of every 10, it ran too seldom to take the CPU from the even ranks,
+whose order on the CPU then stayed the same from step to step and told them apart in some runs.) Ranks 1 and 2
+run as they are: the even ranks the throttled one is measured against, and which must not be told apart. Rank 0
+is the throttled one because it is the one unlike the others (the root of DDP's buffer broadcasts, the store's
+host): with rank 1 throttled instead, rank 0's forward came out 50-75% slower than rank 2's, so 0 and 2 were no
+even pair.
 
 Why one CPU for all: whatever else runs on this shared machine then takes from every rank alike, so the
 verdict does not depend on the machine's load. Run unpinned, a rank that shared its core with another
-session's process for the whole run came out 60-114% slower, a straggler made by outside load. Why not a
+other process for the whole run came out 60-114% slower, a straggler made by outside load. Why not a
 busy process pinned to one rank's core as the slowdown: the kernel balances the cores' queues and the
 scheduler favours the slowed rank after each wait in the allreduce; measured, it came out only 1.5-2x
 slower and the other rank's forward varied 4x. The throttle depends on neither. An earlier form of this
@@ -40,7 +44,7 @@ BENCH = ["bench", "--model", "resnet18", "--width", "16", "--image-size", "32", 
 class Throttle(threading.Thread):
     """Stop a process for `stopped_s` of every `period_s` until stop() (a CPU quota, from outside)."""
 
-    def __init__(self, pid: int, stopped_s: float = 0.03, period_s: float = 0.04):
+    def __init__(self, pid: int, stopped_s: float = 0.003, period_s: float = 0.004):
         super().__init__(daemon=True)
         self.pid, self.stopped_s, self.running_s = pid, stopped_s, period_s - stopped_s
         self.done = threading.Event()
