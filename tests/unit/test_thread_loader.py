@@ -71,6 +71,27 @@ def test_on_the_device_decode_path_the_threads_collate_the_workers_encoded_batch
         assert x.first_bad == y.first_bad
 
 
+def test_a_batch_let_go_is_used_again_and_one_still_held_or_viewed_never_is(tmp_path):
+    root = _tree_with_bad_files(tmp_path)
+    cfg = DataConfig(name="imagefolder", path=str(root), image_size=16, num_workers=2, persistent_workers=False)
+    threads, processes = (build_loaders(replace(cfg, workers_kind=kind), rank=0, world_size=1, batch_size=2,
+                                        seed=4)[0] for kind in ("thread", "process"))
+    made, expected, memory = [], [], set()
+    for epoch in (0, 1, 2):  # each batch copied and let go: its memory is free for a later batch
+        threads.sampler.set_epoch(epoch)
+        processes.sampler.set_epoch(epoch)
+        for batch in threads:
+            made.append(batch.images.clone())
+            memory.add(batch.images.data_ptr())
+        expected += [batch.images for batch in processes]
+    assert all(torch.equal(x, y) for x, y in zip(made, expected, strict=True))
+    assert len(memory) < len(made)  # used again, or this test shows nothing
+    threads.sampler.set_epoch(3)
+    views = [(batch.images[1], batch.images[1].clone()) for batch in threads]  # only a row of each batch is held
+    assert len({view.data_ptr() for view, _ in views}) == len(views)
+    assert all(torch.equal(view, copy) for view, copy in views)
+
+
 def test_an_epoch_resumed_mid_way_gives_the_uninterrupted_epochs_batches(tmp_path):
     root = _tree_with_bad_files(tmp_path)
     train, _, _ = _loaders(root, "thread", seed=2)

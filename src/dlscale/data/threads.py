@@ -15,6 +15,12 @@ that forked a team of its own per resize would make the threads contend for the 
 workers' batches are (collate_encoded). An error in a sample is raised in the consumer's thread, as itself, when
 its batch is due; closing the iterator (an epoch cut short, a step that raised) stops the threads and waits for
 them, each at most the sample it is making.
+
+Batches in pageable memory are used again (_Batches): a fresh 9.6 MB batch (64 rows of 3x224x224) is memory the
+kernel maps and zeroes page by page as the rows are first written, a few percent of the loader's CPU time. A batch
+goes back to the threads only when nothing outside the loader holds its memory any more (the storage's use count,
+as torch's CUDA graph trees tell when memory they handed out is free). Pinned batches are torch's caching host
+allocator's, which reuses them only after the copies that read them are done.
 """
 
 from __future__ import annotations
@@ -31,6 +37,31 @@ from dlscale.data.encoded import collate_encoded
 
 THREAD_NAME = "dlscale-input"
 """The loader threads' names (with their number): what a test looks for among the threads still alive."""
+
+
+class _Batches:
+    """Uint8 batch tensors of the loader's batches, each used again once nothing outside holds its memory: a new
+    batch takes a free one of its shape, or is allocated (and kept, up to `keep`: beyond that, a consumer that keeps
+    its batches gets fresh ones). What is handed out is an alias of the kept tensor, so that the storage's use
+    count is what tells: 1 for the kept tensor, 1 for the storage object asking."""
+
+    def __init__(self, keep: int, pin: bool):
+        self.keep = keep
+        self.pin = pin
+        self.kept: list[torch.Tensor] = []
+        self.lock = threading.Lock()
+
+    def take(self, shape: tuple) -> torch.Tensor:
+        if self.pin:  # the caching host allocator's: reused only after the copies reading it
+            return torch.empty(shape, dtype=torch.uint8, pin_memory=True)
+        with self.lock:
+            for kept in self.kept:
+                if kept.shape == shape and torch._C._storage_Use_Count(kept.untyped_storage()._cdata) == 2:
+                    return kept.detach()
+            fresh = torch.empty(shape, dtype=torch.uint8)
+            if len(self.kept) < self.keep:
+                self.kept.append(fresh)
+            return fresh.detach()
 
 
 @dataclass
@@ -64,6 +95,8 @@ class ThreadLoader:
         self.drop_last = drop_last
         self.depth = max(int(depth), 1)
         self.pin_memory = pin
+        # depth batches being made or ready, one the consumer holds, one its previous step may still hold
+        self.batches = _Batches(keep=self.depth + 2, pin=pin)
 
     def __len__(self) -> int:
         count = len(self.sampler)
@@ -150,8 +183,7 @@ class _Epoch:
     def _open(self, keys: list) -> _Pending:
         images = None
         if self.loader.dataset.device_plan is None:
-            images = torch.empty((len(keys), *self.loader.image_shape), dtype=torch.uint8,
-                                 pin_memory=self.loader.pin_memory)
+            images = self.loader.batches.take((len(keys), *self.loader.image_shape))
         return _Pending(keys, images, [None] * len(keys), left=len(keys))
 
     def _work(self, number: int, started: threading.Barrier) -> None:
