@@ -326,6 +326,33 @@ def test_the_stack_that_issues_the_kernels_sets_the_modelled_fixed_part(tmp_path
     assert "(pytorch cuda-graphs): 624 kernels x 0.58 us = 0.36 ms" in floors["cuda-graphs"]
 
 
+def test_a_runs_modelled_fixed_part_takes_the_stack_given_and_a_measured_one_refuses_it(tmp_path):
+    """A one-batch A100 run has no curve: its fixed part is modelled with the run's stack (eager PyTorch, 4 us per
+    kernel), or with the one --execution/--framework give (a graph's 0.58 us per node); a run whose steps were
+    measured at two batch sizes, or on a device with no model, has nothing for them to change."""
+    run = {"kind": "bench", "model": "resnet50", "batch_size": 64, "world_size": 1, "device": "cuda",
+           "device_name": "NVIDIA A100-SXM4-80GB", "precision": "amp_bf16", "img_per_sec_total_mean": 2500.0}
+    curve = [{"batch_size": b, "step_time_ms": 5.0 + 0.3 * b, "img_per_sec": b / (5.0 + 0.3 * b) * 1e3, "ci95": 1.0}
+             for b in (32, 64)]
+    for name, summary in (("a100", run), ("curve", {**run, "batch_curve": curve}), ("cpu", {**run, "device": "cpu",
+                                                                                           "device_name": None})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary))
+    floors = {}
+    for extra in ((), ("--execution", "cuda-graphs")):
+        out = dlscale_here("predict", "--from-run", "a100", "--platform", "dgx-a100", "--gpus", "8", "--no-run-dir",
+                           *extra, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        floors[extra[-1] if extra else "run"] = next(line for line in out.stdout.splitlines() if "t0 (fixed" in line)
+    assert "(pytorch eager): 624 kernels x 4.00 us = 2.50 ms" in floors["run"]
+    assert "(pytorch cuda-graphs): 624 kernels x 0.58 us = 0.36 ms" in floors["cuda-graphs"]
+    for name, what in (("curve", "measured at its batch sizes"), ("cpu", "not modelled for its device")):
+        out = dlscale_here("predict", "--from-run", name, "--platform", "dgx-a100", "--gpus", "8", "--no-run-dir",
+                           "--framework", "mxnet", cwd=tmp_path)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and what in lines[0] and "drop them" in lines[0], out.stderr
+
+
 def test_both_rates_and_the_fixed_parts_range(tmp_path):
     out = dlscale_here("predict", "--from-reference", "rate=1000,devices=1,batch=256", "--platform", "dgx-a100",
                        "--gpus", "1,8", "--batch-size", "32", "--epochs", "90", "--eval-every", "4", "--no-run-dir",

@@ -39,7 +39,8 @@ def _workload(args: argparse.Namespace, figure: inputs.ReferenceFigure | None,
     header says of it: a reference's own setting and what was taken out of its steps; an MFU above dlscale's."""
     fixed = inputs.fixed_from_run(args.step_curve) if args.step_curve else None
     if args.from_run is not None:
-        workload, spread = inputs.workload_from_run(args.from_run, fixed)
+        workload, spread = inputs.workload_from_run(args.from_run, fixed, execution=args.execution,
+                                                    framework=args.framework)
         return workload, spread, f"the step spread of {args.from_run}", {}
     if figure is not None:
         default = default_spread(setting.kind)

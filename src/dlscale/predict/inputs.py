@@ -34,18 +34,26 @@ def _grad_bytes(precision: str | None) -> int:
     return 2 if precision and "apex O2" in precision else 4
 
 
-def workload_from_run(path: str | Path, fixed: Fixed | None = None) -> tuple[Workload, float | None]:
+def workload_from_run(path: str | Path, fixed: Fixed | None = None, *, execution: str | None = None,
+                      framework: str | None = None) -> tuple[Workload, float | None]:
     """A bench run on one rank (its batch curve when it measured several batch sizes), or a profile run:
     (workload, measured per-step spread or None). `fixed`: the fixed part for a run of one batch size
-    (default: the shipped curve of its device, else unknown)."""
+    (default: the shipped curve of its device, else modelled with the run's stack, else unknown). execution,
+    framework: the stack to model that fixed part with instead of the run's own."""
     run = read_run(path, ("bench", "profile"))
     summary = run.summary
     model = summary.get("model")
     batch = int(summary["batch_size"])
     shape = {"image_size": int(summary.get("image_size") or 224),
              "num_classes": int(summary.get("num_classes") or 1000), "width": int(summary.get("width") or 64)}
-    fixed = fixed or fixed_for_device(summary.get("device_name"), summary.get("precision"), stack_of(summary),
-                                      model or "resnet50")
+    asked = {"execution": execution, "framework": framework}
+    stack = replace(stack_of(summary), **{key: value for key, value in asked.items() if value})
+    fixed = fixed or fixed_for_device(summary.get("device_name"), summary.get("precision"), stack, model or "resnet50")
+    if any(asked.values()) and (summary.get("batch_curve") or fixed.kind != "modelled"):
+        what = ("measured at its batch sizes" if summary.get("batch_curve") else
+                {"unknown": "not modelled for its device"}.get(fixed.kind, f"{fixed.kind}, not modelled"))
+        raise ConfigError(f"--execution and --framework choose the stack a fixed part is modelled with; the fixed "
+                          f"part of {path} is {what}: drop them")
     if summary["kind"] == "bench":
         if int(summary["world_size"]) != 1:
             raise ConfigError(f"{path} ran on {summary['world_size']} ranks: its step includes communication; "
