@@ -17,7 +17,7 @@ its batch is due; closing the iterator (an epoch cut short, a step that raised) 
 them, each at most the sample it is making.
 
 Batches in pageable memory are used again (_Batches): a fresh 9.6 MB batch (64 rows of 3x224x224) is memory the
-kernel maps and zeroes page by page as the rows are first written, a few percent of the loader's CPU time. A batch
+kernel maps and zeroes page by page as the rows are first written (docs/profiling.md, "Threads or processes"). A batch
 goes back to the threads only when nothing outside the loader holds its memory any more (the storage's use count,
 as torch's CUDA graph trees tell when memory they handed out is free). Pinned batches are torch's caching host
 allocator's, which reuses them only after the copies that read them are done.
