@@ -47,6 +47,7 @@ import torch
 from dlscale.bench.loader import measure_setting
 from dlscale.config import DataConfig
 from dlscale.data import build_loaders
+from dlscale.data.cpu_jpeg import name as cpu_decoder_name
 from dlscale.data.dataset import collate_samples
 from dlscale.data.jpeg_tree import write_tree
 from dlscale.data.transforms import pillow_build
@@ -164,13 +165,15 @@ def ratios(rounds: list[dict[str, dict]]) -> dict[str, float]:
     return {name: value for name, value in out.items() if value is not None}
 
 
-def train_once(tree: Path, out: Path, kind: str, workers: int) -> dict:
-    """One epoch of `dlscale train` with `workers` loader workers of `kind`: the data wait and step per log window."""
+def train_once(tree: Path, out: Path, kind: str, workers: int, sets: tuple[str, ...] = ()) -> dict:
+    """One epoch of `dlscale train` with `workers` loader workers of `kind` (and `sets`, more --set values after
+    the defaults here): the data wait and step per log window."""
     argv = [sys.executable, "-m", "dlscale", "train", "--config", "cpu:default", "--data", str(tree),
             "--set", "data.name=imagefolder", "--set", "model.name=resnet18", "--set", "model.width=16",
             "--set", "data.image_size=64", "--set", "global_batch_size=32", "--set", "schedule.epochs=1",
             "--set", "schedule.warmup_epochs=0", "--set", "log_every=5", "--set", "checkpoint.enabled=false",
             "--set", f"data.num_workers={workers}", "--set", f"data.workers_kind={kind}",
+            *(word for value in sets for word in ("--set", value)),
             "--output-dir", str(out), "--name", f"{kind}-{time.monotonic_ns()}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     done = subprocess.run(argv, cwd=out, env=env, capture_output=True, text=True, timeout=1800)
@@ -193,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--crop", type=int, default=224)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--train-rounds", type=int, default=0, help="dlscale train runs per kind (0: none)")
+    p.add_argument("--cpu-decoder", default="auto", help="data.cpu_decoder of every setting (auto)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
@@ -200,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         if tree is None:
             tree = Path(scratch) / "jpegs"
             write_tree(tree, train=2560, val=256, classes=10, unique=256, processes=os.cpu_count() or 1)
-        cfg = DataConfig(name="imagefolder", path=str(tree), image_size=args.crop, decode="fast")
+        cfg = DataConfig(name="imagefolder", path=str(tree), image_size=args.crop, decode="fast",
+                         cpu_decoder=args.cpu_decoder)
         load_start = os.getloadavg()[0]
         print(f"{tree}: {args.workers} workers, batch {args.batch_size}, {args.batches} batches per setting, "
               f"{args.crop} px, {pillow_build()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
@@ -215,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                   "date": time.strftime("%Y-%m-%d"), "git_sha": _git_sha(), "load_start": load_start,
                   "setup": {"workers": args.workers, "batch_size": args.batch_size, "batches": args.batches,
                             "crop": args.crop, "pillow": pillow_build(), "torch": torch.__version__,
+                            "cpu_decoder": cpu_decoder_name(args.cpu_decoder),
                             "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
                   "rounds": rounds, "ratios": ratios(rounds)}
         for name, value in result["ratios"].items():

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# What the GPU campaign carries to the GPU machine, which has no package registry: nvImageCodec's and nvJPEG's
-# wheels for its Python (3.12, x86_64, CUDA 13) into .whl/, and timm's benchmark.py (the peers' script) into .peers/,
-# both git-ignored. benchmarks/gpu.py installs the wheels there (`pip install --no-deps --target`, its wheels
-# stage). The run tool sends at most 64 MiB, the tree and the carried folders together: this fails beyond.
+# What the GPU campaign carries to the GPU machine, which has no package registry: nvImageCodec's, nvJPEG's and
+# simplejpeg's wheels for its Python (3.12, x86_64, CUDA 13) into .whl/, and timm's benchmark.py (the peers'
+# script) into .peers/, both git-ignored. benchmarks/gpu.py installs the wheels there (`pip install --no-deps
+# --target`, its wheels stage). The run tool sends at most 64 MiB, the tree and the carried folders together: this
+# fails beyond.
 #
 #   scripts/gpu-wheels.sh                  # from the repository root, on a machine with a registry
 #   TIMM_BENCHMARK=path/to/benchmark.py scripts/gpu-wheels.sh
@@ -13,8 +14,9 @@ PEERS=.peers
 PYTHON=${PYTHON:-python3}
 TIMM_BENCHMARK=${TIMM_BENCHMARK:-../shared/peers/timm_benchmark.py}
 LIMIT_MIB=64
-# nvImageCodec as the development venv tests it; nvJPEG of CUDA 13.0, the GPU machine's toolkit and driver
-PACKAGES=(nvidia-nvimgcodec-cu13==0.9.0.20 nvidia-nvjpeg==13.0.2.28)
+# nvImageCodec as the development venv tests it; nvJPEG of CUDA 13.0, the GPU machine's toolkit and driver;
+# simplejpeg, the CPU path's JPEG decoder (data.cpu_decoder; a dependency the GPU machine's Python lacks)
+PACKAGES=(nvidia-nvimgcodec-cu13==0.9.0.20 nvidia-nvjpeg==13.0.2.28 simplejpeg==1.9.0)
 
 mkdir -p "$WHEELS" "$PEERS"
 rm -f "$WHEELS"/*.whl  # the campaign installs every wheel here: no older version beside the pinned one

@@ -46,6 +46,7 @@ import torch
 from dlscale.config import DataConfig
 from dlscale.data import build_loaders
 from dlscale.data.counting import count_reads
+from dlscale.data.cpu_jpeg import name as cpu_decoder_name
 from dlscale.data.device import DeviceNormalizer, DevicePrefetcher, for_device
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.proc_io import sum_counters
@@ -118,6 +119,7 @@ def _measure(cfg: DataConfig, *, batch_size: int, batches: int, warmup: int, dev
     busy = delta["cpu_s"] / elapsed
     return {
         "workers": cfg.num_workers, "workers_kind": worker_kind(cfg), "decode": info.decode, "images": images,
+        "cpu_decoder": cpu_decoder_name(cfg.cpu_decoder) if info.decode else None,
         "seconds": elapsed,
         "images_per_s": images / elapsed,
         "files_opened": files, "file_bytes": size, "skipped": skipped,

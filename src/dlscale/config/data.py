@@ -18,6 +18,8 @@ DECODE_PATHS = ("fast", "plain", "gpu")
 """The paths a data set is built for: DECODE_MODES once "auto" is resolved for a device."""
 DECODERS = ("auto", "nvimgcodec", "nvjpeg", "pillow")
 """data.decoder: the device decode path's decoders (dlscale.data.device.decoders), or auto."""
+CPU_DECODERS = ("auto", "simplejpeg", "pillow")
+"""data.cpu_decoder: who decodes the fast path's full-scale JPEGs (dlscale.data.cpu_jpeg), or auto."""
 DECODE_ALIASES = {"cpu": "fast"}
 OWN_IMAGE_SIDE = {"imagefolder": 224}
 """The image side data.image_size None takes (data/loader.py's builders): 224 for imagefolder, 32 for the
@@ -70,6 +72,14 @@ class DataConfig:
     the fast path. "auto": "gpu" on a CUDA device where torchvision's nvJPEG decoder is installed,
     else "fast". Every path draws the same crop boxes and flips from the same seeds
     (docs/profiling.md has the measured speeds)."""
+
+    cpu_decoder: str = "auto"
+    """decode=fast (and the files the device path leaves to the CPU): who decodes a training JPEG in YCbCr that is
+    decoded at full scale (its shorter side under 2 x image_size). "simplejpeg": libjpeg-turbo through simplejpeg,
+    into an array the crop is cut from, with no Pillow image in between; the same pixels as Pillow's, for less
+    CPU time per image (docs/profiling.md, "The CPU's JPEG decoder"). "pillow": Pillow. "auto": simplejpeg where
+    it imports, else Pillow. Reduced-scale decodes, other colour spaces, other formats and validation stay
+    Pillow's."""
 
     decoder: str = "auto"
     """decode=gpu: which decoder decodes on the device. "nvimgcodec": NVIDIA's nvImageCodec (`pip install
@@ -180,6 +190,8 @@ class DataConfig:
             raise ConfigError(f"data.device_feed=process decodes on the device in a process of its own; with "
                               f"data.decode={self.decode} the loader workers decode every file: set data.decode=gpu "
                               "(or auto), or use data.device_feed=thread")
+        if self.cpu_decoder not in CPU_DECODERS:
+            raise ConfigError(f"data.cpu_decoder={shown(self.cpu_decoder)}; use one of {', '.join(CPU_DECODERS)}")
         if self.decoder not in DECODERS:
             raise ConfigError(f"data.decoder={shown(self.decoder)}; use one of {', '.join(DECODERS)}")
         if self.workers_kind not in WORKERS_KINDS:

@@ -26,6 +26,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
+from dlscale.data import cpu_jpeg as cpu_jpeg_module
 from dlscale.data.cifar import CIFAR10, CIFAR100, CifarLayout, cifar_folder, load_pickle, read_batch
 from dlscale.data.dataset import ImageDataset, collate_samples, seeded_generator
 from dlscale.data.imagefolder import IMAGE_EXTENSIONS, ImageFolderSource, scan
@@ -322,7 +323,8 @@ def decode_rate(root: Path, *, files: int, image_size: int = 224, decode: str = 
     classes, _ = _listing(root / "train")
     try:
         source = ImageFolderSource(root / "train", {c: i for i, c in enumerate(classes)},
-                                   draft_min_side=2 * image_size if decode == "fast" else None)
+                                   draft_min_side=2 * image_size if decode == "fast" else None,
+                                   cpu_jpeg=decode == "fast" and cpu_jpeg_module.resolve("auto"))  # as training
     except DataError:
         return None, []
     indices = [int(i * len(source) / min(files, len(source))) for i in range(min(files, len(source)))]

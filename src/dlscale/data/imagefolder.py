@@ -32,9 +32,11 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import torch
 from PIL import Image
 
 from dlscale.config.data import DECODE_PATHS
+from dlscale.data import cpu_jpeg as cpu_jpeg_module
 from dlscale.data.encoded import JpegFile
 from dlscale.data.jpeg import device_decodable, jpeg_header, jpeg_is_complete
 from dlscale.data.source import BadSample
@@ -89,12 +91,15 @@ class ImageFolderSource:
     whose shorter side is at least that many pixels to the transform undecoded (the fast path).
     for_device: hand JPEGs the device decoder takes over as JpegFile (the device path); the
     others go the way draft_min_side says. device_share: on the device path, the share of the files
-    handed over (by index: on_device); the others go the way draft_min_side says too.
+    handed over (by index: on_device); the others go the way draft_min_side says too. cpu_jpeg: decode the
+    YCbCr JPEGs that draft_min_side leaves to load() with simplejpeg (data.cpu_decoder, data.cpu_jpeg), as a
+    uint8 (H, W, 3) tensor instead of a Pillow image.
     """
 
     def __init__(self, split_dir: Path, class_to_index: dict[str, int], *, draft_min_side: int | None = None,
-                 for_device: bool = False, device_share: float = 1.0):
+                 for_device: bool = False, device_share: float = 1.0, cpu_jpeg: bool = False):
         self.split_dir = str(split_dir)
+        self.cpu_jpeg = cpu_jpeg
         self.draft_min_side = draft_min_side
         self.for_device = for_device
         self.device_share = device_share
@@ -132,33 +137,35 @@ class ImageFolderSource:
         share = self.device_share
         return share >= 1 or math.floor((index + 1) * share) > math.floor(index * share)
 
-    def load(self, index: int) -> tuple[Image.Image | JpegFile, int]:
+    def load(self, index: int) -> tuple[Image.Image | JpegFile | torch.Tensor, int]:
         path = self.path(index)
         try:
             if self.for_device and self.on_device(index):
-                image = open_for_device(path, self.draft_min_side)
+                image = open_for_device(path, self.draft_min_side, self.cpu_jpeg)
             elif self.draft_min_side is None:
                 with Image.open(path) as file:
                     image = file.convert("RGB")  # a full decode: the only check that finds truncation
             else:
-                image = open_for_crop(path, self.draft_min_side)
+                image = open_for_crop(path, self.draft_min_side, self.cpu_jpeg)
         except Exception as err:  # OSError, UnidentifiedImageError, DecompressionBombError, ...
             raise BadSample(path, f"{type(err).__name__}: {err}") from None
         return image, int(self.labels[index])
 
 
-def open_for_crop(path: str, draft_min_side: int) -> Image.Image:
+def open_for_crop(path: str, draft_min_side: int, cpu_jpeg: bool = False) -> Image.Image | torch.Tensor:
     """The image at path for a crop transform that may decode it at reduced scale.
 
     A JPEG with a shorter side of at least draft_min_side pixels comes back undecoded (header
-    parsed, bytes in memory, checked for an end-of-image marker); any other image decoded, RGB.
+    parsed, bytes in memory, checked for an end-of-image marker); any other image decoded, RGB:
+    with cpu_jpeg, a YCbCr JPEG as a uint8 (H, W, 3) tensor decoded by simplejpeg (data/cpu_jpeg.py).
     """
     with open(path, "rb") as file:
         data = file.read()  # one open and one read per file; the decoder works from memory
-    return _opened(data, path, draft_min_side)
+    return _opened(data, path, draft_min_side, cpu_jpeg)
 
 
-def open_for_device(path: str, draft_min_side: int | None) -> JpegFile | Image.Image:
+def open_for_device(path: str, draft_min_side: int | None,
+                    cpu_jpeg: bool = False) -> JpegFile | Image.Image | torch.Tensor:
     """The file at path as a JpegFile if the device decoder takes it, else as the CPU path opens it
     (open_for_crop with draft_min_side, or decoded when that is None)."""
     with open(path, "rb") as file:
@@ -167,12 +174,17 @@ def open_for_device(path: str, draft_min_side: int | None) -> JpegFile | Image.I
     if device_decodable(header) and jpeg_is_complete(data):
         return JpegFile(data, header.width, header.height, path)
     if draft_min_side is not None:
-        return _opened(data, path, draft_min_side)
+        return _opened(data, path, draft_min_side, cpu_jpeg)
     with Image.open(io.BytesIO(data)) as file:
         return file.convert("RGB")
 
 
-def _opened(data: bytes, path: str, draft_min_side: int) -> Image.Image:
+def _opened(data: bytes, path: str, draft_min_side: int, cpu_jpeg: bool = False) -> Image.Image | torch.Tensor:
+    size = cpu_jpeg_module.ycbcr_size(data) if cpu_jpeg else None
+    if size is not None and min(size) < draft_min_side:
+        if not jpeg_is_complete(data):  # simplejpeg, like libjpeg, would fill the missing rows in gray
+            raise OSError("image file is truncated (no end-of-image marker after the scan data)")
+        return cpu_jpeg_module.decode_rgb(data)
     image = Image.open(io.BytesIO(data))
     if image.format == "JPEG" and min(image.size) >= draft_min_side:
         if not jpeg_is_complete(data):
@@ -184,7 +196,8 @@ def _opened(data: bytes, path: str, draft_min_side: int) -> Image.Image:
 
 
 def imagefolder_sources(
-    root: str | Path | None, *, decode: str = "fast", image_size: int = 224, device_share: float = 1.0
+    root: str | Path | None, *, decode: str = "fast", image_size: int = 224, device_share: float = 1.0,
+    cpu_decoder: str = "pillow",
 ) -> tuple[ImageFolderSource, ImageFolderSource, tuple[str, ...]]:
     """(train, val, class_names) for root/train and root/val.
 
@@ -193,6 +206,7 @@ def imagefolder_sources(
     decode="gpu" hands the JPEGs the device takes over as JpegFile, in both splits, and the
     others as "fast" does (ImageFolderSource.on_cpu gives the same split for the CPU path); of the
     training JPEGs, device_share (data.device_decode_share) of them, the rest as "fast" does.
+    cpu_decoder (data.cpu_decoder): who decodes the training JPEGs the fast path decodes at full scale.
     """
     if decode not in DECODE_PATHS:
         raise ConfigError(f"data.decode={decode!r}; use one of {', '.join(DECODE_PATHS)}")
@@ -210,6 +224,6 @@ def imagefolder_sources(
     draft_min_side = 2 * image_size if decode in ("fast", "gpu") else None
     device = decode == "gpu"
     train = ImageFolderSource(root / "train", class_to_index, draft_min_side=draft_min_side, for_device=device,
-                              device_share=device_share)
+                              device_share=device_share, cpu_jpeg=cpu_jpeg_module.resolve(cpu_decoder))
     val = ImageFolderSource(root / "val", class_to_index, for_device=device)
     return train, val, tuple(classes)

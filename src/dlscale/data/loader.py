@@ -116,7 +116,7 @@ def _build_imagefolder(cfg: DataConfig) -> _Built:
     size = cfg.image_size or 224
     val_size = cfg.val_image_size or size
     train, val, class_names = imagefolder_sources(cfg.path, decode=cfg.decode, image_size=size,
-                                                   device_share=cfg.device_decode_share)
+                                                   device_share=cfg.device_decode_share, cpu_decoder=cfg.cpu_decoder)
     info = DatasetInfo(name=cfg.name, num_classes=len(class_names), mean=IMAGENET_MEAN, std=IMAGENET_STD,
                        train_size=len(train), val_size=len(val), image_size=size, val_image_size=val_size,
                        class_names=class_names, decode=cfg.decode)

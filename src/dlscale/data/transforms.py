@@ -144,7 +144,11 @@ class FastRandomResizedCrop(RandomResizedCrop):
     filter of Pillow's BILINEAR resize. Returns a uint8 (3, size, size) tensor.
     """
 
-    def __call__(self, img: Image.Image, generator: torch.Generator) -> torch.Tensor:
+    def __call__(self, img: Image.Image | torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        if isinstance(img, torch.Tensor):  # decoded already, a uint8 (H, W, 3) tensor (data.cpu_decoder)
+            height, width = img.shape[:2]
+            left, top, crop_w, crop_h = self.get_params(width, height, generator)
+            return resize_hwc(img[top:top + crop_h, left:left + crop_w], self.size)
         left, top, crop_w, crop_h = self.get_params(img.width, img.height, generator)
         img, scale = decode_at(img, draft_reduction(crop_w, crop_h, self.size))
         if scale == 1.0:
@@ -185,7 +189,12 @@ def decode_at(img: Image.Image, reduction: int) -> tuple[Image.Image, float]:
 def resize_uint8(img: Image.Image, size: int) -> torch.Tensor:
     """An RGB image resized to size x size by antialiased bilinear interpolation on uint8 (no
     float copy of the image), as a contiguous uint8 (3, size, size) tensor."""
-    nchw = _shared_hwc(img).permute(2, 0, 1).unsqueeze(0)  # a channels-last view: torch's fast uint8 kernel
+    return resize_hwc(_shared_hwc(img), size)
+
+
+def resize_hwc(hwc: torch.Tensor, size: int) -> torch.Tensor:
+    """resize_uint8 of a uint8 (H, W, 3) tensor (or a crop's view of one)."""
+    nchw = hwc.permute(2, 0, 1).unsqueeze(0)  # a channels-last view: torch's fast uint8 kernel
     out = F.interpolate(nchw, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
     return out[0].contiguous()
 

@@ -117,7 +117,7 @@ SUMMARY_SHAPES: dict[str, dict] = {
               "batch_curve": Maybe([{"batch_size": "count", "img_per_sec": "positive", "step_time_ms": "positive",
                                      "ci95": "nonnegative?"}])},
     "train": {**COMMON, "total_ips": RATE, "train_time_s": "nonnegative?", "decode_process": "flag?",
-              "workers_kind": "text?",
+              "workers_kind": "text?", "cpu_decoder": "text?",
               "final_top1_pct": "number?",
               "final_top5_pct": "number?", "best_top1_pct": "number?", "best_top5_pct": "number?",
               "epochs_planned": "count?", "epochs_completed": "index?", "steps": "index?", "peak_lr": "number?",

@@ -1,0 +1,34 @@
+"""benchmarks/cpu_jpeg.py on a tiny tree: each setting measured with each decoder in every round, the ratios taken
+within rounds, its JSON; no speed is asserted (the script measures, docs/profiling.md records)."""
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+from commands import run_process
+
+ROOT = Path(__file__).resolve().parents[2]
+pytest.importorskip("simplejpeg", reason="simplejpeg (a dependency of dlscale) is not installed")
+
+
+@pytest.mark.slow
+def test_it_measures_both_decoders_in_every_setting_and_takes_their_ratios_within_rounds(tmp_path):
+    made = run_process([sys.executable, "-m", "dlscale", "data", "make-jpegs", str(tmp_path / "jpegs"), "--train",
+                        "64", "--val", "4", "--classes", "2", "--unique", "4", "--size", "96x72", "--processes", "1"],
+                       ROOT)
+    assert made.returncode == 0, made.stderr
+    out = run_process([sys.executable, "benchmarks/cpu_jpeg.py", "--data", str(tmp_path / "jpegs"), "--rounds", "3",
+                       "--batches", "3", "--batch-size", "8", "--crop", "64", "--json", str(tmp_path / "c.json")],
+                      ROOT)
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tmp_path / "c.json").read_text())
+    assert len(result["rounds"]) == 3
+    for figures in result["rounds"]:
+        assert set(figures) == {f"{s}, {d}" for s in ("one thread", "threads", "processes")
+                                for d in ("pillow", "simplejpeg")}
+        assert all(f["images_per_cpu_s"] > 0 and f["images_per_s"] > 0 for f in figures.values())
+    within = [r["threads, simplejpeg"]["images_per_s"] / r["threads, pillow"]["images_per_s"] for r in result["rounds"]]
+    assert result["ratios"]["threads: simplejpeg / pillow, img/s"] == pytest.approx(statistics.median(within))
+    assert "one thread: simplejpeg / pillow, img per CPU-s" in out.stdout
