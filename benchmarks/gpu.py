@@ -206,7 +206,9 @@ def print_plan(stages: list[P.Stage], budget_s: float, pythonpath: bool, title: 
                     state = f"~{run.estimate_s:.0f} s" + (" per round" if kind == "run" and stage.rounds > 1 else "")
                     if run.min_rate:
                         state += f"; not started if {run.min_rate[0]} is under {run.min_rate[1]:.0f} img/s"
-                    if run.needs:
+                    if run.needs == "simplejpeg":
+                        state += "; simplejpeg from the wheels stage where it installs, else Pillow"
+                    elif run.needs:
                         state += f"; needs {run.needs} (the wheels stage)"
                     if run.nvjpg:
                         state += "; NVJPG sampled"

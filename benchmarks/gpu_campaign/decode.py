@@ -215,7 +215,8 @@ def decode_stage(f: Features) -> Stage:
         pair = [loader_run(arrangement, f, shape), train_run(arrangement, f, shape, later)]
         for run in pair:
             run.unavailable = _unavailable(arrangement, f)
-            run.needs = "nvimgcodec" if arrangement.decoder == "nvimgcodec" else None
+            # the CPU path's runs decode with simplejpeg where the wheels stage installed it, else with Pillow
+            run.needs = "nvimgcodec" if arrangement.decoder == "nvimgcodec" else "simplejpeg"
         runs += pair
     what = "the compiled GPU default, batch 512" if device == "cuda" else "the tiny CPU model"
     return Stage("decode", f"Real data: JPEGs fed four ways against synthetic input, {what}", 10_000.0, runs,

@@ -100,8 +100,9 @@ start (3 s), the stopping of a command at the deadline (runner._stop: 10 s at mo
 directory and the writing of its files (5 s) after it."""
 
 NEEDS_WHEELS = ("decode",)
-"""Stages with runs that use nvImageCodec: --stages runs the wheels stage before them. Only those runs (Run.needs) get
-the wheels on their PYTHONPATH: the GPU tier tests the machine's own environment, as its tests were written for."""
+"""Stages with runs that use nvImageCodec or simplejpeg: --stages runs the wheels stage before them. Only those runs
+(Run.needs) get the wheels on their PYTHONPATH: the GPU tier tests the machine's own environment, as its tests were
+written for."""
 
 OPTIONAL = frozenset(STAGES) - {name for names in PARTS.values() for name in names}
 """Stages in neither plan (--stages runs them): the measurements behind the earlier defaults."""

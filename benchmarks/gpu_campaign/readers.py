@@ -95,12 +95,16 @@ def read_loader(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
 def read_wheels(run: Run, out: str, path: Path | None, ctx: Context) -> dict:
     """wheels.py's record: where nvImageCodec was installed goes first on the PYTHONPATH of the runs that need it
     ("pythonpath:nvimgcodec"; the others run in the machine's own environment); where it cannot decode the device
-    path, "unavailable:nvimgcodec" says why (the runs that need it are not started)."""
+    path, "unavailable:nvimgcodec" says why (the runs that need it are not started). simplejpeg, where it installed,
+    goes on the PYTHONPATH of the CPU path's data runs ("pythonpath:simplejpeg"; without it they decode with
+    Pillow, never refused)."""
     record = json.loads(path.read_text())
     if record.get("unavailable"):
         ctx.values["unavailable:nvimgcodec"] = record["unavailable"]
     elif record.get("target"):
         ctx.values["pythonpath:nvimgcodec"] = record["target"]
+    if record.get("target") and (record.get("versions") or {}).get("simplejpeg"):  # the CPU path's decoder
+        ctx.values["pythonpath:simplejpeg"] = record["target"]
     return {"value": None, "unit": None, "details": record}
 
 

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-PACKAGES = ("nvidia-nvimgcodec-cu13", "nvidia-nvjpeg")
+PACKAGES = ("nvidia-nvimgcodec-cu13", "nvidia-nvjpeg", "simplejpeg")
 """What scripts/gpu-wheels.sh downloads (their versions pinned there)."""
 
 

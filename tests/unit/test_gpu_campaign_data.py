@@ -80,8 +80,11 @@ def test_each_arrangement_runs_after_its_loader_in_the_order_of_value():
         assert int(_option(loader, "--batches")) == 8 * int(train["data.num_workers"]) and loader.sets == name
         assert _option(loader, "--device") == "cuda" and "--prewarm" in loader.argv
     assert _option(runs["loader nvimgcodec"], "--decoder") == "nvimgcodec"
-    # nvImageCodec's rows need the wheels stage; a device path too slow for the epochs is not started
-    assert [r.name for r in stage.runs if r.needs] == ["loader nvimgcodec", "train JPEG nvimgcodec"]
+    # nvImageCodec's rows need the wheels stage, the CPU path's take simplejpeg from it where it installed; a device
+    # path too slow for the epochs is not started
+    assert [r.name for r in stage.runs if r.needs == "nvimgcodec"] == ["loader nvimgcodec", "train JPEG nvimgcodec"]
+    assert {r.name for r in stage.runs if r.needs == "simplejpeg"} == {
+        f"{kind} {name}" for kind in ("loader", "train JPEG") for name in ("threads", "nvjpeg shared", "processes")}
     hw = runs["train JPEG nvimgcodec"]
     assert hw.min_rate == ("nvimgcodec_ips", pytest.approx(3 * 30720 / (4 * hw.estimate_s)))
     # the first train run compiles from the campaign's empty cache: the later ones' estimate, the evaluation
@@ -203,6 +206,16 @@ def test_without_nvimgcodec_its_rows_are_skipped_with_the_wheels_reason_and_the_
         assert runner.execute(P.Run(name, shows, "none", 1.0, needs=need), installed, "decode", 0,
                               time.monotonic() + 60)["status"] == "ok"
     assert (tmp_path / "needs").read_text() == "/work/wheels:/src" and (tmp_path / "plain").read_text() == "/src"
+    # simplejpeg installed though nvImageCodec cannot decode: the CPU path's runs get the folder, and are never refused
+    cpu = _context(tmp_path)
+    cpu.env["PYTHONPATH"] = "/src"
+    record.write_text(json.dumps({"wheels": ["x.whl", "s.whl"], "target": "/work/wheels", "unavailable": why,
+                                  "versions": {"simplejpeg": "1.9.0"}}))
+    readers.read_wheels(P.Run("install wheels", [], "wheels", 1.0), "", record, cpu)
+    said = f"pathlib.Path({str(tmp_path / 'cpu')!r}).write_text(os.environ['PYTHONPATH'])"
+    assert runner.execute(P.Run("loader threads", ["-c", f"import os, pathlib; {said}"], "none", 1.0,
+                                needs="simplejpeg"), cpu, "decode", 0, time.monotonic() + 60)["status"] == "ok"
+    assert (tmp_path / "cpu").read_text() == "/work/wheels:/src"
 
 
 @pytest.mark.slow
