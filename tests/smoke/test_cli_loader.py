@@ -15,7 +15,7 @@ from PIL import Image
 from dlscale import cli
 from dlscale.bench import loader as loader_bench
 from dlscale.config import DataConfig
-from dlscale.data import build_loaders
+from dlscale.data import build_loaders, cpu_jpeg
 from dlscale.data import transforms as T
 
 
@@ -58,6 +58,7 @@ def test_sweep_reports_rates_bytes_and_files_that_match_the_tree(tmp_path):
     assert summary["workers_kinds"] == ["thread", "process"]
     rows = summary["settings"]
     assert [(row["workers"], row["workers_kind"]) for row in rows] == [(0, "main"), (2, "thread"), (2, "process")]
+    assert {row["cpu_decoder"] for row in rows} == {cpu_jpeg.name("auto")}  # data.cpu_decoder as it ran
     assert rows[0]["speedup"] == 1.0
     for row in rows:
         assert row["images"] == files and row["files_opened"] == files and row["file_bytes"] == size
@@ -100,6 +101,7 @@ def test_plain_decode_and_copy_to_device_in_process(tmp_path):
     (["--data", "x", "--workers", "0,two"], "argument --workers: '0,two': give whole numbers from 0 to 1,024"),
     (["--data", "x", "--batches", "0"], "argument --batches: '0': give a whole number from 1"),
     (["--data", "missing", "--workers", "0"], "missing/train is not a folder"),
+    (["--data", "x", "--cpu-decoder", "libjpeg"], "argument --cpu-decoder: invalid choice: 'libjpeg'"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, message, capsys):
     code = cli.main(["loader", *args, "--out", str(tmp_path / "run")])

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from dlscale.cli import DefaultsHelpFormatter, numbers, paths
 from dlscale.config import DataConfig
-from dlscale.config.data import DATASET_NAMES, DECODE_ALIASES, DECODE_MODES, DECODERS
+from dlscale.config.data import CPU_DECODERS, DATASET_NAMES, DECODE_ALIASES, DECODE_MODES, DECODERS
 from dlscale.errors import DataError, DeviceError
 from dlscale.metrics.hardware import available_cores, host_memory_bytes
 from dlscale.metrics.progress import ProgressDisplay
@@ -48,6 +48,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--decoder", choices=DECODERS, default="auto",
                    help="with --decode gpu: the device's decoder (data.decoder): nvimgcodec, nvjpeg, pillow, or auto "
                         "(nvimgcodec on CUDA where it decodes, else nvjpeg)")
+    p.add_argument("--cpu-decoder", choices=CPU_DECODERS, default="auto",
+                   help="who decodes the JPEGs the workers decode at full scale (data.cpu_decoder): simplejpeg, "
+                        "pillow, or auto (simplejpeg where it imports)")
     p.add_argument("--device-share", type=numbers.SHARE, default=1.0, metavar="SHARE",
                    help="with --decode gpu: the share of the training JPEGs the device decodes, the workers "
                         "the rest (data.device_decode_share; default 1)")
@@ -94,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     workers = list(args.workers)
     device = _check(args)
     cfg = DataConfig(name=args.dataset, path=args.data, image_size=args.image_size, decode=args.decode,
-                     decoder=args.decoder, device_decode_share=args.device_share)
+                     decoder=args.decoder, device_decode_share=args.device_share, cpu_decoder=args.cpu_decoder)
     if args.dataset == "imagefolder":  # refused here, in one line, where the device decoder cannot run
         cfg = cfg.on_path(resolve_decode(cfg.decode, device, cfg.decoder))
     out = RunDir(args.out) if args.out else RunDir(Path("runs") / default_run_name("loader", args.dataset))
