@@ -12,6 +12,7 @@ from PIL import Image
 
 from dlscale.config import DataConfig
 from dlscale.data import build_loaders, cpu_jpeg
+from dlscale.data.source import BadSample
 from dlscale.errors import ConfigError
 
 pytest.importorskip("simplejpeg", reason="simplejpeg (a dependency of dlscale) is not installed")
@@ -27,14 +28,20 @@ def _photo(seed: int, mode: str = "RGB", **save) -> bytes:
     return buffer.getvalue()
 
 
+def _corrupt(data: bytes) -> bytes:
+    """A complete JPEG with an unknown marker in the middle of its scan: Pillow refuses it (broken data stream)."""
+    middle = data.index(b"\xff\xda") + (len(data) - data.index(b"\xff\xda")) // 2
+    return data[:middle] + b"\xff\x12" * 50 + data[middle:]
+
+
 def _tree(root):
-    """Two classes: 4:2:0, 4:4:4 and progressive YCbCr JPEGs, a grayscale and a CMYK one, a PNG, a truncated and
-    a garbage file."""
+    """Two classes: 4:2:0, 4:4:4 and progressive YCbCr JPEGs, a grayscale and a CMYK one, a PNG, a truncated, a
+    corrupt and a garbage file."""
     files = {
         "a": {"0.JPEG": _photo(0), "1.JPEG": _photo(1, subsampling=0), "2.JPEG": _photo(2, progressive=True),
               "3.JPEG": _photo(3, "L"), "4.JPEG": _photo(4, "CMYK")},
         "b": {"0.JPEG": _photo(5), "1_trunc.JPEG": _photo(6)[:700], "2.JPEG": _photo(7), "3_bad.JPEG": b"\0x" * 99,
-              "4.png": b""},
+              "4.png": b"", "5_corrupt.JPEG": _corrupt(_photo(8))},
     }
     buffer = io.BytesIO()
     Image.new("RGB", (40, 56), (10, 200, 30)).save(buffer, format="PNG")
@@ -62,11 +69,11 @@ def test_simplejpeg_makes_pillows_batches_bit_for_bit_with_the_same_files_skippe
             train.sampler.set_epoch(epoch)
             made += list(train)
         batches[decoder] = made
-    assert len(batches["pillow"]) == len(batches["simplejpeg"]) == 10  # 10 files in batches of 2, two epochs
+    assert len(batches["pillow"]) == len(batches["simplejpeg"]) == 10  # 11 files in batches of 2, two epochs
     for x, y in zip(batches["pillow"], batches["simplejpeg"], strict=True):
         assert torch.equal(x.images, y.images) and torch.equal(x.labels, y.labels) and x.skipped == y.skipped
     skipped = {path.rsplit("/", 1)[-1] for batch in batches["simplejpeg"] for path in batch.skipped}
-    assert skipped <= {"1_trunc.JPEG", "3_bad.JPEG"} and skipped
+    assert skipped <= {"1_trunc.JPEG", "3_bad.JPEG", "5_corrupt.JPEG"} and skipped
 
 
 def test_only_ycbcr_jpegs_are_decoded_by_simplejpeg(tmp_path):
@@ -84,6 +91,12 @@ def test_only_ycbcr_jpegs_are_decoded_by_simplejpeg(tmp_path):
             by_simplejpeg.add(name)
             assert image.dtype == torch.uint8 and tuple(image.shape) == (40, 56, 3)
     assert by_simplejpeg == {"a/0.JPEG", "a/1.JPEG", "a/2.JPEG", "b/0.JPEG", "b/2.JPEG"}
+    # a file libjpeg-turbo finds fault with is Pillow's to decode or refuse: the corrupt scan is refused by both
+    corrupt = next(i for i in range(len(source)) if source.path(i).endswith("5_corrupt.JPEG"))
+    pillows, _, _ = build_loaders(_cfg(root, "pillow"), rank=0, world_size=1, batch_size=2, seed=0)
+    for either in (source, pillows.dataset.source):
+        with pytest.raises(BadSample, match="broken data stream"):
+            either.load(corrupt)
     _, val, _ = build_loaders(_cfg(root, "simplejpeg"), rank=0, world_size=1, batch_size=2, seed=0)
     assert isinstance(val.dataset.source.load(0)[0], Image.Image)  # validation stays Pillow's
 

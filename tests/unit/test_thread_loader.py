@@ -15,7 +15,7 @@ from dlscale.data import build_loaders
 from dlscale.data.counting import count_reads
 from dlscale.data.device import for_device
 from dlscale.data.encoded import EncodedBatch
-from dlscale.data.threads import THREAD_NAME, ThreadLoader
+from dlscale.data.threads import THREAD_NAME, ThreadLoader, _Batches
 from dlscale.errors import ConfigError
 from tests.unit.test_data_loader import _tree_with_bad_files
 from tests.unit.test_device_decode import SIZE, _tree
@@ -90,6 +90,24 @@ def test_a_batch_let_go_is_used_again_and_one_still_held_or_viewed_never_is(tmp_
     views = [(batch.images[1], batch.images[1].clone()) for batch in threads]  # only a row of each batch is held
     assert len({view.data_ptr() for view, _ in views}) == len(views)
     assert all(torch.equal(view, copy) for view, copy in views)
+
+
+def test_the_batch_pool_hands_out_only_memory_nothing_holds():
+    """_Batches on its own (no loader thread's locals holding extra references): a batch held, or a view of it, is
+    never handed out again; one let go is; another shape gets its own."""
+    pool = _Batches(keep=3, pin=False)
+    first = pool.take((2, 3))
+    second = pool.take((2, 3))
+    second_at = second.data_ptr()
+    row = second[1]  # only a view of the second is held now
+    del second
+    third = pool.take((2, 3))
+    assert len({first.data_ptr(), second_at, third.data_ptr()}) == 3
+    third_at = third.data_ptr()
+    del row, third
+    assert pool.take((2, 3)).data_ptr() in (second_at, third_at)  # memory let go, used again
+    assert first.data_ptr() not in (t.data_ptr() for t in (pool.take((2, 3)), pool.take((2, 3))))
+    assert pool.take((1, 3)).shape == (1, 3) and len(pool.kept) == 3
 
 
 def test_an_epoch_resumed_mid_way_gives_the_uninterrupted_epochs_batches(tmp_path):

@@ -119,7 +119,7 @@ def _measure(cfg: DataConfig, *, batch_size: int, batches: int, warmup: int, dev
     busy = delta["cpu_s"] / elapsed
     return {
         "workers": cfg.num_workers, "workers_kind": worker_kind(cfg), "decode": info.decode, "images": images,
-        "cpu_decoder": cpu_decoder_name(cfg.cpu_decoder) if info.decode else None,
+        "cpu_decoder": cpu_decoder_name(cfg.cpu_decoder) if info.decode in ("fast", "gpu") else None,
         "seconds": elapsed,
         "images_per_s": images / elapsed,
         "files_opened": files, "file_bytes": size, "skipped": skipped,

@@ -1,8 +1,9 @@
 """The fast path's full-scale JPEG decodes through simplejpeg (data.cpu_decoder): libjpeg-turbo decodes a file's
 bytes straight into a numpy array, with no Pillow image in between (Pillow parses the header in Python, keeps RGB
 as four bytes per pixel and copies the pixels out again to hand them to numpy). The decoder settings are
-Pillow's (the accurate integer DCT, fancy upsampling), so the pixels are the same; recoverable errors are
-tolerated as Pillow tolerates them, and a truncated file is refused before the decode (ImageFolderSource).
+Pillow's (the accurate integer DCT, fancy upsampling), so the pixels are the same. A file libjpeg-turbo reports
+anything about (a truncated scan, corrupt data, an unknown marker) is left to Pillow, which decodes or refuses it
+as before.
 
 Only YCbCr JPEGs take this way: grayscale, CMYK/YCCK and Adobe RGB files, whose conversions to RGB are
 Pillow's own, stay Pillow's.
@@ -42,7 +43,10 @@ def ycbcr_size(data: bytes) -> tuple[int, int] | None:
     return (width, height) if colorspace == "YCbCr" else None
 
 
-def decode_rgb(data: bytes) -> torch.Tensor:
-    """The image as a uint8 (H, W, 3) tensor; ValueError where libjpeg-turbo cannot decode it."""
-    return torch.from_numpy(simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=False, fastupsample=False,
-                                                   strict=False))
+def decode_rgb(data: bytes) -> torch.Tensor | None:
+    """The image as a uint8 (H, W, 3) tensor; None where libjpeg-turbo reports an error or a warning (strict)."""
+    try:
+        return torch.from_numpy(simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=False, fastupsample=False,
+                                                       strict=True))
+    except ValueError:
+        return None

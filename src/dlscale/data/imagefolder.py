@@ -182,9 +182,9 @@ def open_for_device(path: str, draft_min_side: int | None,
 def _opened(data: bytes, path: str, draft_min_side: int, cpu_jpeg: bool = False) -> Image.Image | torch.Tensor:
     size = cpu_jpeg_module.ycbcr_size(data) if cpu_jpeg else None
     if size is not None and min(size) < draft_min_side:
-        if not jpeg_is_complete(data):  # simplejpeg, like libjpeg, would fill the missing rows in gray
-            raise OSError("image file is truncated (no end-of-image marker after the scan data)")
-        return cpu_jpeg_module.decode_rgb(data)
+        decoded = cpu_jpeg_module.decode_rgb(data)
+        if decoded is not None:
+            return decoded  # else a file libjpeg-turbo finds fault with: Pillow decodes or refuses it, as without
     image = Image.open(io.BytesIO(data))
     if image.format == "JPEG" and min(image.size) >= draft_min_side:
         if not jpeg_is_complete(data):
@@ -224,6 +224,7 @@ def imagefolder_sources(
     draft_min_side = 2 * image_size if decode in ("fast", "gpu") else None
     device = decode == "gpu"
     train = ImageFolderSource(root / "train", class_to_index, draft_min_side=draft_min_side, for_device=device,
-                              device_share=device_share, cpu_jpeg=cpu_jpeg_module.resolve(cpu_decoder))
+                              device_share=device_share,
+                              cpu_jpeg=draft_min_side is not None and cpu_jpeg_module.resolve(cpu_decoder))
     val = ImageFolderSource(root / "val", class_to_index, for_device=device)
     return train, val, tuple(classes)

@@ -39,24 +39,32 @@ THREAD_NAME = "dlscale-input"
 """The loader threads' names (with their number): what a test looks for among the threads still alive."""
 
 
+def _holders(tensor: torch.Tensor) -> int:
+    """The use count of a tensor's storage as read here (the storage object asking counts in some versions of torch,
+    not in others: compare with the count of a tensor nothing else holds, read the same way)."""
+    return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
+
+
 class _Batches:
     """Uint8 batch tensors of the loader's batches, each used again once nothing outside holds its memory: a new
     batch takes a free one of its shape, or is allocated (and kept, up to `keep`: beyond that, a consumer that keeps
-    its batches gets fresh ones). What is handed out is an alias of the kept tensor, so that the storage's use
-    count is what tells: 1 for the kept tensor, 1 for the storage object asking."""
+    its batches gets fresh ones). What is handed out is an alias of the kept tensor, so that its storage's use
+    count tells: a kept tensor is free when the count is a lone tensor's (`alone`). Every tensor, view or Batch
+    made from it counts; a bare storage object the consumer keeps (untyped_storage()) does not."""
 
     def __init__(self, keep: int, pin: bool):
         self.keep = keep
         self.pin = pin
         self.kept: list[torch.Tensor] = []
         self.lock = threading.Lock()
+        self.alone = _holders(torch.empty(1, dtype=torch.uint8))
 
     def take(self, shape: tuple) -> torch.Tensor:
         if self.pin:  # the caching host allocator's: reused only after the copies reading it
             return torch.empty(shape, dtype=torch.uint8, pin_memory=True)
         with self.lock:
             for kept in self.kept:
-                if kept.shape == shape and torch._C._storage_Use_Count(kept.untyped_storage()._cdata) == 2:
+                if kept.shape == shape and _holders(kept) == self.alone:
                     return kept.detach()
             fresh = torch.empty(shape, dtype=torch.uint8)
             if len(self.kept) < self.keep:

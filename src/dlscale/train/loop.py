@@ -468,7 +468,8 @@ def _summary(run: Run, progress: Progress, *, preempted: bool, signal: str | Non
         "decode_process": _decode_process(run),  # the training batches decoded in a process of their own
         "device_feed": run.feed.feed,
         "workers_kind": cfg.data.workers_kind_on(run.device.type),  # data.workers_kind as it ran ("auto" resolved)
-        "cpu_decoder": cpu_decoder_name(cfg.data.cpu_decoder) if run.info.decode else None,  # of full-scale JPEGs
+        "cpu_decoder": (cpu_decoder_name(cfg.data.cpu_decoder)  # who decoded full-scale JPEGs on the CPU
+                        if run.info.decode in ("fast", "gpu") else None),
         "batch_size": plan.per_rank_batch, "global_batch_size": plan.global_batch,
         "dist_optimizer": cfg.strategy.dist_optimizer, "peak_lr": plan.peak_lr,
         "epochs_planned": plan.epochs, "epochs_completed": progress.epoch, "steps": progress.step,
