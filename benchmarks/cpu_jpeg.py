@@ -20,7 +20,6 @@ reports the images per second of each.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -30,11 +29,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from input_threads import _git_sha, one_thread, train_once
+from input_threads import _git_sha, jpeg_tree, loader_arguments, one_thread, train_once
 
 from dlscale.bench.loader import measure_setting
 from dlscale.config import DataConfig
-from dlscale.data.jpeg_tree import write_tree
 from dlscale.data.transforms import pillow_build
 
 DECODERS = ("pillow", "simplejpeg")
@@ -89,23 +87,13 @@ def train_rounds(tree: Path, scratch: Path, rounds: int, *, workers: int, size: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", type=Path, default=None, help="a JPEG tree (default: dlscale data make-jpegs' own)")
-    p.add_argument("--workers", type=int, default=2, help="threads and processes (2)")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--batches", type=int, default=20, help="timed batches per setting and round (20)")
-    p.add_argument("--crop", type=int, default=224)
-    p.add_argument("--rounds", type=int, default=6)
+    p = loader_arguments(__doc__, rounds=6)
     p.add_argument("--train-rounds", type=int, default=0, help="dlscale train runs per decoder (0: none)")
     p.add_argument("--train-size", type=int, default=192, help="dlscale train's image size (192: full-scale decodes)")
     p.add_argument("--train-steps", type=int, default=40, help="dlscale train's steps of 32 images (40)")
-    p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
-        tree = args.data
-        if tree is None:
-            tree = Path(scratch) / "jpegs"
-            write_tree(tree, train=2560, val=256, classes=10, unique=256, processes=os.cpu_count() or 1)
+        tree = jpeg_tree(args.data, scratch)
         cfg = DataConfig(name="imagefolder", path=str(tree), image_size=args.crop, decode="fast")
         load_start = os.getloadavg()[0]
         print(f"{tree}: {args.workers} workers, batch {args.batch_size}, {args.batches} batches per setting, "

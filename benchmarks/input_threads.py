@@ -187,23 +187,35 @@ def train_once(tree: Path, out: Path, kind: str, workers: int, sets: tuple[str, 
             "img_per_s": statistics.fmean(w["throughput_img_per_s"] for w in steady), "windows": len(steady)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def loader_arguments(description: str, rounds: int) -> argparse.ArgumentParser:
+    """The options this benchmark and cpu_jpeg.py share: the tree, the loader's workers and batches, the rounds."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, default=None, help="a JPEG tree (default: dlscale data make-jpegs' own)")
     p.add_argument("--workers", type=int, default=2, help="threads and processes (2)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--batches", type=int, default=20, help="timed batches per setting and round (20)")
     p.add_argument("--crop", type=int, default=224)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=rounds)
+    p.add_argument("--json", type=Path, default=None)
+    return p
+
+
+def jpeg_tree(data: Path | None, scratch: str) -> Path:
+    """--data, else dlscale data make-jpegs' tree made in scratch (2,560 training files of 500 x 375)."""
+    if data is not None:
+        return data
+    tree = Path(scratch) / "jpegs"
+    write_tree(tree, train=2560, val=256, classes=10, unique=256, processes=os.cpu_count() or 1)
+    return tree
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = loader_arguments(__doc__, rounds=5)
     p.add_argument("--train-rounds", type=int, default=0, help="dlscale train runs per kind (0: none)")
     p.add_argument("--cpu-decoder", default="auto", help="data.cpu_decoder of every setting (auto)")
-    p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
-        tree = args.data
-        if tree is None:
-            tree = Path(scratch) / "jpegs"
-            write_tree(tree, train=2560, val=256, classes=10, unique=256, processes=os.cpu_count() or 1)
+        tree = jpeg_tree(args.data, scratch)
         cfg = DataConfig(name="imagefolder", path=str(tree), image_size=args.crop, decode="fast",
                          cpu_decoder=args.cpu_decoder)
         load_start = os.getloadavg()[0]

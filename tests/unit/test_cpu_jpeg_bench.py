@@ -9,17 +9,15 @@ from pathlib import Path
 import pytest
 from commands import run_process
 
+from tests.unit.test_input_threads_bench import tiny_tree
+
 ROOT = Path(__file__).resolve().parents[2]
 pytest.importorskip("simplejpeg", reason="simplejpeg (a dependency of dlscale) is not installed")
 
 
 @pytest.mark.slow
 def test_it_measures_both_decoders_in_every_setting_and_takes_their_ratios_within_rounds(tmp_path):
-    made = run_process([sys.executable, "-m", "dlscale", "data", "make-jpegs", str(tmp_path / "jpegs"), "--train",
-                        "64", "--val", "4", "--classes", "2", "--unique", "4", "--size", "96x72", "--processes", "1"],
-                       ROOT)
-    assert made.returncode == 0, made.stderr
-    out = run_process([sys.executable, "benchmarks/cpu_jpeg.py", "--data", str(tmp_path / "jpegs"), "--rounds", "3",
+    out = run_process([sys.executable, "benchmarks/cpu_jpeg.py", "--data", str(tiny_tree(tmp_path)), "--rounds", "3",
                        "--batches", "3", "--batch-size", "8", "--crop", "64", "--json", str(tmp_path / "c.json")],
                       ROOT)
     assert out.returncode == 0, out.stderr

@@ -11,12 +11,17 @@ from commands import run_process
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def tiny_tree(root: Path) -> Path:
+    """dlscale data make-jpegs' tree at 64 files of 96 x 72: a benchmark's run in seconds."""
+    made = run_process([sys.executable, "-m", "dlscale", "data", "make-jpegs", str(root / "jpegs"), "--train", "64",
+                        "--val", "4", "--classes", "2", "--unique", "4", "--size", "96x72", "--processes", "1"], ROOT)
+    assert made.returncode == 0, made.stderr
+    return root / "jpegs"
+
+
 @pytest.mark.slow
 def test_it_measures_threads_processes_and_one_thread_and_takes_their_ratios_within_rounds(tmp_path):
-    made = run_process([sys.executable, "-m", "dlscale", "data", "make-jpegs", str(tmp_path / "jpegs"), "--train",
-                        "64", "--val", "4", "--classes", "2", "--unique", "4", "--size", "96x72", "--processes", "1"],
-                       ROOT)
-    assert made.returncode == 0, made.stderr
+    tiny_tree(tmp_path)
     out = run_process([sys.executable, "benchmarks/input_threads.py", "--data", str(tmp_path / "jpegs"), "--rounds",
                        "2", "--batches", "3", "--batch-size", "8", "--crop", "32", "--json", str(tmp_path / "t.json")],
                       ROOT)
