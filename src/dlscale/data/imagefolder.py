@@ -92,7 +92,7 @@ class ImageFolderSource:
     for_device: hand JPEGs the device decoder takes over as JpegFile (the device path); the
     others go the way draft_min_side says. device_share: on the device path, the share of the files
     handed over (by index: on_device); the others go the way draft_min_side says too. cpu_jpeg: decode the
-    YCbCr JPEGs that draft_min_side leaves to load() with simplejpeg (data.cpu_decoder, data.cpu_jpeg), as a
+    YCbCr JPEGs that draft_min_side leaves to load() with simplejpeg (data.cpu_decoder, data/cpu_jpeg.py), as a
     uint8 (H, W, 3) tensor instead of a Pillow image.
     """
 
@@ -206,7 +206,8 @@ def imagefolder_sources(
     decode="gpu" hands the JPEGs the device takes over as JpegFile, in both splits, and the
     others as "fast" does (ImageFolderSource.on_cpu gives the same split for the CPU path); of the
     training JPEGs, device_share (data.device_decode_share) of them, the rest as "fast" does.
-    cpu_decoder (data.cpu_decoder): who decodes the training JPEGs the fast path decodes at full scale.
+    cpu_decoder (data.cpu_decoder, whose default "auto" build_loaders passes): who decodes the training JPEGs the
+    fast path decodes at full scale.
     """
     if decode not in DECODE_PATHS:
         raise ConfigError(f"data.decode={decode!r}; use one of {', '.join(DECODE_PATHS)}")
