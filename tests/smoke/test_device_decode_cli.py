@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 from dlscale import cli
+from dlscale.data import cpu_jpeg
 from dlscale.data.device.decoders import nvjpeg
 from dlscale.explain.context import Context
 from dlscale.explain.measured import input_bound
@@ -145,6 +146,8 @@ def test_train_records_the_decode_path_and_skips_alike(tree, tmp_path, device_pa
         assert windows and all(w["host_cpu_ms_per_image"] >= 0 and w["host_cpu_cores"] >= 0 for w in windows)
         assert sum(w["host_cpu_ms_per_image"] for w in windows) > 0
     assert summaries["fast"]["decode"] == "fast" and summaries["gpu"]["decode"] == "gpu"
+    # data.cpu_decoder's auto as it resolved here, on both paths (the device path's CPU files too)
+    assert summaries["fast"]["cpu_decoder"] == summaries["gpu"]["cpu_decoder"] == cpu_jpeg.name("auto")
     for key in ("steps", "skipped_samples"):
         assert summaries["fast"][key] == summaries["gpu"][key], key
     assert summaries["gpu"]["skipped_samples"] == 1 and summaries["gpu"]["history"][0]["val_count"] == 4

@@ -110,3 +110,12 @@ def test_a_decoder_that_cannot_be_had_is_one_line(tmp_path, monkeypatch):
         build_loaders(_cfg(root, "simplejpeg"), rank=0, world_size=1, batch_size=2, seed=0)
     train, _, _ = build_loaders(replace(_cfg(root, "auto")), rank=0, world_size=1, batch_size=2, seed=0)
     assert not train.dataset.source.cpu_jpeg and cpu_jpeg.name("auto") == "pillow"
+
+
+def test_an_image_over_pillows_decompression_bomb_limit_is_refused_as_pillow_refuses_it(tmp_path, monkeypatch):
+    root = _tree(tmp_path)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # 56 x 40 = 2,240 pixels: over twice the limit
+    for decoder in ("pillow", "simplejpeg"):
+        train, _, _ = build_loaders(_cfg(root, decoder), rank=0, world_size=1, batch_size=2, seed=0)
+        with pytest.raises(BadSample, match="DecompressionBombError"):
+            train.dataset.source.load(0)

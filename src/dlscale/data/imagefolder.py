@@ -181,7 +181,8 @@ def open_for_device(path: str, draft_min_side: int | None,
 
 def _opened(data: bytes, path: str, draft_min_side: int, cpu_jpeg: bool = False) -> Image.Image | torch.Tensor:
     size = cpu_jpeg_module.ycbcr_size(data) if cpu_jpeg else None
-    if size is not None and min(size) < draft_min_side:
+    # beyond Pillow's decompression-bomb limit, Pillow warns or refuses, as without simplejpeg
+    if size is not None and min(size) < draft_min_side and size[0] * size[1] <= (Image.MAX_IMAGE_PIXELS or math.inf):
         decoded = cpu_jpeg_module.decode_rgb(data)
         if decoded is not None:
             return decoded  # else a file libjpeg-turbo finds fault with: Pillow decodes or refuses it, as without

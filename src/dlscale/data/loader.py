@@ -60,6 +60,9 @@ class DatasetInfo:
     decode: str | None = None
     """The decode path the loaders were built for (imagefolder): fast, plain or gpu (data.decode
     resolved for the device); None for the data sets held as arrays."""
+    cpu_decoder: str | None = None
+    """Who decodes the training JPEGs the CPU decodes at full scale (imagefolder on the fast or device path):
+    "simplejpeg" or "pillow" (data.cpu_decoder resolved); None where nothing is decoded that way."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,9 @@ def _build_imagefolder(cfg: DataConfig) -> _Built:
                                                    device_share=cfg.device_decode_share, cpu_decoder=cfg.cpu_decoder)
     info = DatasetInfo(name=cfg.name, num_classes=len(class_names), mean=IMAGENET_MEAN, std=IMAGENET_STD,
                        train_size=len(train), val_size=len(val), image_size=size, val_image_size=val_size,
-                       class_names=class_names, decode=cfg.decode)
+                       class_names=class_names, decode=cfg.decode,
+                       cpu_decoder=None if train.draft_min_side is None else
+                       "simplejpeg" if train.cpu_jpeg else "pillow")
     val_transform = T.imagenet_val_transform(val_size, cfg.val_resize)
     if cfg.decode != "gpu":
         return _Built(train, val, T.imagenet_train_transform(size, cfg.decode), val_transform, info)
