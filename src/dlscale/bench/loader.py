@@ -46,7 +46,6 @@ import torch
 from dlscale.config import DataConfig
 from dlscale.data import build_loaders
 from dlscale.data.counting import count_reads
-from dlscale.data.cpu_jpeg import name as cpu_decoder_name
 from dlscale.data.device import DeviceNormalizer, DevicePrefetcher, for_device
 from dlscale.metrics.hardware import available_cores
 from dlscale.metrics.proc_io import sum_counters
@@ -87,7 +86,8 @@ def worker_kind(cfg: DataConfig) -> str:
 
 
 def _measure(cfg: DataConfig, *, batch_size: int, batches: int, warmup: int, device, seed: int) -> dict:
-    loader, _, info = build_loaders(for_device(cfg, device), rank=0, world_size=1, batch_size=batch_size, seed=seed)
+    cfg = for_device(cfg, device)  # data.decode and data.workers_kind as they run on the device
+    loader, _, info = build_loaders(cfg, rank=0, world_size=1, batch_size=batch_size, seed=seed)
     counting = count_reads(loader)
     normalizer = DeviceNormalizer(info.mean, info.std, device) if device is not None else None
     timer, prefetchers = (DeviceTimer(device) if device is not None else None), []
@@ -119,7 +119,7 @@ def _measure(cfg: DataConfig, *, batch_size: int, batches: int, warmup: int, dev
     busy = delta["cpu_s"] / elapsed
     return {
         "workers": cfg.num_workers, "workers_kind": worker_kind(cfg), "decode": info.decode, "images": images,
-        "cpu_decoder": cpu_decoder_name(cfg.cpu_decoder) if info.decode in ("fast", "gpu") else None,
+        "cpu_decoder": info.cpu_decoder,
         "seconds": elapsed,
         "images_per_s": images / elapsed,
         "files_opened": files, "file_bytes": size, "skipped": skipped,

@@ -23,7 +23,6 @@ from torch import nn
 from dlscale.config.sections import TrainConfig
 from dlscale.data import DatasetInfo, build_loaders
 from dlscale.data.counting import ReadMeter, count_reads
-from dlscale.data.cpu_jpeg import name as cpu_decoder_name
 from dlscale.data.device import DeviceFeed, DeviceNormalizer, for_device
 from dlscale.distributed import DistEnv, broadcast_from_main, init_process_group, on_main, select_device, sum_over_ranks
 from dlscale.errors import ConfigError
@@ -468,8 +467,7 @@ def _summary(run: Run, progress: Progress, *, preempted: bool, signal: str | Non
         "decode_process": _decode_process(run),  # the training batches decoded in a process of their own
         "device_feed": run.feed.feed,
         "workers_kind": cfg.data.workers_kind_on(run.device.type),  # data.workers_kind as it ran ("auto" resolved)
-        "cpu_decoder": (cpu_decoder_name(cfg.data.cpu_decoder)  # who decoded full-scale JPEGs on the CPU
-                        if run.info.decode in ("fast", "gpu") else None),
+        "cpu_decoder": run.info.cpu_decoder,  # who decoded full-scale JPEGs on the CPU (data.cpu_decoder resolved)
         "batch_size": plan.per_rank_batch, "global_batch_size": plan.global_batch,
         "dist_optimizer": cfg.strategy.dist_optimizer, "peak_lr": plan.peak_lr,
         "epochs_planned": plan.epochs, "epochs_completed": progress.epoch, "steps": progress.step,
