@@ -27,9 +27,11 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
+from importlib.metadata import version
 from pathlib import Path
 
 from input_threads import _git_sha, jpeg_tree, loader_arguments, one_thread, train_once
+from PIL import Image
 
 from dlscale.bench.loader import measure_setting
 from dlscale.config import DataConfig
@@ -37,6 +39,14 @@ from dlscale.data.transforms import pillow_build
 
 DECODERS = ("pillow", "simplejpeg")
 SETTINGS = ("one thread", "threads", "processes")
+
+
+def tree_shape(tree: Path) -> dict:
+    """The training files' count and mean size, and the first one's pixels: what the figures were measured on."""
+    files = sorted((tree / "train").glob("*/*"))
+    with Image.open(files[0]) as first:
+        return {"files": len(files), "mean_bytes": sum(f.stat().st_size for f in files) / len(files),
+                "first_size": list(first.size)}
 
 
 def measure(cfg: DataConfig, setting: str, *, workers: int, batch_size: int, batches: int, seed: int) -> dict:
@@ -105,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         result = {"command": " ".join(["python", "benchmarks/cpu_jpeg.py", *(argv or sys.argv[1:])]),
                   "date": time.strftime("%Y-%m-%d"), "git_sha": _git_sha(), "load_start": load_start,
                   "setup": {"workers": args.workers, "batch_size": args.batch_size, "batches": args.batches,
-                            "crop": args.crop, "pillow": pillow_build(), "cores": os.cpu_count()},
+                            "crop": args.crop, "pillow": pillow_build(), "simplejpeg": version("simplejpeg"),
+                            "torch": version("torch"), "cores": os.cpu_count(), "tree": tree_shape(tree)},
                   "rounds": rounds, "ratios": ratios(rounds)}
         for name, value in result["ratios"].items():
             print(f"{name:>48}: {value:.3f}", flush=True)

@@ -1,8 +1,8 @@
 """Which stages run, in which order: the two plans that fit the lent GPU machine, and every stage by name.
 
-The machine is lent for 15 minutes of device time, its start (1-2 minutes) included: part 1 (the default) is the one
-command of at most 8 minutes, in order of value, with time for one short rerun after it; part 2 the rest, on a
-later loan. What does not fit is recorded as not run, with the command that runs it alone.
+The machine is held for 15 minutes of device time at most, its start (1-2 minutes) included: part 1 (the default) is
+the one command of at most 8 minutes, in order of value, with time for one short rerun after it; part 2 the rest, in
+a later session. What does not fit is recorded as not run, with the command that runs it alone.
 """
 
 from __future__ import annotations
