@@ -140,16 +140,7 @@ def _claim(run_dir: RunDir, env: DistEnv, raport_file: str | None) -> RunDir | N
 
 def _finished(run_dir: RunDir, cfg: TrainConfig, env: DistEnv) -> tuple[str, dict] | None:
     """Rank 0's finished() on every rank; its refusal of the settings raised on every rank."""
-    found, refused = None, None
-    if env.is_main:
-        try:
-            found = finished(run_dir.path, cfg, env.world_size)
-        except ConfigError as error:
-            refused = str(error)
-    found, refused = broadcast_from_main((found, refused))
-    if refused is not None:
-        raise ConfigError(refused)
-    return found
+    return broadcast_from_main(on_main(env.is_main, lambda: finished(run_dir.path, cfg, env.world_size)))
 
 
 def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, preemption: PreemptionHandler, *,
@@ -304,7 +295,7 @@ def _epochs(run: Run, progress: Progress) -> bool:
         # an epoch whose every step ran before a resume has no rate of this attempt's: none, not 0 img/s
         _end_epoch(run, progress, evaluation, images / max(train_s, 1e-9) if images else None)
         reached = cfg.target_accuracy is not None and evaluation["val_top1_pct"] >= 100 * cfg.target_accuracy
-        if reached and progress.time_to_target_s is None:
+        if reached:  # the loop runs only while the target is not reached yet
             progress.time_to_target_s = progress.elapsed_s
         progress.epoch += 1
         progress.epoch_step = 0
