@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import reprlib
+import sys
 
 
 class DlscaleError(Exception):
@@ -35,6 +36,20 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     more than memory holds), and a whole number of thousands of digits is described, not converted."""
     text = _SHORT.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def one_line(text: object, limit: int) -> str:
+    """`text` (an exception's, a log line) as one line of at most `limit` characters: every run of white space,
+    newlines included, one space."""
+    return " ".join(str(text).split())[:limit]
+
+
+def too_many_digits(error: BaseException) -> str | None:
+    """What the user reads for the ValueError Python raises on a whole number of more digits than it converts
+    (a JSON or YAML number of 5,000 digits; sys.get_int_max_str_digits); None for any other error."""
+    if isinstance(error, ValueError) and "integer string conversion" in str(error):
+        return f"a number of more than {sys.get_int_max_str_digits():,} digits"
+    return None
 
 
 class _ShortRepr(reprlib.Repr):

@@ -95,6 +95,24 @@ def test_a_number_of_5000_digits_is_one_short_line_wherever_it_is_given(tmp_path
     assert len(str(raised.value)) < 200
 
 
+def test_a_number_of_more_digits_than_python_converts_reads_the_same_in_json_and_in_yaml(tmp_path):
+    import sys
+
+    from dlscale.config.presets import read_yaml
+    from dlscale.rundir.files import read_json
+
+    said = f"a number of more than {sys.get_int_max_str_digits():,} digits"
+    (tmp_path / "summary.json").write_text('{"seed": ' + "9" * 5000 + "}")
+    with hang_guard(30), pytest.raises(ConfigError) as raised:
+        read_json(tmp_path / "summary.json")
+    assert f"cannot be read as JSON ({said})" in str(raised.value)
+    with hang_guard(30), pytest.raises(ConfigError) as raised:
+        read_yaml("seed: " + "9" * 5000, "p.yaml")
+    assert str(raised.value) == f"p.yaml is not YAML dlscale reads ({said})"
+    with pytest.raises(ConfigError, match=r"p.yaml is not YAML dlscale reads \(while scanning"):
+        read_yaml("a: 'unclosed\n  b", "p.yaml")  # any other error: its first line
+
+
 @pytest.mark.parametrize("environ,message", [
     ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "n[1-999999999]"},
      None),  # the first host is all the rendezvous needs: not written out

@@ -18,11 +18,24 @@ AGENT = [*DLSCALE, "torchrun", "--standalone", "--nproc-per-node", "1"]
     (["--no-such-flag"], "torchrun: the following arguments are required"),
     (["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "no-such-host.invalid:29400", "-m", "dlscale",
       "models"], "the rendezvous host 'no-such-host.invalid' does not resolve"),
+    (["--nnodes", "2", "--master-addr", "no-such-host.invalid", "--master-port", "29400", "-m", "dlscale",
+      "models"], "the rendezvous host 'no-such-host.invalid' does not resolve"),
 ])
 def test_torchruns_own_refusals_are_one_line(capsys, argv, message):
     assert main(["torchrun", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("dlscale torchrun: error: ") and message in err, err
+
+
+@pytest.mark.parametrize("flags,named,not_named", [
+    (["--rdzv-backend", "c10d", "--rdzv-endpoint", "no-such-host.invalid:29400"], "--rdzv-endpoint HOST:PORT",
+     "--master-addr"),
+    (["--master-addr", "no-such-host.invalid", "--master-port", "29400"], "--master-addr HOST", "--rdzv-endpoint"),
+])
+def test_a_rendezvous_host_that_does_not_resolve_names_the_flag_that_gave_it(capsys, flags, named, not_named):
+    assert main(["torchrun", "--nnodes", "2", *flags, "-m", "dlscale", "models"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"give {named} a host name or address every node reaches" in err and not_named not in err, err
 
 
 def _last_line(result) -> str:

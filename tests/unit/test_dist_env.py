@@ -123,3 +123,31 @@ def test_select_device_refuses_more_ranks_than_gpus(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     with pytest.raises(DeviceError, match="only 2 GPU"):
         select_device(DistEnv(rank=3, world_size=4, local_rank=3, local_world_size=4), "cuda")
+
+
+@pytest.mark.parametrize("environ,named,not_named", [
+    (TORCHRUN, "give torchrun's --rdzv-endpoint HOST:PORT (or --master-addr) a host name", "export"),
+    ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "node0"},
+     "MASTER_ADDR 'node0' does not resolve", "torchrun"),
+])
+def test_a_rendezvous_host_that_does_not_resolve_names_what_the_user_set(monkeypatch, environ, named, not_named):
+    """Under torchrun MASTER_ADDR is torchrun's, from its --rdzv-endpoint or --master-addr: the line names those;
+    a rank started by hand names the MASTER_ADDR the user exported."""
+    import socket
+
+    import torch
+
+    from dlscale.distributed import process_group
+    from dlscale.errors import DeviceError
+
+    def unknown(host, port):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(process_group.socket, "getaddrinfo", unknown)
+    monkeypatch.setattr(process_group, "exit_with_parent", lambda: None)  # not this test process's parent
+    with pytest.raises(DeviceError) as raised:
+        process_group.init_process_group(DistEnv.from_env(environ), torch.device("cpu"))
+    said = str(raised.value)
+    assert "'node0'" in said and "does not resolve (" in said and "Name or service not known)" in said, said
+    assert named in said, said
+    assert not_named not in said and "\n" not in said

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.errors import ConfigError, DlscaleError, StorageError
+from dlscale.errors import ConfigError, DlscaleError, StorageError, one_line
 from dlscale.rundir import (
     FIGURES,
     FILES,
@@ -24,7 +24,7 @@ from dlscale.rundir import (
     read_sweep,
     write_json_file,
 )
-from dlscale.rundir.files import read_records
+from dlscale.rundir.files import read_bounded, read_records
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "runs-022c5c5"
 ROOT = Path(__file__).parent.parent.parent
@@ -166,6 +166,34 @@ def test_a_log_cut_short_by_a_crash_keeps_its_whole_records(tmp_path):
     log.write_text('{"record": "train", "step": 1}\n{"record": "train", "st{"record": "train", "step": 2}\n'
                    '{"record": "train", "step": 3}\n{"record": "ep')
     assert [r["step"] for r in read_records(log)] == [1, 3]
+
+
+@pytest.mark.parametrize("limit,said", [(100, "100 bytes"), (1500, "1 KiB"), (4096, "4 KiB"), (1 << 20, "1 MiB"),
+                                        (3 << 20, "3 MiB")])
+def test_a_file_over_its_bound_names_the_bound_in_its_largest_unit_and_the_fix_only_when_given(tmp_path, limit, said):
+    big = tmp_path / "big.json"
+    with open(big, "wb") as file:
+        file.truncate(limit + 1)  # sparse: one byte over the bound
+    with pytest.raises(ConfigError) as raised:
+        read_bounded(big, limit, "")
+    assert str(raised.value) == f"{big}: more than {said}, larger than any file dlscale writes"
+    with pytest.raises(ConfigError) as raised:
+        read_bounded(big, limit, "remove it")
+    assert str(raised.value) == f"{big}: more than {said}, larger than any file dlscale writes; remove it"
+    assert read_bounded(big, limit + 1, "") == bytes(limit + 1)
+
+
+def test_a_folder_read_as_a_file_is_one_line_without_a_dangling_separator(tmp_path):
+    with pytest.raises(ConfigError) as raised:
+        read_bounded(tmp_path, 100, "")
+    assert str(raised.value) == f"{tmp_path}: a folder, not a file"
+
+
+def test_one_line_is_an_errors_text_on_one_line_within_its_limit():
+    error = ValueError("first  line\n\tsecond line\n")
+    assert one_line(error, 200) == "first line second line"
+    assert one_line(error, 10) == "first line"
+    assert one_line("  \n ", 50) == ""
 
 
 def test_a_damaged_sweep_is_one_line(tmp_path):

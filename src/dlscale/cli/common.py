@@ -65,8 +65,9 @@ SETTING_FLAGS = (
     SettingFlag("optim.lr", ("--lr",), "learning rate for optim.reference_batch images per step, scaled to the "
                 "global batch by optim.lr_scaling", type=numbers.LR),
     SettingFlag("precision", ("--precision",), "numeric precision"),
-    SettingFlag("data.num_workers", ("-j", "--workers"), "loader worker processes per rank (0: load in the "
-                "training process)", type=numbers.LOADER_WORKERS, metavar="N"),
+    SettingFlag("data.num_workers", ("-j", "--workers"), "loader workers per rank (0: load in the training "
+                "process), threads or processes by data.workers_kind: auto takes threads for a JPEG tree on a CUDA "
+                "device, else processes", type=numbers.LOADER_WORKERS, metavar="N"),
 )
 """The flags of the training configuration that train, config and profile train share."""
 

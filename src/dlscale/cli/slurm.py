@@ -175,7 +175,8 @@ def run(args: argparse.Namespace) -> int:
     # Both outputs checked before anything is printed: sbatch does not create the log's folder. The run directory
     # is made for the job's command (its script and SLURM's log go there first): never another run's.
     check_output_file(script, "--script")
-    RunDir.prepare(job.run_dir, JOB_KINDS[job.command], shlex.join(_written_by(job)))
+    RunDir.prepare(job.run_dir, JOB_KINDS[job.command], shlex.join(_written_by(job)),
+                   reuse=job.command == "train")  # a training job resumes in its own run directory
     print(text, end="", flush=True)
     write_script(script, text)
     print(f"\nWrote {script}", flush=True)

@@ -22,7 +22,7 @@ import socket
 import sys
 from pathlib import Path
 
-from dlscale.errors import ConfigError, shown
+from dlscale.errors import ConfigError, one_line, shown
 from dlscale.launch.errors import last_line
 from dlscale.launch.local import check_local_ranks, children, send_signal
 
@@ -104,19 +104,20 @@ def _parse(torch_run, argv: list[str]) -> argparse.Namespace:
 
 
 def _check_rendezvous_host(args: argparse.Namespace) -> None:
-    """A rendezvous host that does not resolve is one line now, not torchrun's traceback after its retries."""
+    """A rendezvous host that does not resolve is one line now, not torchrun's traceback after its retries; the
+    line names the flag that gave it (--rdzv-endpoint, else --master-addr)."""
     if args.standalone:  # this host
         return
     endpoint = args.rdzv_endpoint or ""
     host = (endpoint.rsplit(":", 1)[0] if ":" in endpoint and not endpoint.endswith("]") else endpoint).strip("[]")
-    host = host if endpoint else args.master_addr
+    host, flag = (host, "--rdzv-endpoint HOST:PORT") if endpoint else (args.master_addr, "--master-addr HOST")
     if not host:
         return
     try:
         socket.getaddrinfo(host, None)
     except (OSError, UnicodeError) as error:
         raise ConfigError(f"torchrun: the rendezvous host {shown(host)} does not resolve ({_first_line(error)}); "
-                          "give a host name or address every node reaches (--rdzv-endpoint HOST:PORT)") from None
+                          f"give {flag} a host name or address every node reaches") from None
 
 
 def _first_line(error: BaseException) -> str:
@@ -134,7 +135,7 @@ def _cause(failure, log_dir: str | None) -> str:
             message = message.get("message", "")
         lines = [line for line in str(message).splitlines() if line.strip()]
         if lines:
-            return " ".join(lines[-1].split())[:500]
+            return one_line(lines[-1], 500)
     signal_name = f" ({failure.signal_name()})" if failure.exitcode < 0 else ""
     kept = sorted(Path(log_dir).glob(f"*/attempt_*/{failure.local_rank}/stderr.log"), key=os.path.getmtime) \
         if log_dir else []

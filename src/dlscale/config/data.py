@@ -10,9 +10,9 @@ from dlscale.errors import ConfigError, shown
 DATASET_NAMES = ("synthetic", "digits", "cifar10", "cifar100", "imagefolder")
 ON_BAD_SAMPLE = ("skip", "error")
 WORKERS_KINDS = ("thread", "process", "auto")
+"""data.workers_kind: loader threads in the training process, DataLoader worker processes, or by the data set."""
 DEVICE_FEEDS = ("inline", "thread", "process")
 """data.device_feed: where batches are brought to the device (dlscale.data.device.feeds)."""
-"""data.workers_kind: loader threads in the training process, DataLoader worker processes, or by the data set."""
 DECODE_MODES = ("fast", "plain", "gpu", "auto")
 DECODE_PATHS = ("fast", "plain", "gpu")
 """The paths a data set is built for: DECODE_MODES once "auto" is resolved for a device."""
@@ -21,6 +21,7 @@ DECODERS = ("auto", "nvimgcodec", "nvjpeg", "pillow")
 CPU_DECODERS = ("auto", "simplejpeg", "pillow")
 """data.cpu_decoder: who decodes the fast path's full-scale JPEGs (dlscale.data.cpu_jpeg), or auto."""
 DECODE_ALIASES = {"cpu": "fast"}
+"""Other names of decode modes: "cpu" is the fast CPU path (`dlscale loader --decode cpu|gpu`)."""
 OWN_IMAGE_SIDE = {"imagefolder": 224}
 """The image side data.image_size None takes (data/loader.py's builders): 224 for imagefolder, 32 for the
 others (CIFAR's own, and digits and synthetic at the same size)."""
@@ -29,7 +30,6 @@ others (CIFAR's own, and digits and synthetic at the same size)."""
 def own_image_size(name: str) -> int:
     """The side in pixels of a data set's training images when data.image_size is unset."""
     return OWN_IMAGE_SIDE.get(name, 32)
-"""Other names of decode modes: "cpu" is the fast CPU path (`dlscale loader --decode cpu|gpu`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

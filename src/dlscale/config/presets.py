@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import sys
 import types
 import typing
 from collections.abc import Iterable
@@ -25,7 +24,7 @@ from typing import Any, Literal
 import yaml
 
 from dlscale.config.sections import TrainConfig
-from dlscale.errors import ConfigError, shown
+from dlscale.errors import ConfigError, one_line, shown, too_many_digits
 from dlscale.rundir.files import is_file, read_bounded
 
 # ----------------------------------------------------------------------------- presets
@@ -51,9 +50,8 @@ def read_yaml(text: str, where: str) -> Any:
     try:
         data = yaml.safe_load(text)
     except (yaml.YAMLError, ValueError, RecursionError) as error:  # ValueError: an integer of 5,000 digits
-        why = " ".join(str(error).splitlines()[0].split())[:120] if str(error) else type(error).__name__
-        if "integer string conversion" in why:
-            why = f"a number of more than {sys.get_int_max_str_digits():,} digits"
+        said = str(error)
+        why = too_many_digits(error) or (one_line(said.splitlines()[0], 120) if said else type(error).__name__)
         raise ConfigError(f"{where} is not YAML dlscale reads ({why})") from None
     _count_values(data, where, [0])
     return data

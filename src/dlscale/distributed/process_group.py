@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from dlscale.distributed.env import DistEnv
-from dlscale.errors import DeviceError, shown
+from dlscale.errors import DeviceError, one_line, shown
 
 DEFAULT_TIMEOUT_S = 600.0
 """Process-group timeout: a collective that a peer never joins fails after this many seconds.
@@ -67,7 +67,7 @@ def init_process_group(env: DistEnv, device: torch.device, timeout_s: float = DE
     if not env.is_distributed:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
         return
-    _check_host(env.master_addr)
+    _check_host(env.master_addr, env.launcher)
     try:
         if env.agent_store:
             store = attempt_store(env, timeout)
@@ -76,20 +76,25 @@ def init_process_group(env: DistEnv, device: torch.device, timeout_s: float = DE
         dist.init_process_group(backend, init_method=f"tcp://{_bracket(env.master_addr)}:{env.master_port}",
                                 rank=env.rank, world_size=env.world_size, timeout=timeout)
     except dist.DistError as error:  # the store's connection or its wait for the other ranks
-        first = " ".join(str(error).split())[:200]
         raise DeviceError(f"rank {env.rank} of {env.world_size} could not join the job at {env.master_addr}:"
-                          f"{env.master_port} within {timeout_s:g} s ({first}); start every rank with the same "
-                          "MASTER_ADDR and MASTER_PORT, or raise --pg-timeout") from None
+                          f"{env.master_port} within {timeout_s:g} s ({one_line(error, 200)}); start every rank "
+                          "with the same MASTER_ADDR and MASTER_PORT, or raise --pg-timeout") from None
 
 
-def _check_host(host: str | None) -> None:
-    """The rendezvous host resolves: one line now, not a store's timeout or traceback later."""
+def _check_host(host: str | None, launcher: str) -> None:
+    """The rendezvous host resolves: one line now, not a store's timeout or traceback later. The line names what
+    the user set: torchrun's flags under torchrun (its agent sets MASTER_ADDR from --rdzv-endpoint or
+    --master-addr), else MASTER_ADDR."""
     if host is None:
         raise DeviceError("no rendezvous host: set MASTER_ADDR")
     try:
         socket.getaddrinfo(host, None)
     except (OSError, UnicodeError) as error:
-        raise DeviceError(f"MASTER_ADDR {shown(host)} does not resolve ({' '.join(str(error).split())[:120]}); "
+        if launcher == "torchrun":
+            raise DeviceError(f"torchrun's rendezvous host {shown(host)} (its MASTER_ADDR) does not resolve "
+                              f"({one_line(error, 120)}); give torchrun's --rdzv-endpoint HOST:PORT (or --master-addr) "
+                              "a host name or address every node reaches") from None
+        raise DeviceError(f"MASTER_ADDR {shown(host)} does not resolve ({one_line(error, 120)}); "
                           "export the host name or address of rank 0's node") from None
 
 

@@ -10,6 +10,8 @@ import stat
 import time
 from pathlib import Path
 
+from dlscale.errors import one_line
+
 PEER_FAILURE_MESSAGES = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing",
                          "NCCL communicator was aborted", "Broken pipe")
 """What a collective raises on this rank when another rank of the job has died."""
@@ -43,7 +45,7 @@ def last_line(path: Path) -> str:
     """The last line of a log that is not blank (a failed worker's stderr), from its end only; "" when there is no
     such regular file."""
     lines = [line for line in tail_text(path).splitlines() if line.strip()]
-    return " ".join(lines[-1].split())[:500] if lines else ""
+    return one_line(lines[-1], 500) if lines else ""
 
 
 def record_error_for_launcher(line: str) -> None:

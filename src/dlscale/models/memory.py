@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from dlscale.errors import ConfigError, DeviceError
+from dlscale.errors import ConfigError, DeviceError, one_line
 from dlscale.metrics.hardware import host_memory_bytes
 from dlscale.models import build_model
 
@@ -50,7 +50,7 @@ def footprint(name: str, *, num_classes: int, batch: int, image_size: int, train
         try:
             model = build_model(name, num_classes=num_classes, **options)
         except (ValueError, RuntimeError) as error:
-            raise ConfigError(f"{settings or name}: the model cannot be built ({_first_line(error)})") from None
+            raise ConfigError(f"{settings or name}: the model cannot be built ({one_line(error, 200)})") from None
     produced = 0
 
     def count(module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
@@ -63,16 +63,12 @@ def footprint(name: str, *, num_classes: int, batch: int, image_size: int, train
     try:
         model(images)
     except (ValueError, RuntimeError) as error:
-        raise ConfigError(f"{settings or name} cannot train: torch refuses its first step ({_first_line(error)}); "
+        raise ConfigError(f"{settings or name} cannot train: torch refuses its first step ({one_line(error, 200)}); "
                           + _advice(error)) from None
     finally:
         for hook in hooks:
             hook.remove()
     return Footprint(parameters=sum(p.numel() for p in model.parameters()), conv_outputs=produced)
-
-
-def _first_line(error: BaseException) -> str:
-    return " ".join(str(error).split())[:200]
 
 
 def _advice(error: BaseException) -> str:

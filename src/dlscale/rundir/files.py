@@ -15,12 +15,11 @@ import json
 import math
 import os
 import stat
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
-from dlscale.errors import ConfigError, StorageError
+from dlscale.errors import ConfigError, StorageError, one_line, too_many_digits
 
 
 def to_jsonable(value: Any) -> Any:
@@ -67,23 +66,34 @@ def read_bounded(path: str | os.PathLike, limit: int, fix: str) -> bytes:
     """The bytes of a regular file of at most `limit` bytes; one line naming the file and `fix` for anything else:
     a FIFO or a device (a link to /dev/zero) is never read, a larger file never read whole. FileNotFoundError is
     the caller's to answer."""
+    then = f"; {fix}" if fix else ""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO's open does not wait for a writer
     except FileNotFoundError:
         raise
     except OSError as error:
-        raise ConfigError(f"{path}: cannot be read ({error.strerror or error}); {fix}") from None
+        raise ConfigError(f"{path}: cannot be read ({error.strerror or error}){then}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # before fdopen, which refuses a folder with a bare IsADirectoryError
+        os.close(fd)
+        raise ConfigError(f"{path}: {_file_type(mode)}, not a file{then}")
     with os.fdopen(fd, "rb") as file:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise ConfigError(f"{path}: {_file_type(mode)}, not a file; {fix}")
         try:
             data = file.read(limit + 1)
         except OSError as error:
-            raise ConfigError(f"{path}: cannot be read ({error.strerror or error}); {fix}") from None
+            raise ConfigError(f"{path}: cannot be read ({error.strerror or error}){then}") from None
     if len(data) > limit:
-        raise ConfigError(f"{path}: more than {limit >> 20:,} MiB, larger than any file dlscale writes; {fix}")
+        raise ConfigError(f"{path}: more than {_size_text(limit)}, larger than any file dlscale writes{then}")
     return data
+
+
+def _size_text(size: int) -> str:
+    """A size in bytes in the largest unit (bytes, KiB, MiB) of which it holds at least one whole: `64 MiB`,
+    `4 KiB`, `100 bytes`; rounded down, so that "more than" it stays true."""
+    for shift, unit in ((20, "MiB"), (10, "KiB")):
+        if size >> shift:
+            return f"{size >> shift:,} {unit}"
+    return f"{size:,} byte{'' if size == 1 else 's'}"
 
 
 def _file_type(mode: int) -> str:
@@ -102,8 +112,8 @@ def parse_json(text: str | bytes) -> Any:
     except RecursionError:
         raise ValueError("nested deeper than Python reads") from None
     except ValueError as error:
-        if "integer string conversion" in str(error):
-            raise ValueError(f"a number of more than {sys.get_int_max_str_digits():,} digits") from None
+        if (said := too_many_digits(error)) is not None:
+            raise ValueError(said) from None
         raise
 
 
@@ -127,7 +137,7 @@ def read_json(path: Path, what: str = "", *, kind: type = dict, fix: str = "") -
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file; {fix}") from None
     except (UnicodeDecodeError, ValueError) as error:
-        why = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else " ".join(str(error).split())[:120]
+        why = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else one_line(error, 120)
         raise ConfigError(f"{path}: cannot be read as JSON ({why}); {fix}") from None
     if not isinstance(data, kind):
         raise ConfigError(f"{path}: not a JSON {'object' if kind is dict else kind.__name__}; {fix}")
@@ -175,7 +185,7 @@ STORAGE_ADVICE = {
 def storage_cause(error: OSError) -> tuple[str, str]:
     """(what stopped a write, in the system's words, what to do): ('No space left on device', 'free space');
     no advice for an error without its own."""
-    words = error.strerror or (os.strerror(error.errno) if error.errno else " ".join(str(error).split())[:120])
+    words = error.strerror or (os.strerror(error.errno) if error.errno else one_line(error, 120))
     return words, STORAGE_ADVICE.get(error.errno, "")
 
 

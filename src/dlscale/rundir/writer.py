@@ -25,7 +25,7 @@ from typing import Any
 
 import filelock
 
-from dlscale.errors import ConfigError, shown
+from dlscale.errors import ConfigError, one_line, shown
 from dlscale.rundir import files
 from dlscale.rundir.schema import stamped
 
@@ -116,6 +116,13 @@ def _recorded_kind(file: Path) -> str:
     return kind if isinstance(kind, str) else "unknown"
 
 
+def _marker(kind: str, command: str, job: str | None, **facts: object) -> dict:
+    """The object of a run directory's marker (MARKER): its kind, the command that made it (cut to 200
+    characters), the job that claimed it, any further `facts` (prepared) and when it was written."""
+    return {"kind": kind, "command": command[:200], "job": job, **facts,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
 def job_identity() -> str | None:
     """The job this process belongs to, as its restarts see it: torchrun's run id (the same for every restart
     of its workers); None outside torchrun."""
@@ -164,8 +171,7 @@ class RunDir:
         self._lock = self._acquire(flag, name_flag)
         command = " ".join(["dlscale", *sys.argv[1:]])[:200]
         if there is None or there.prepared:
-            files.write_json(self.path / MARKER, {"kind": kind, "command": command, "job": job,
-                                                  "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+            files.write_json(self.path / MARKER, _marker(kind, command, job))
         started = time.strftime("%Y-%m-%d %H:%M:%S")
         files.write_text(self.path / ".lock.holder", f"`{command}` (pid {os.getpid()} on {socket.gethostname()}, "
                                                      f"started {started})\n")
@@ -189,20 +195,20 @@ class RunDir:
             text = files.read_bounded(self.path / ".lock.holder", HOLDER_LIMIT_BYTES, "").decode(errors="replace")
         except (OSError, ConfigError):
             return "another process"
-        return " ".join(text.split())[:300] or "another process"
+        return one_line(text, 300) or "another process"
 
     @classmethod
-    def prepare(cls, path: Path, kind: str, command: str, flag: str = "--output-dir") -> RunDir:
+    def prepare(cls, path: Path, kind: str, command: str, flag: str = "--output-dir", *, reuse: bool = False) -> RunDir:
         """A run directory made for a job that will run `kind` there (dlscale slurm writes its script and SLURM its
-        log into it before the job's command claims it): refused as a claim would be, else created and marked."""
+        log into it before the job's command claims it): refused as a claim would be (`reuse`: a run of `kind` may
+        go on there, as a training run resumes), else created and marked."""
         run = cls(path)
         there = occupant(path)
-        if there is not None and not (there.kind == kind and (there.prepared or kind == "train")):
+        if there is not None and not (there.kind == kind and (there.prepared or reuse)):
             raise there.refusal(path, "--name")
         files.check_output_dir(path, flag, "the run directory")
         if there is None:
-            files.write_json(path / MARKER, {"kind": kind, "command": command[:200], "job": None, "prepared": True,
-                                             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+            files.write_json(path / MARKER, _marker(kind, command, None, prepared=True))
         return run
 
     def release(self) -> None:

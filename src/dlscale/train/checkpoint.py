@@ -32,7 +32,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, one_line
 from dlscale.rundir import replace_atomically
 from dlscale.rundir.files import read_bounded
 from dlscale.train.checksum import DamagedCheckpoint, save_with_checksum, verify_checksum
@@ -171,7 +171,7 @@ class CheckpointManager:
         if files:
             raise ConfigError(
                 f"none of the {len(files)} checkpoints in {self.directory} can be read (newest: {files[0][1].name}, "
-                f"{_one_line(damaged[0][1])}); move them away to start afresh"
+                f"{one_line(damaged[0][1], 200)}); move them away to start afresh"
             )
         return None
 
@@ -222,7 +222,7 @@ def what_is_wrong(error: BaseException) -> str:
     """`damaged (...)` or `unreadable (Type: ...)`: how a checkpoint that load_checkpoint refused is described."""
     if isinstance(error, DamagedCheckpoint):
         return f"damaged ({error})"
-    return f"unreadable ({type(error).__name__}: {_one_line(error)})"
+    return f"unreadable ({type(error).__name__}: {one_line(error, 200)})"
 
 
 def _is_archive(path: Path) -> bool:
@@ -231,10 +231,6 @@ def _is_archive(path: Path) -> bool:
             return file.read(4) == ZIP_HEADER
     except OSError:
         return False
-
-
-def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())[:200]
 
 
 def _warn(message: str) -> None:
