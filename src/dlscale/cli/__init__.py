@@ -15,7 +15,7 @@ import os
 import sys
 
 from dlscale import __version__
-from dlscale.errors import DlscaleError
+from dlscale.errors import DlscaleError, one_line
 from dlscale.launch.errors import peer_failed, record_error_for_launcher
 
 # Subcommand name -> module under dlscale.cli. Adding a command is one module and one line.
@@ -123,7 +123,7 @@ def _run(argv: list[str], command: str | None) -> int:
         if not peer_failed(error):
             raise
         return _one_line_error(f"dlscale {args.command}: error: another rank of the job stopped, so this one did "
-                               f"({' '.join(str(error).split())[:120]}); the other rank's error says why", 1)
+                               f"({one_line(error, 120)}); the other rank's error says why", 1)
     except KeyboardInterrupt:
         print(f"dlscale {args.command}: interrupted", file=sys.stderr)
         return 130

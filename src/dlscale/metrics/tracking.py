@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlscale.errors import ConfigError, shown
+from dlscale.errors import ConfigError, one_line, shown
 from dlscale.rundir.files import (
     check_output_dir,
     json_line,
@@ -259,7 +259,7 @@ class Tracker:
                 getattr(self, f"_log_{kind}")(client, *args)
         except Exception as error:  # noqa: BLE001 - any failure of the tracker: one warning, training goes on
             self.failed = True
-            detail = " ".join(str(error).split())[:300]
+            detail = one_line(error, 300)
             self.warn(f"warning: MLflow tracking ({self.target.uri}) failed and is off for the rest of this run: "
                       f"{type(error).__name__}: {detail}")
 

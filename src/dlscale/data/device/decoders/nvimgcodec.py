@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from dlscale.errors import one_line
+
 INSTALL = ("pip install 'dlscale[gpu]' (nvidia-nvimgcodec-cu13 and nvidia-nvjpeg; for CUDA 12: "
            "nvidia-nvimgcodec-cu12 and nvidia-nvjpeg-cu12)")
 
@@ -116,7 +118,7 @@ def _import_problem() -> str | None:
     except ModuleNotFoundError:
         return f"nvImageCodec is not installed: {INSTALL}"
     except Exception as error:  # noqa: BLE001 - a wheel for another Python or platform
-        return f"nvImageCodec cannot be imported ({' '.join(str(error).split())[:200]}): {INSTALL}"
+        return f"nvImageCodec cannot be imported ({one_line(error, 200)}): {INSTALL}"
     return None
 
 
@@ -128,7 +130,7 @@ def _decode_problem(device: torch.device) -> str | None:
         Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(buffer, "JPEG")
         decoded = NvimgcodecDecoder(device).decode([torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)])
     except Exception as error:  # noqa: BLE001 - no driver, a CUDA the wheel was not built for, ...
-        return f"nvImageCodec cannot decode on {device} ({' '.join(str(error).split())[:200]}): {INSTALL}"
+        return f"nvImageCodec cannot decode on {device} ({one_line(error, 200)}): {INSTALL}"
     if decoded[0] is None:
         return f"nvImageCodec decoded no JPEG on {device} (is nvJPEG's wheel installed?): {INSTALL}"
     return None

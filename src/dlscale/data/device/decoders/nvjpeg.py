@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from dlscale.errors import one_line
+
 INSTALL = "pip install 'dlscale[gpu]' (torchvision, built for this torch and its CUDA)"
 
 
@@ -44,7 +46,7 @@ class NvjpegDecoder:
         except ModuleNotFoundError:
             return f"torchvision is not installed: {INSTALL}"
         except Exception as error:  # a torchvision built for another torch fails while loading its operators
-            return f"torchvision cannot be imported ({_line(error)}): {INSTALL}"
+            return f"torchvision cannot be imported ({one_line(error, 200)}): {INSTALL}"
         if device is None or device.type != "cuda":
             where = "the batches stay on the host" if device is None else f"this run's device is {device.type}"
             return f"nvJPEG decodes on a CUDA device, and {where}"
@@ -54,7 +56,7 @@ class NvjpegDecoder:
             probe = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
             io_module.decode_jpeg([probe], mode=io_module.ImageReadMode.RGB, device=device)
         except (RuntimeError, TypeError) as error:  # no nvJPEG in this build, a torchvision before 0.19
-            return f"torchvision cannot decode a list of JPEGs on {device} ({_line(error)}): {INSTALL}"
+            return f"torchvision cannot decode a list of JPEGs on {device} ({one_line(error, 200)}): {INSTALL}"
         return None
 
     def decode(self, files: list[torch.Tensor]) -> list[torch.Tensor | None]:
@@ -79,6 +81,3 @@ class NvjpegDecoder:
         except RuntimeError:
             return None
 
-
-def _line(error: BaseException) -> str:
-    return " ".join(str(error).split())[:200]
