@@ -12,9 +12,9 @@ of the fixed part's check is what it printed.
 
 from __future__ import annotations
 
-from dlscale.predict.compute import device_curve, fit_fixed_per_image
+from dlscale.predict.compute import device_curve, fit_fixed_per_image, published_batch, published_rate
 from dlscale.predict.fixed import Stack, floor, stack_of
-from dlscale.predict.validate import CASES, _batch, _rate, anchored_step, case_network, case_reference, case_terms
+from dlscale.predict.validate import CASES, anchored_step, case_network, case_reference, case_terms
 
 
 def series_fits(case) -> list[tuple[str, str, float]]:
@@ -26,12 +26,12 @@ def series_fits(case) -> list[tuple[str, str, float]]:
         programs.setdefault(point.get("program"), []).append(point)
     fits = []
     for program, points in programs.items():
-        if len({_batch(series, p) for p in points}) < 2:
+        if len({published_batch(series, p) for p in points}) < 2:
             continue
-        steps = [(_batch(series, p), anchored_step(case, p, _batch(series, p),
-                                                   _batch(series, p) * p["devices"] / _rate(series, p), terms, net))
-                 for p in points]
-        where = ", ".join(f"{p['devices']} at {_batch(series, p)}" for p in points)
+        batches = [published_batch(series, p) for p in points]
+        steps = [(b, anchored_step(case, p, b, b * p["devices"] / published_rate(series, p), terms, net))
+                 for b, p in zip(batches, points, strict=True)]
+        where = ", ".join(f"{p['devices']} at {published_batch(series, p)}" for p in points)
         fits.append((program or "one program", where, fit_fixed_per_image(steps)[0]))
     return fits
 

@@ -1,7 +1,7 @@
 """The training rate and time to train of MLPerf Training ResNet-50 results, read from their MLLOG files.
 
-    git clone https://github.com/mlcommons/training_results_v2.0
-    python scripts/mlperf_resnet_rates.py training_results_v2.0 NVIDIA/results/dgxa100_n8_ngc22.04_mxnet/resnet
+    git clone https://github.com/mlcommons/training_results_v2.0 v2.0
+    .venv/bin/python scripts/mlperf_resnet_rates.py v2.0 NVIDIA/results/dgxa100_n8_ngc22.04_mxnet/resnet
 
 For each result folder (result_0.txt ... result_N.txt, one run each) it prints the median over the successful
 runs of:
@@ -13,8 +13,9 @@ runs of:
 - time to train: run_stop - run_start (what MLPerf reports; initialisation is before run_start), with its
   evaluation time and epoch count.
 
-It reads the files from the clone's HEAD (git show), so the numbers name a commit. dlscale's
-references/mlperf_scale.json holds what it printed (docs/references.md#mlperf-scale).
+A run succeeded when its last `run_stop` says so; a log without `run_stop` (a run cut off before it finished)
+has no time to train and is not counted. It reads the files from the clone's HEAD (git show), so the numbers
+name a commit. dlscale's references/mlperf_scale.json holds what it printed (docs/references.md#mlperf-scale).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-IMAGENET_TRAIN_IMAGES = 1_281_167
+from dlscale.metrics.cost import IMAGENET_TRAIN_IMAGES
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,8 @@ class Run:
     global_batch: int | None
     img_per_s: float | None
     """Epochs x images / training time over the blocks after the first."""
-    time_to_train_s: float
+    time_to_train_s: float | None
+    """run_stop - run_start; None where the log has no run_stop (the run did not finish)."""
     eval_s: float
     epochs: int
     succeeded: bool
@@ -90,10 +92,11 @@ def read_run(text: str) -> Run:
     train = sum(seconds - evaluated for _, seconds, evaluated in later)
     rate = sum(epochs for epochs, _, _ in later) * IMAGENET_TRAIN_IMAGES / train if train > 0 else None
     batch = first.get("global_batch_size", (0, None))[1]
+    finished = bool(done) and "run_start" in first
     return Run(int(batch) if batch else None, rate,
-               first.get("run_stop", (0.0,))[0] - first.get("run_start", (0.0,))[0],
+               first["run_stop"][0] - first["run_start"][0] if finished else None,
                sum(evaluated for _, _, evaluated in counted), sum(epochs for epochs, _, _ in counted),
-               not done or done[-1] in (None, "success"))
+               finished and done[-1] in (None, "success"))
 
 
 def git_show(clone: str, path: str) -> str:
@@ -110,9 +113,11 @@ def result_files(clone: str, folder: str) -> list[str]:
 def summary(clone: str, folder: str) -> dict:
     runs = [read_run(git_show(clone, path)) for path in result_files(clone, folder)]
     good = [r for r in runs if r.succeeded and r.img_per_s]
+    unfinished = sum(r.time_to_train_s is None for r in runs)
+    said = {"unfinished": unfinished} if unfinished else {}
     if not good:
-        return {"folder": folder, "runs": 0}
-    return {"folder": folder, "runs": len(good), "of": len(runs), "global_batch": good[0].global_batch,
+        return {"folder": folder, "runs": 0, **said}
+    return {"folder": folder, "runs": len(good), "of": len(runs), **said, "global_batch": good[0].global_batch,
             "img_per_s": round(statistics.median(r.img_per_s for r in good)),
             "time_to_train_s": round(statistics.median(r.time_to_train_s for r in good), 1),
             "eval_s": round(statistics.median(r.eval_s for r in good), 1),

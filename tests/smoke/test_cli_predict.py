@@ -282,6 +282,10 @@ def test_a_reference_file_is_anchored_and_validated_as_a_shipped_one(tmp_path):
     (lambda d: d["series"][0]["points"][1].update(program=3), "series[0].points[1].program is 3, not text"),
     (lambda d: d["series"][0]["points"][1].update(config=["a.sh"]), "series[0].points[1].config is ['a.sh'], not text"),
     (lambda d: d["series"][0].update(overlay="no"), "series[0].overlay is 'no', not true or false"),
+    (lambda d: d["series"][0].update(dist_optimizer="ring_allreduce"),
+     "series h100: dist_optimizer='ring_allreduce'; choose one of allreduce, gradient_allreduce"),
+    (lambda d: d["series"][0].update(algorithm="rings"), "series h100: algorithm='rings'; choose one of auto, ring"),
+    (lambda d: d["series"][0].update(overlap="forward"), "series h100: overlap='forward'; choose one of backward"),
 ])
 def test_a_bad_reference_file_is_one_line_naming_the_field(tmp_path, change, message):
     data = json.loads(json.dumps(MLPERF_AS_A_FILE))
@@ -360,7 +364,7 @@ def test_both_rates_and_the_fixed_parts_range(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "time to train" in out.stdout and "img/s end-to-end" in out.stdout
     assert "start-up UNKNOWN, TAKEN AS ZERO (--startup-s)" in out.stdout
-    assert "the fixed parts of ResNet-50 dlscale ships lie between 2.63 and 16.1 ms" in out.stdout
+    assert "the fixed parts of ResNet-50 dlscale ships lie between 2.63 and 29.97 ms" in out.stdout
     points = json.loads((tmp_path / "p.json").read_text())["points"]
     assert all(p["limit"].endswith("(t0 unknown)") for p in points)  # a smaller batch than the figure's
     assert points[1]["img_per_s_end_to_end"] < points[1]["img_per_s_total"]

@@ -10,8 +10,8 @@ import pytest
 
 from dlscale.cli import main
 from dlscale.errors import ConfigError
+from dlscale.metrics.cost import IMAGENET_TRAIN_IMAGES
 from dlscale.predict import efficiency
-from dlscale.predict.cases import IMAGENET_TRAIN_IMAGES
 from dlscale.report.references import load_reference
 
 
@@ -78,3 +78,16 @@ def test_a_base_that_is_not_a_device_count_is_refused_when_the_file_is_read(tmp_
 def test_a_base_that_is_not_below_the_point_is_one_line():
     with pytest.raises(ConfigError, match="base_devices must be below the point's 256 devices, got 256"):
         efficiency.check(_with(_series("goyal_2017"), base_devices=256))
+
+
+@pytest.mark.parametrize("field,value,choices", [
+    ("dist_optimizer", "ring_allreduce", "allreduce, gradient_allreduce"),
+    ("algorithm", "rings", "auto, ring, tree"),
+    ("overlap", "forward", "backward, none, step"),
+])
+def test_a_bad_strategy_field_is_one_line_naming_it_and_its_value(field, value, choices):
+    series = _series("goyal_2017")
+    with pytest.raises(ConfigError) as refused:
+        efficiency.check(replace(series, meta={**series.meta, field: value}))
+    assert str(refused.value).startswith(f"large_batch:goyal_2017: {field}={value!r}; choose one of {choices}")
+    assert "\n" not in str(refused.value)

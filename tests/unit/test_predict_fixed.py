@@ -1,16 +1,19 @@
 """The first-principles floor of a device's fixed part (predict/fixed.py) against hand counts and hand arithmetic,
 and against the H100's measured step curve; where a fixed part comes from, best source first."""
 
+import json
 import math
 import runpy
+from importlib import resources
 from pathlib import Path
 
+import numpy
 import pytest
 
 from dlscale.errors import ConfigError
 from dlscale.metrics.hardware import PEAKS
 from dlscale.predict import compute, fixed
-from dlscale.predict.compute import KNOWN_RANGE_MS, device_curve, fixed_for_device
+from dlscale.predict.compute import device_curve, fixed_for_device
 from dlscale.predict.fixed import Stack, execution_of, floor, kernel_counts, kernels_per_step, stack_of, structure
 
 MS = 1e-3
@@ -124,12 +127,67 @@ def test_where_a_fixed_part_comes_from():
     assert modelled.seconds == pytest.approx(floor("A100-SXM4-80GB", "amp_fp16", "cuda-graphs").seconds)
     assert "first-principles floor" in modelled.source and "1.61 ms, 61%" in modelled.source
     unknown = fixed_for_device("Z900")
-    low, high = KNOWN_RANGE_MS
+    low, high = min(_fits_by_hand().values()), max(_fits_by_hand().values())
     assert not unknown.known and unknown.kind == "unknown" and unknown.seconds == 0.0
-    assert f"lie between {low:g} and {high:g} ms" in unknown.source and "no peak and memory bandwidth" in unknown.source
+    assert f"lie between {1e3 * low:.2f} and {1e3 * high:.2f} ms" in unknown.source
+    assert "no peak and memory bandwidth" in unknown.source
     step = compute.from_one_point(256, 0.1, unknown)
     assert "UNKNOWN, TAKEN AS ZERO" in step.describe()[1]
     assert "MODELLED" in compute.from_one_point(256, 0.1, modelled).describe()[1]
+
+
+SHIPPED_FITS = {
+    ("mlperf", "h100_strong", None),
+    ("hal", "may", None),
+    ("mlperf_scale", "dgx1_v06", "resnet-v1b-normconv-fl"),
+    ("mlperf_scale", "dgx2h_v06", "resnet-v1b-normconv-fl"),
+    ("mlperf_scale", "dgxa100_v07", "resnet-v1b-stats-fl"),
+    ("mlperf_scale", "dgxa100_v10", "resnet-v1b-stats-fl"),
+    ("mlperf_scale", "dgxa100_v11", "resnet-v1b-fl"),
+    ("mlperf_scale", "dgxa100_v20", "resnet-v1b-fl"),
+    ("mlperf_scale", "xe8545_40gb_v20", "resnet-v1b-stats-fl"),
+    ("mlperf_scale", "xe8545_40gb_v20", "resnet-v1b-fl"),
+    ("mlperf_scale", "xe8545_80gb_v20", "resnet-v1b-stats-fl"),
+    ("mlperf_scale", "r750xa_v11", "resnet-v1b-stats-fl"),
+    ("mlperf_scale", "dss8440_v10", "resnet-v1b-stats-fl"),
+}
+"""The shipped ResNet-50 series (file, series, step program) with published steps at two batch sizes or more in
+one program, listed by hand from the files."""
+
+
+def _shipped(name: str) -> dict:
+    return json.loads((resources.files("dlscale") / "references" / f"{name}.json").read_text())
+
+
+def _fits_by_hand() -> dict[str, float]:
+    """t0 of each shipped fixed part, fitted here with numpy (t = t0 + b t1 on relative errors: residuals weighted
+    1/t) to the JSON's own figures: the H100's measured curve and each hand-listed series' steps, batch x devices /
+    img/s. A fit whose t0 comes out negative has no fixed part to show."""
+    curve = _shipped("device_steps")["devices"]["H100"]["batch_curve"]
+    fits = {"H100": _t0([(c["batch_size"], c["step_time_ms"] / 1e3) for c in curve])}
+    for name, series_id, program in SHIPPED_FITS:
+        (series,) = [s for s in _shipped(name)["series"] if s["id"] == series_id]
+        steps = []
+        for point in series["points"]:
+            if point.get("program") == program:
+                batch = point.get("batch_per_device") or series["batch_per_device"]
+                steps.append((batch, batch * point["devices"] / point["img_per_s"]))
+        fits[f"{name}:{series_id} {program}"] = _t0(steps)
+    return {what: t0 for what, t0 in fits.items() if t0 > 0}
+
+
+def _t0(steps: list[tuple[int, float]]) -> float:
+    batches, times = numpy.array(steps, dtype=float).T
+    return float(numpy.polyfit(batches, times, 1, w=1 / times)[1])
+
+
+def test_the_range_of_fixed_parts_is_every_one_dlscale_ships():
+    """compute.known_range_ms against fits by hand: the measured curve and the published steps of every shipped
+    ResNet-50 series at two batch sizes or more (HAL's May series: t0 < 0, left out), each program apart."""
+    by_hand = _fits_by_hand()
+    assert len(by_hand) == len(SHIPPED_FITS)  # the H100's curve in, HAL's May out
+    assert sorted(s for _, s in compute.shipped_fixed_parts()) == pytest.approx(sorted(by_hand.values()), rel=1e-9)
+    assert compute.known_range_ms() == pytest.approx((1e3 * min(by_hand.values()), 1e3 * max(by_hand.values())))
 
 
 def test_execution_of_speed_options_and_recipes():

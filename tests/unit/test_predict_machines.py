@@ -7,6 +7,7 @@ import math
 import pytest
 
 from dlscale.errors import ConfigError
+from dlscale.predict import platforms as platforms_file
 from dlscale.predict.ceilings import Ceilings
 from dlscale.predict.endtoend import Schedule, end_to_end
 from dlscale.predict.model import (
@@ -39,6 +40,23 @@ def test_every_platform_has_a_class_a_kind_and_a_transport():
     for chosen in platforms().values():
         assert chosen.machine_class and chosen.kind in ("dedicated", "cloud-tcp") and chosen.transport in (
             "ib", "roce", "tcp"), chosen.id
+
+
+@pytest.mark.parametrize("field,value,choices", [("kind", "dedicate", "dedicated, cloud-tcp"),
+                                                 ("transport", "infiniband", "ib, roce, tcp")])
+def test_a_platforms_kind_and_transport_are_checked_where_they_are_read(monkeypatch, field, value, choices):
+    """A kind the spread does not know would silently take the stragglers out; a transport, take InfiniBand's
+    figures: each is one line naming the platform, the field and its value."""
+    data = platforms_file._load()
+    data["platforms"][0][field] = value
+    monkeypatch.setattr(platforms_file, "_load", lambda: data)
+    with pytest.raises(ConfigError, match=f"^platform dgx1-v100: {field}='{value}'; choose one of {choices} in its "):
+        platforms()
+
+
+def test_another_fabric_is_refused_a_transport_nccl_has_not():
+    with pytest.raises(ConfigError, match="^platform dgx-a100: transport='infiniband'; choose one of ib, roce, tcp"):
+        platform("dgx-a100").with_fabric(None, None, "infiniband")
 
 
 def test_another_fabric_for_a_platforms_nodes():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 from dlscale.predict.model import OVERLAPS, STRATEGIES, Strategy
 from dlscale.predict.network import ALGORITHMS
 from dlscale.predict.platforms import platform
@@ -15,9 +15,6 @@ from dlscale.report.references import Reference, load_reference
 
 MIB = 1024 * 1024
 ONE_BUCKET = 1 << 40
-IMAGENET_TRAIN_IMAGES = 1_281_167
-"""ILSVRC-2012 training images (docs/references.md#imagenet-size): Marconi100 publishes epoch
-times, not rates."""
 
 TORCH_DDP = ("torch DDP, default 25 MiB buckets overlapped with backward, fp32 gradients under torch.cuda.amp "
              "(NVIDIA/DeepLearningExamples@0107cf27 PyTorch/Classification/ConvNets/image_classification/training.py)")
@@ -148,6 +145,24 @@ def _mlperf_scale_cases() -> tuple[Case, ...]:
 
 CASES = CASES + _mlperf_scale_cases()
 
+SERIES_CHOICES = (("dist_optimizer", STRATEGIES), ("algorithm", ALGORITHMS), ("overlap", OVERLAPS))
+"""The fields of a reference series that choose its strategy, and the values each takes."""
+
+
+def series_strategy(meta: dict, where: str) -> Strategy:
+    """The strategy a reference series states (dist_optimizer, algorithm, overlap, bucket_cap_mb), torch DDP's
+    defaults where it states none (allreduce in 25 MiB buckets overlapped with backward; another strategy's
+    exchange after backward). A field given a value it does not take is one line naming `where` (the series), the
+    field and its value."""
+    for name, choices in SERIES_CHOICES:
+        if meta.get(name) is not None and meta[name] not in choices:
+            raise ConfigError(f"{where}: {name}={shown(meta[name])}; choose one of {', '.join(choices)}")
+    name = meta.get("dist_optimizer") or "allreduce"
+    return Strategy(name, algorithm=meta.get("algorithm") or "auto",
+                    overlap=meta.get("overlap") or ("backward" if name == "allreduce" else "none"),
+                    bucket_cap_bytes=int((meta.get("bucket_cap_mb") or 25) * MIB))
+
+
 def file_cases(path: str, *, strict: bool = True) -> tuple[Case, ...]:
     """A case per scaling series of a reference file (--reference-file) that publishes images/s at two device
     counts or more: its platform, its strategy as the series states it (dist_optimizer, algorithm, overlap,
@@ -164,14 +179,7 @@ def file_cases(path: str, *, strict: bool = True) -> tuple[Case, ...]:
             raise ConfigError(f"{path}: series {series.id} names no platform: the validation takes its own "
                               "communication out on its machine; add \"platform\" (dlscale predict --list-platforms)")
         platform(meta["platform"])  # one line listing the known ones when it is not
-        name = meta.get("dist_optimizer") or "allreduce"
-        if name not in STRATEGIES or meta.get("algorithm", "auto") not in ALGORITHMS or \
-                meta.get("overlap", "backward") not in OVERLAPS:
-            raise ConfigError(f"{path}: series {series.id}: dist_optimizer must be one of {', '.join(STRATEGIES)}, "
-                              f"algorithm one of {', '.join(ALGORITHMS)}, overlap one of {', '.join(OVERLAPS)}")
-        overlap = meta.get("overlap") or ("backward" if name == "allreduce" else "none")
-        strategy = Strategy(name, algorithm=meta.get("algorithm") or "auto", overlap=overlap,
-                            bucket_cap_bytes=int((meta.get("bucket_cap_mb") or 25) * MIB))
+        strategy = series_strategy(meta, f"{path}: series {series.id}")
         first = min(series.points, key=lambda p: p.get("devices") or 0)
         cases.append(Case(f"file {ref.name}", ref.name, series.id, meta["platform"], strategy,
                           meta.get("setting") or "as the file states it", grad_bytes=int(meta.get("grad_bytes") or 4),

@@ -13,22 +13,20 @@ taken as zero, and the StepTime says so (`fixed_known`). Pure Python: no torch.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
 from dlscale.errors import ConfigError
+from dlscale.metrics.cost import IMAGENET_TRAIN_IMAGES
 from dlscale.predict.fixed import Stack, device_key, floor
+from dlscale.report.references import RefSeries, load_reference, reference_names
 
 FIXED_KINDS = ("measured", "published", "given", "modelled", "unknown")
 """Where a fixed part comes from, best first: a curve dlscale measured; published figures at two batch sizes or
 more; the command line; the first-principles model of predict/fixed.py; nothing (taken as zero)."""
-
-KNOWN_RANGE_MS = (2.63, 16.1)
-"""The fixed parts of ResNet-50 that dlscale ships, measured or fitted to published steps at two batch sizes or
-more: the H100's measured curve (2.63 ms) to Dell's XE8545 A100 series (16.1 ms, MLPerf v2.0;
-references/mlperf_scale.json): the range an unknown one is said to lie in."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +175,11 @@ def _device_steps() -> dict:
     return json.loads((resources.files("dlscale") / "references" / "device_steps.json").read_text())
 
 
+def _curve_points(entry: dict) -> tuple[tuple[int, float], ...]:
+    """(batch, seconds per step) of a device_steps.json entry's curve, by batch."""
+    return tuple(sorted((int(c["batch_size"]), c["step_time_ms"] / 1e3) for c in entry["batch_curve"]))
+
+
 def device_curve(device: str | None) -> DeviceCurve | None:
     """The shipped curve of the device type named in `device` ("H100-SXM5-80GB", "NVIDIA H100 80GB HBM3"),
     or None where none ships (or its entry awaits its measurement)."""
@@ -184,11 +187,70 @@ def device_curve(device: str | None) -> DeviceCurve | None:
         return None
     for key, entry in _device_steps()["devices"].items():
         if key.lower() in device.lower() and entry.get("batch_curve"):
-            points = tuple((int(c["batch_size"]), c["step_time_ms"] / 1e3) for c in entry["batch_curve"])
+            points = _curve_points(entry)
             t0, t1 = fit_fixed_per_image(points)
             provenance = f"{entry['command']}, {entry['date']}, {entry['machine']}"
-            return DeviceCurve(key, t0, t1, tuple(sorted(points)), provenance)
+            return DeviceCurve(key, t0, t1, points, provenance)
     return None
+
+
+# ----------------------------------------------------------------------- the fixed parts dlscale ships
+
+
+def published_rate(series: RefSeries, point: dict) -> float:
+    """Images/s of a published point; epoch-time series through the ImageNet training set size."""
+    rate = series.value(point, "img_per_s")
+    if rate is None and point.get("epoch_time_s"):
+        rate = IMAGENET_TRAIN_IMAGES / point["epoch_time_s"]
+    if rate is None:
+        raise ConfigError(f"{series.reference}:{series.id} point {point} has no rate")
+    return rate
+
+
+def published_batch(series: RefSeries, point: dict) -> int:
+    """A published point's batch per device: its own, else its series'."""
+    return int(point.get("batch_per_device") or series.meta["batch_per_device"])
+
+
+def published_steps(series: RefSeries) -> dict[str | None, list[tuple[int, float]]]:
+    """(batch, seconds per step) of each point of a series that publishes its rate, devices and batch, per step
+    program (a point's `program`; None where it names none): batch x devices / rate, its run's communication in."""
+    programs: dict[str | None, list[tuple[int, float]]] = {}
+    for point in series.points:
+        batched = point.get("batch_per_device") or series.meta.get("batch_per_device")
+        if point.get("devices") and batched and (series.value(point, "img_per_s") or point.get("epoch_time_s")):
+            batch = published_batch(series, point)
+            step = (batch, batch * point["devices"] / published_rate(series, point))
+            programs.setdefault(point.get("program"), []).append(step)
+    return programs
+
+
+def shipped_fixed_parts(model: str = "resnet50") -> list[tuple[str, float]]:
+    """(what, t0 in seconds) of every fixed part of `model` dlscale ships: each measured curve of
+    references/device_steps.json, and the fit of t(b) = t0 + b x t1 to the published steps of each step program of
+    a shipped series of that model at two batch sizes or more (their communication in: --validate takes it out of
+    its fits, which needs the model of predict/model.py; scripts/fixed_part_check.py prints those). A fit at
+    t0 = 0 (a line through the steps that crosses the step axis below zero) gives no fixed part and is left out."""
+    found = [(f"the {key} curve (references/device_steps.json)", fit_fixed_per_image(_curve_points(entry))[0])
+             for key, entry in _device_steps()["devices"].items() if entry.get("batch_curve")]
+    for name in reference_names():
+        reference = load_reference(name)
+        if reference.model != model:
+            continue
+        for series in reference.series:
+            for program, steps in published_steps(series).items():
+                t0 = fit_fixed_per_image(steps)[0] if len({b for b, _ in steps}) >= 2 else 0.0
+                if t0 > 0:
+                    found.append((f"{name}:{series.id}" + (f" ({program})" if program else ""), t0))
+    return found
+
+
+@functools.cache
+def known_range_ms() -> tuple[float, float]:
+    """The lowest and highest fixed part of ResNet-50 that dlscale ships (shipped_fixed_parts), in ms: the range an
+    unknown one is said to lie in. Read from the shipped files once per process, so it follows them."""
+    parts = [seconds for _, seconds in shipped_fixed_parts()]
+    return 1e3 * min(parts), 1e3 * max(parts)
 
 
 def fixed_for_device(device: str | None, precision: str | None = None, execution: str | Stack | None = None,
@@ -210,9 +272,11 @@ def fixed_for_device(device: str | None, precision: str | None = None, execution
         why = f"dlscale knows no peak and memory bandwidth of {device} for its first-principles model"
     else:
         why = f"the figure states no precision its model knows ({precision or 'none'})"
-    low, high = KNOWN_RANGE_MS
-    return Fixed(0.0, f"{what}, {why}: the fixed parts of ResNet-50 dlscale ships lie between {low:g} and "
-                      f"{high:g} ms", known=False, kind="unknown")
+    low, high = known_range_ms()
+    return Fixed(0.0, f"{what}, {why}: the fixed parts of ResNet-50 dlscale ships lie between {low:.2f} and "
+                      f"{high:.2f} ms (measured, or fitted to published steps at two batch sizes or more, their "
+                      "communication in)",
+                 known=False, kind="unknown")
 
 
 MODEL_CHECK = ("a floor: on the H100, whose curve was measured (2.63 ms with CUDA graphs), it gives 1.61 ms, 61% "

@@ -16,10 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from dlscale.errors import ConfigError
-from dlscale.predict.cases import IMAGENET_TRAIN_IMAGES, MIB, shipped_reference
+from dlscale.metrics.cost import IMAGENET_TRAIN_IMAGES
+from dlscale.predict.cases import series_strategy, shipped_reference
 from dlscale.predict.ceilings import Ceilings
 from dlscale.predict.compute import from_one_point
-from dlscale.predict.model import STRATEGIES, Point, Strategy, compute_for_step, predict_point, workload_for_model
+from dlscale.predict.model import Point, Strategy, compute_for_step, predict_point, workload_for_model
 from dlscale.predict.network import Network
 from dlscale.predict.platforms import platform
 from dlscale.predict.spread import default_spread
@@ -61,12 +62,7 @@ class _Setting:
 def _setting(series: RefSeries) -> _Setting:
     meta = series.meta
     chosen = platform(meta["platform"]).with_fabric(meta.get("nics"), meta.get("nic_gbps"), meta.get("transport"))
-    name = meta.get("dist_optimizer") or "allreduce"
-    if name not in STRATEGIES:
-        raise ConfigError(f"{series.reference}:{series.id}: dist_optimizer must be one of {', '.join(STRATEGIES)}")
-    strategy = Strategy(name, algorithm=meta.get("algorithm") or "auto",
-                        overlap=meta.get("overlap") or ("backward" if name == "allreduce" else "none"),
-                        bucket_cap_bytes=int((meta.get("bucket_cap_mb") or 25) * MIB))
+    strategy = series_strategy(meta, f"{series.reference}:{series.id}")
     spread = default_spread(chosen.kind)
     cv = spread.cv if spread else None
     text = (f"network: {chosen.label}; strategy: {strategy.describe()}; stragglers: "

@@ -19,12 +19,11 @@ import math
 from dataclasses import dataclass
 
 from dlscale.errors import ConfigError
+from dlscale.metrics.cost import IMAGENET_TRAIN_IMAGES
 from dlscale.predict.model import Point
 
-IMAGENET_TRAIN_IMAGES = 1_281_167
-"""ILSVRC-2012's training images (docs/references.md#imagenet-size)."""
 IMAGENET_VAL_IMAGES = 50_000
-"""ILSVRC-2012's validation images (the same source)."""
+"""ILSVRC-2012's validation images (docs/references.md#imagenet-size; the training images: metrics/cost.py)."""
 FORWARD_SHARE = 1 / 3
 """A forward pass's share of a training step (docs/references.md#training-flops-3x)."""
 

@@ -218,10 +218,6 @@ class Floor:
     segments: int = 0
     """MXNet's engine operations per step (0 for PyTorch)."""
 
-    @property
-    def execution(self) -> str:
-        return self.stack.execution
-
     def describe(self) -> str:
         per_kernel, per_segment = issue_cost_us(self.stack)
         segments = f" + {self.segments} engine operations x {per_segment:.2f} us" if self.segments else ""

@@ -24,12 +24,14 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 
-from dlscale.errors import ConfigError
+from dlscale.errors import ConfigError, shown
 from dlscale.predict.network import Level, Network
 
 TRANSPORTS = ("ib", "roce", "tcp")
 """InfiniBand, RDMA over Converged Ethernet, TCP sockets (NCCL's socket transport)."""
 KINDS = ("dedicated", "cloud-tcp")
+"""Nodes of one job on an RDMA fabric; virtual instances on TCP over Ethernet: each its default spread of step
+times (predict/spread.py), which an unknown kind would silently leave out."""
 
 
 @dataclass(frozen=True)
@@ -43,12 +45,20 @@ class Platform:
     notes: tuple[str, ...]
     intra_kind: str
     """nvlink, p9_xbus or pcie: what joins the devices of a node."""
-    kind: str = "dedicated"
-    """dedicated or cloud-tcp: the default spread of step times (predict/spread.py)."""
-    transport: str = "ib"
-    """ib, roce or tcp: the fabric between nodes."""
-    machine_class: str = ""
+    kind: str
+    """One of KINDS: the default spread of step times (predict/spread.py)."""
+    transport: str
+    """One of TRANSPORTS: the fabric between nodes."""
+    machine_class: str
     """The class of machine the validation reports errors per: its nodes and their fabric."""
+
+    def __post_init__(self) -> None:
+        given = (("kind", KINDS, "its entry in references/platforms.json"),
+                 ("transport", TRANSPORTS, "its entry in references/platforms.json, or --transport"))
+        for name, choices, where in given:
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"platform {self.id}: {name}={shown(getattr(self, name))}; choose one of "
+                                  f"{', '.join(choices)} in {where}")
 
     def value(self, name: str):
         return self.figures[name]["value"]

@@ -22,16 +22,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from dlscale.errors import ConfigError
-from dlscale.predict.cases import (
-    CASES,
-    HAL_PRINT_FREQ,
-    IMAGENET_TRAIN_IMAGES,
-    THESIS_WORKERS_PER_GPU,
-    Case,
-    case_reference,
-)
+from dlscale.metrics.cost import IMAGENET_TRAIN_IMAGES
+from dlscale.predict.cases import CASES, HAL_PRINT_FREQ, THESIS_WORKERS_PER_GPU, Case, case_reference
 from dlscale.predict.ceilings import Ceilings, EpochStart, NodeLoader
-from dlscale.predict.compute import Fixed, fit_fixed_per_image, fixed_for_device, from_one_point, from_points
+from dlscale.predict.compute import (
+    Fixed,
+    fit_fixed_per_image,
+    fixed_for_device,
+    from_one_point,
+    from_points,
+    published_batch,
+    published_rate,
+)
 from dlscale.predict.fixed import device_key, stack_of
 from dlscale.predict.inputs import reference_spread
 from dlscale.predict.model import Point, Strategy, compute_for_step, predict_point, workload_for_model
@@ -83,20 +85,6 @@ def point_id(reference: str, series: str, devices: int | str) -> str:
     return f"{reference}:{series}@{devices}"
 
 
-def _rate(series: RefSeries, point: dict) -> float:
-    """Images/s of a published point; epoch-time series through the ImageNet training set size."""
-    rate = series.value(point, "img_per_s")
-    if rate is None and point.get("epoch_time_s"):
-        rate = IMAGENET_TRAIN_IMAGES / point["epoch_time_s"]
-    if rate is None:
-        raise ConfigError(f"{series.reference}:{series.id} point {point} has no rate")
-    return rate
-
-
-def _batch(series: RefSeries, point: dict) -> int:
-    return int(point.get("batch_per_device") or series.meta["batch_per_device"])
-
-
 # ----------------------------------------------------------------------------- the terms
 
 
@@ -115,8 +103,8 @@ def thesis_loader() -> tuple[NodeLoader, list[str], str]:
     node's rate with a worker on every core (32 workers)."""
     series = load_reference("marconi100").get("workers")
     one, full = series.point(workers=1), series.point(workers=8)
-    worker = _rate(series, one) / (one["workers"] * one["devices"])
-    node = _rate(series, full)
+    worker = published_rate(series, one) / (one["workers"] * one["devices"])
+    node = published_rate(series, full)
     text = (f"a node's loader (marconi100:workers at 1 and 8 workers per GPU on 4 GPUs: {worker:.1f} img/s per worker, "
             f"{node:.0f} img/s with the node's 32 cores full; {THESIS_WORKERS_PER_GPU} workers per GPU)")
     return (NodeLoader(worker, node, THESIS_WORKERS_PER_GPU),
@@ -177,11 +165,11 @@ def _compute_points(case: Case, program: str | None = None,
     that ran `program`; never the point `predicted` (reference:series@devices)."""
     series = case_reference(case).get(case.input_series or case.series)
     first = series.point(devices=case.input_devices)
-    chosen = {_batch(series, first): first}
+    chosen = {published_batch(series, first): first}
     for p in sorted(series.points, key=lambda p: p.get("devices", 0)):
         if p.get("devices") and (series.value(p, "img_per_s") or p.get("epoch_time_s")) and same_program(p, program) \
                 and point_id(case.reference, series.id, p["devices"]) != predicted:
-            chosen.setdefault(_batch(series, p), p)
+            chosen.setdefault(published_batch(series, p), p)
     return series, [(point_id(case.reference, series.id, p["devices"]), b, p) for b, p in chosen.items()]
 
 
@@ -222,7 +210,8 @@ def case_workload(case: Case, terms: Terms, predicted: str | None = None,
     net = case_network(case)
     steps, fed = [], []
     for pid, batch, p in usable:
-        steps.append((batch, anchored_step(case, p, batch, batch * p["devices"] / _rate(series, p), terms, net)))
+        step = batch * p["devices"] / published_rate(series, p)
+        steps.append((batch, anchored_step(case, p, batch, step, terms, net)))
         fed.append(pid)
     ref = case_reference(case)
     device = series.meta.get("device") or ref.hardware.get("device")
@@ -279,7 +268,8 @@ def stack_fixed(case: Case, predicted: str | None = None, program: str | None = 
         return None, []
     other, usable = best
     them, terms, net = case_reference(other).get(other.series), case_terms(other), case_network(other)
-    steps = [(b, anchored_step(other, p, b, b * p["devices"] / _rate(them, p), terms, net)) for _, b, p in usable]
+    steps = [(b, anchored_step(other, p, b, b * p["devices"] / published_rate(them, p), terms, net))
+             for _, b, p in usable]
     t0, _ = fit_fixed_per_image(steps)
     fed = [pid for pid, _, _ in usable]
     return Fixed(t0, f"{1e3 * t0:.2f} ms, fitted to {', '.join(fed)} (the same {device} and {stack}; their own "
