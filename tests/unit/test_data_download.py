@@ -19,7 +19,7 @@ from dlscale.config.data import DataConfig
 from dlscale.data import loader as data_loader
 from dlscale.data.cifar import CIFAR100, cifar_sources
 from dlscale.data.download import ensure_cifar
-from dlscale.errors import ConfigError, DataError
+from dlscale.errors import ConfigError, DataError, DlscaleError
 
 
 def cifar100_archive(members: dict | None = None) -> tuple[bytes, dict]:
@@ -131,3 +131,12 @@ def test_download_on_the_cifar_presets(tmp_path, served, monkeypatch, capsys):
 def test_download_is_for_cifar_only():
     with pytest.raises(ConfigError, match="CIFAR-10 and CIFAR-100 only"):
         DataConfig(name="imagefolder", download=True)
+
+
+def test_a_data_folder_that_cannot_take_the_download_names_data_path(tmp_path):
+    """From a run, the folder is data.path (`dlscale data download` names its DIR)."""
+    (tmp_path / "cifar" / ".cifar-100-python.download.lock").mkdir(parents=True)  # a folder where the lock goes
+    cfg = DataConfig(name="cifar100", path=str(tmp_path / "cifar"), download=True, num_workers=0)
+    with pytest.raises(DlscaleError, match="data.path") as refused:
+        data_loader.build_loaders(cfg, rank=0, world_size=1, batch_size=2)
+    assert "DIR" not in str(refused.value)

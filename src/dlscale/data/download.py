@@ -34,9 +34,10 @@ UNPACKED_LIMIT_BYTES = 1 << 30
 
 
 def ensure_cifar(root: str | Path, layout: CifarLayout, *, url: str | None = None, md5: str | None = None,
-                 out: Callable[[str], None] = lambda line: None) -> Path:
+                 out: Callable[[str], None] = lambda line: None, flag: str = "DIR") -> Path:
     """The folder of the data set under root, downloaded first when it is not there. url and md5 replace
-    the published archive's (a mirror's own copy); out gets one line before and one after a download."""
+    the published archive's (a mirror's own copy); out gets one line before and one after a download; flag: what
+    names root in an error (`dlscale data download`'s DIR, a run's data.path)."""
     root = Path(root)
     found = cifar_folder(root, layout)
     if found is not None:
@@ -46,14 +47,14 @@ def ensure_cifar(root: str | Path, layout: CifarLayout, *, url: str | None = Non
         root.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise DataError(f"cannot create the data folder {root} for {layout.folder}: {error.strerror}") from None
-    lock = check_output_file(root / f".{layout.folder}.download.lock", "DIR")  # a lock that cannot be made waits
+    lock = check_output_file(root / f".{layout.folder}.download.lock", flag)  # a lock that cannot be made waits
     with FileLock(str(lock)):
         found = cifar_folder(root, layout)  # another rank may have fetched it while this one waited
         if found is not None:
             return found
         archive = root / f"{layout.folder}.tar.gz"
         out(f"downloading {url} into {root}")
-        size = fetch(url, archive, md5)
+        size = fetch(url, archive, md5, flag)
         unpack(archive, root, layout)
         out(f"{layout.folder}: {size / 2**20:.1f} MiB, MD5 {md5} as published; unpacked under {root}")
     found = cifar_folder(root, layout)
@@ -63,7 +64,7 @@ def ensure_cifar(root: str | Path, layout: CifarLayout, *, url: str | None = Non
     return found
 
 
-def fetch(url: str, path: Path, md5: str) -> int:
+def fetch(url: str, path: Path, md5: str, flag: str = "DIR") -> int:
     """url's bytes into path, checked against md5 while they arrive; returns their count. DataError, with
     nothing left at path, for a download that fails or whose checksum differs."""
     partial = path.with_name(path.name + ".part")
@@ -87,7 +88,7 @@ def fetch(url: str, path: Path, md5: str) -> int:
     except OSError as error:
         partial.unlink(missing_ok=True)
         if not isinstance(error, urllib.error.URLError) and error.filename is not None:  # writing, not fetching
-            raise storage_error(partial, error, "DIR") from None
+            raise storage_error(partial, error, flag) from None
         reason = getattr(error, "reason", None) or error
         raise DataError(f"{url}: download failed ({reason}); check the address and the network, or put the "
                         f"files in {path.parent} yourself") from None

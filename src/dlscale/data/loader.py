@@ -108,7 +108,7 @@ def _build_cifar(cfg: DataConfig) -> _Built:
     layout, mean, std = {"cifar10": (CIFAR10, CIFAR10_MEAN, CIFAR10_STD),
                          "cifar100": (CIFAR100, CIFAR100_MEAN, CIFAR100_STD)}[cfg.name]
     if cfg.download:
-        ensure_cifar(cfg.path, layout, out=lambda line: print(line, flush=True))
+        ensure_cifar(cfg.path, layout, out=lambda line: print(line, flush=True), flag="data.path")
     train, val, class_names = cifar_sources(cfg.path, layout)
     info = DatasetInfo(name=cfg.name, num_classes=layout.num_classes, mean=mean, std=std, train_size=len(train),
                        val_size=len(val), image_size=32, val_image_size=32, class_names=class_names)
