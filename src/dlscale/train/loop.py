@@ -154,17 +154,17 @@ def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, 
                                                              "host_load": host.at_start()})
     run.records = Records(run_dir, enabled=env.is_main, resume_step=progress.step, raport_file=raport_file,
                           steps_per_epoch=run.plan.steps_per_epoch, epochs=run.plan.epochs, tracking=tracking)
-    run.records.parameters({**convnets_parameters(cfg, run.plan, env, run.info, raport_file=raport_file,
-                                                  workspace=run_dir.path,
-                                                  loss_scale=run.parts.precision.scaler.get_scale()),
-                            "preset": run_name, **asdict(run.plan), "precision": cfg.precision,
-                            "model": cfg.model.name, "world_size": env.world_size})
-    for note in (host.warning(), precision_note(cfg.precision, device.type)):
-        if note:
-            run.records.message(note)
-    run.clock_origin = (time.perf_counter(), progress.elapsed_s)
-    meter, first_step = device_energy_meter(device), progress.step  # NVML, sampled off this thread
-    try:
+    try:  # from here the records are closed (TensorBoard's writer and the thread hook it set) whatever raises
+        run.records.parameters({**convnets_parameters(cfg, run.plan, env, run.info, raport_file=raport_file,
+                                                      workspace=run_dir.path,
+                                                      loss_scale=run.parts.precision.scaler.get_scale()),
+                                "preset": run_name, **asdict(run.plan), "precision": cfg.precision,
+                                "model": cfg.model.name, "world_size": env.world_size})
+        for note in (host.warning(), precision_note(cfg.precision, device.type)):
+            if note:
+                run.records.message(note)
+        run.clock_origin = (time.perf_counter(), progress.elapsed_s)
+        meter, first_step = device_energy_meter(device), progress.step  # NVML, sampled off this thread
         run.preemption = preemption
         if meter:
             meter.start()
