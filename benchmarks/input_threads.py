@@ -14,13 +14,18 @@ split of a JPEG tree through the fast decode path (FastRandomResizedCrop to --cr
     1 thread        the thread pipeline with one thread (the wall-time scaling of --workers threads over it)
     plain threads   --workers plain Python threads taking the samples in turn, no batch or queue: the best threads
                     of one process give on this transform (a gap to one thread is the GIL's, not the pipeline's)
+    separate processes
+                    --workers processes, each running one thread's loop over its share, all at once: what the
+                    machine gives that many decoders together with nothing shared (a gap to one thread is the
+                    machine's: its shared caches, memory and host; no pipeline or GIL can do better)
     torchdata       torchdata.nodes' ParallelMapper(method="thread") + Batcher + the same collation, where torchdata
                     imports (a peer: the library the thread pipeline was weighed against)
 
 Images per CPU-second count the CPU time of this process and of its worker processes (/proc), so other load on the
 machine counts less than in wall time. Ratios are taken within a round and their median over rounds is reported:
-threads / one thread and processes / one thread per CPU-second (goal for threads: >= 0.95), and --workers threads /
-1 thread in wall time (goal: >= 1.8x with 2 threads on a quiet machine).
+threads / one thread and processes / one thread per CPU-second (goal for threads: >= 0.95), threads / separate
+processes (what the pipeline and the GIL cost beyond the machine's own share), and --workers threads / 1 thread in
+wall time (goal: >= 1.8x with 2 threads on a quiet machine).
 
 --train-rounds N also runs `dlscale train` (ResNet-18 of width 16 at 64 px, batch 32, one epoch, --workers loader
 workers) N times with threads and N times with processes, alternated, and reports the data wait per step (the log
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import platform
 import statistics
@@ -100,6 +106,41 @@ def plain_threads(cfg: DataConfig, *, images: int, workers: int, seed: int) -> d
     return {"images_per_cpu_s": len(keys) / cpu, "images_per_s": len(keys) / wall}
 
 
+def separate_processes(cfg: DataConfig, *, images: int, workers: int, seed: int) -> dict:
+    """`workers` forked processes, each running one_thread's loop over every workers-th sample, started together:
+    images per CPU-second of them all (the machine's ceiling for that many decoders at once, nothing shared)."""
+    loader, _, _ = build_loaders(replace(cfg, num_workers=0), rank=0, world_size=1, batch_size=1, seed=seed)
+    keys = [(0, index) for index in range(len(loader.dataset))][:images]
+    context = multiprocessing.get_context("fork")
+    barrier, results = context.Barrier(workers), context.Queue()
+    running = [context.Process(target=_share, args=(loader.dataset, keys[k::workers], barrier, results))
+               for k in range(workers)]
+    for process in running:
+        process.start()
+    try:
+        figures = [results.get(timeout=1800) for _ in running]
+    finally:
+        for process in running:
+            process.join(timeout=60)
+    failed = [process.exitcode for process in running if process.exitcode != 0]
+    if failed:
+        raise SystemExit(f"separate processes: a process exited with {failed[0]}")
+    return {"images_per_cpu_s": len(keys) / sum(cpu for cpu, _ in figures),
+            "images_per_s": len(keys) / max(wall for _, wall in figures)}
+
+
+def _share(dataset, keys: list, barrier, results) -> None:
+    """One separate process: warm, wait for the others, then its samples on one intra-op thread."""
+    torch.set_num_threads(1)
+    for key in keys[:8]:
+        dataset[key]
+    barrier.wait()
+    cpu, wall = time.process_time(), time.perf_counter()
+    for key in keys:
+        dataset[key]
+    results.put((time.process_time() - cpu, time.perf_counter() - wall))
+
+
 def torchdata_threads(cfg: DataConfig, *, batch_size: int, batches: int, seed: int) -> dict | None:
     """torchdata.nodes' thread mapper over the same samples, batched and collated as the DataLoader does; None
     where torchdata does not import."""
@@ -130,6 +171,8 @@ def loader_round(cfg: DataConfig, order: list[str], *, workers: int, batch_size:
             figures[name] = one_thread(cfg, images=batch_size * batches, seed=seed)
         elif name == "plain threads":
             figures[name] = plain_threads(cfg, images=batch_size * batches, workers=workers, seed=seed)
+        elif name == "separate processes":
+            figures[name] = separate_processes(cfg, images=batch_size * batches, workers=workers, seed=seed)
         elif name == "torchdata":
             found = torchdata_threads(replace(cfg, num_workers=workers), batch_size=batch_size, batches=batches,
                                       seed=seed)
@@ -142,7 +185,7 @@ def loader_round(cfg: DataConfig, order: list[str], *, workers: int, batch_size:
                                   batches=batches, warmup=2 * count, seed=seed)
             figures[name] = {key: row[key] for key in ("images_per_cpu_s", "images_per_s", "cpu_cores_busy")}
         said = figures.get(name)
-        print(f"  {name:>10}: " + (f"{said['images_per_cpu_s']:7.1f} img/CPU-s, {said['images_per_s']:7.1f} img/s"
+        print(f"  {name:>18}: " + (f"{said['images_per_cpu_s']:7.1f} img/CPU-s, {said['images_per_s']:7.1f} img/s"
                                    if said else "torchdata does not import: left out"), flush=True)
     return figures
 
@@ -157,6 +200,9 @@ def ratios(rounds: list[dict[str, dict]]) -> dict[str, float]:
            "processes / one thread, img per CPU-s": median("processes", "one thread", "images_per_cpu_s"),
            "plain threads / one thread, img per CPU-s": median("plain threads", "one thread", "images_per_cpu_s"),
            "threads / plain threads, img per CPU-s": median("threads", "plain threads", "images_per_cpu_s"),
+           "separate processes / one thread, img per CPU-s": median("separate processes", "one thread",
+                                                                    "images_per_cpu_s"),
+           "threads / separate processes, img per CPU-s": median("threads", "separate processes", "images_per_cpu_s"),
            "threads / processes, img per CPU-s": median("threads", "processes", "images_per_cpu_s"),
            "threads / processes, img/s": median("threads", "processes", "images_per_s"),
            "threads / 1 thread, img/s": median("threads", "1 thread", "images_per_s"),
@@ -221,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         load_start = os.getloadavg()[0]
         print(f"{tree}: {args.workers} workers, batch {args.batch_size}, {args.batches} batches per setting, "
               f"{args.crop} px, {pillow_build()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
-        names = ["one thread", "threads", "processes", "1 thread", "plain threads", "torchdata"]
+        names = ["one thread", "threads", "processes", "1 thread", "plain threads", "separate processes", "torchdata"]
         rounds = []
         for k in range(args.rounds):
             order = names[k % len(names):] + names[:k % len(names)]
@@ -236,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                             "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
                   "rounds": rounds, "ratios": ratios(rounds)}
         for name, value in result["ratios"].items():
-            print(f"{name:>40}: {value:.3f}", flush=True)
+            print(f"{name:>48}: {value:.3f}", flush=True)
         if args.train_rounds:
             result["train"] = train_rounds(tree, Path(scratch), args.train_rounds, args.workers)
         result["load_end"] = os.getloadavg()[0]

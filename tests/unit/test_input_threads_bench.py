@@ -29,7 +29,7 @@ def test_it_measures_threads_processes_and_one_thread_and_takes_their_ratios_wit
     result = json.loads((tmp_path / "t.json").read_text())
     assert len(result["rounds"]) == 2
     for figures in result["rounds"]:
-        assert {"one thread", "threads", "processes", "1 thread"} <= set(figures)
+        assert {"one thread", "threads", "processes", "1 thread", "plain threads", "separate processes"} <= set(figures)
         assert all(f["images_per_cpu_s"] > 0 and f["images_per_s"] > 0 for f in figures.values())
     first = result["rounds"][0]
     within = [r["threads"]["images_per_cpu_s"] / r["processes"]["images_per_cpu_s"] for r in result["rounds"]]
