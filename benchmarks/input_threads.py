@@ -214,7 +214,7 @@ def ratios(rounds: list[dict[str, dict]]) -> dict[str, float]:
 def train_once(tree: Path, out: Path, kind: str, workers: int, sets: tuple[str, ...] = ()) -> dict:
     """One epoch of `dlscale train` with `workers` loader workers of `kind` (and `sets`, more --set values after
     the defaults here): the data wait and step per log window."""
-    argv = [sys.executable, "-m", "dlscale", "train", "--config", "cpu:default", "--data", str(tree),
+    argv = [sys.executable, "-m", "dlscale", "train", "--config", "cpu:default", "--data", str(tree.resolve()),
             "--set", "data.name=imagefolder", "--set", "model.name=resnet18", "--set", "model.width=16",
             "--set", "data.image_size=64", "--set", "global_batch_size=32", "--set", "schedule.epochs=1",
             "--set", "schedule.warmup_epochs=0", "--set", "log_every=5", "--set", "checkpoint.enabled=false",

@@ -36,3 +36,18 @@ def test_it_measures_threads_processes_and_one_thread_and_takes_their_ratios_wit
     assert result["ratios"]["threads / processes, img per CPU-s"] == pytest.approx(sorted(within)[0] / 2
                                                                                  + sorted(within)[1] / 2)
     assert first["threads"]["images_per_s"] > 0 and "threads / one thread, img per CPU-s" in out.stdout
+
+
+@pytest.mark.slow
+def test_its_train_runs_take_a_tree_named_relative_to_where_it_was_started(tmp_path):
+    """dlscale train runs in a scratch folder: a --data given relative to the caller's folder still names the tree."""
+    made = run_process([sys.executable, "-m", "dlscale", "data", "make-jpegs", str(tmp_path / "jpegs"), "--train",
+                        "320", "--val", "4", "--classes", "2", "--unique", "4", "--size", "96x72", "--processes", "1"],
+                       ROOT)
+    assert made.returncode == 0, made.stderr
+    out = run_process([sys.executable, ROOT / "benchmarks/input_threads.py", "--data", "jpegs", "--rounds", "1",
+                       "--batches", "2", "--batch-size", "8", "--crop", "32", "--train-rounds", "1", "--json",
+                       "t.json"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    train = json.loads((tmp_path / "t.json").read_text())["train"]
+    assert len(train["runs"]["thread"]) == len(train["runs"]["process"]) == 1
