@@ -159,3 +159,44 @@ def test_decode_setting_is_checked():
 
 def test_pillow_build_names_the_decoder():
     assert T.pillow_build().startswith(("Pillow ", "Pillow-SIMD "))
+
+
+@pytest.mark.parametrize("decode", ["fast", "plain", "gpu"], ids=["fast", "plain", "device-path"])
+def test_every_path_says_the_bytes_of_the_file_it_read_and_counting_needs_no_stat_of_its_own(tmp_path, monkeypatch,
+                                                                                             decode):
+    """ImageFolderSource.load_sized: the image load() gives and the file's size, whichever way the file is opened;
+    CountingSource counts those bytes, and stats only a file that could not be read (it has no size to give)."""
+    from dlscale.data import counting
+
+    files = {"big.jpg": _jpeg(_smooth(300, 200)), "small.jpg": _jpeg(_smooth(60, 40, seed=1)),
+             "gray.jpg": _jpeg(_smooth(60, 40, seed=2).convert("L")), "empty.jpg": b""}
+    train, _, _ = imagefolder_sources(_tree(tmp_path, files), decode=decode, image_size=32)
+    names = [str(name).split("/")[-1] for name in train.relative_paths.astype(str)]
+    source = counting.CountingSource(train, workers=0)
+    stats = []
+    real_stat = counting.os.stat
+    monkeypatch.setattr(counting.os, "stat", lambda path: stats.append(path) or real_stat(path))
+    for index, name in enumerate(names):
+        if name == "empty.jpg":
+            with pytest.raises(BadSample):
+                source.load(index)
+            continue
+        image, label, size = train.load_sized(index)
+        assert size == len(files[name])
+        again, same_label = source.load(index)
+        assert same_label == label and type(again) is type(image)
+        if isinstance(image, torch.Tensor):
+            assert torch.equal(again, image)
+    assert stats == [train.path(names.index("empty.jpg"))]
+    assert source.totals() == (len(files), sum(len(data) for data in files.values()))
+
+
+def test_read_file_gives_every_byte_also_of_an_empty_file(tmp_path):
+    from dlscale.data.imagefolder import read_file
+
+    data = bytes(range(256)) * 4099
+    (tmp_path / "a").write_bytes(data)
+    (tmp_path / "empty").write_bytes(b"")
+    assert read_file(str(tmp_path / "a")) == data and read_file(str(tmp_path / "empty")) == b""
+    with pytest.raises(FileNotFoundError):
+        read_file(str(tmp_path / "missing"))

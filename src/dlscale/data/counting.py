@@ -2,7 +2,8 @@
 the processes that read them (the main process and its DataLoader workers).
 
 No kernel counter gives file opens, so the data set counts them itself, with the bytes of the files it
-opened (one os.stat per file), in a shared-memory tensor with one row per process (main = row 0,
+opened (what a source with load_sized() says it read; one os.stat per file for another source, and for a file
+it could not read), in a shared-memory tensor with one row per process (main = row 0,
 worker k = row k + 1) or per loader thread (thread k = row k + 1, data.workers_kind=thread): workers never
 write the same element and no lock is needed. Each row also holds the pid of the process that last loaded
 through it, which is how the main process finds its workers' /proc counters, also when the DataLoader restarts
@@ -36,6 +37,7 @@ class CountingSource:
         self.source = source
         self.counts = torch.zeros((workers + 1, 3), dtype=torch.int64).share_memory_()
         self.has_files = hasattr(source, "path")
+        self.sized = hasattr(source, "load_sized")
         self._rows = None
 
     def __len__(self) -> int:
@@ -56,12 +58,16 @@ class CountingSource:
     def load(self, index: int):
         info = get_worker_info()
         row = self.rows[getattr(_thread, "row", 0) if info is None else info.id + 1]
+        size = None
         try:
-            return self.source.load(index)
+            if not self.sized:
+                return self.source.load(index)
+            image, label, size = self.source.load_sized(index)
+            return image, label
         finally:
             if self.has_files:
                 row[FILES] += 1
-                row[BYTES] += os.stat(self.source.path(index)).st_size
+                row[BYTES] += os.stat(self.source.path(index)).st_size if size is None else size
             row[PID] = os.getpid()
 
     def totals(self) -> tuple[int, int]:

@@ -138,48 +138,61 @@ class ImageFolderSource:
         return share >= 1 or math.floor((index + 1) * share) > math.floor(index * share)
 
     def load(self, index: int) -> tuple[Image.Image | JpegFile | torch.Tensor, int]:
+        image, label, _ = self.load_sized(index)
+        return image, label
+
+    def load_sized(self, index: int) -> tuple[Image.Image | JpegFile | torch.Tensor, int, int]:
+        """load(), and the bytes of the file it read (what CountingSource counts, without a stat of its own)."""
         path = self.path(index)
         try:
+            data = read_file(path)
             if self.for_device and self.on_device(index):
-                image = open_for_device(path, self.draft_min_side, self.cpu_jpeg)
+                image = for_device(data, path, self.draft_min_side, self.cpu_jpeg)
             elif self.draft_min_side is None:
-                with Image.open(path) as file:
+                with Image.open(io.BytesIO(data)) as file:
                     image = file.convert("RGB")  # a full decode: the only check that finds truncation
             else:
-                image = open_for_crop(path, self.draft_min_side, self.cpu_jpeg)
+                image = for_crop(data, path, self.draft_min_side, self.cpu_jpeg)
         except Exception as err:  # OSError, UnidentifiedImageError, DecompressionBombError, ...
             raise BadSample(path, f"{type(err).__name__}: {err}") from None
-        return image, int(self.labels[index])
+        return image, int(self.labels[index]), len(data)
 
 
-def open_for_crop(path: str, draft_min_side: int, cpu_jpeg: bool = False) -> Image.Image | torch.Tensor:
-    """The image at path for a crop transform that may decode it at reduced scale.
+def read_file(path: str) -> bytes:
+    """The bytes of the file at path (as many as fstat gives it), in one open, fstat, read and close: Python's
+    buffered open() and read() make about twice as many system calls, and each lets the GIL go for another loader
+    thread to take while this one waits for it back (data.workers_kind=thread)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks, left = [], os.fstat(fd).st_size
+        while left > 0 and (chunk := os.read(fd, left)):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def for_device(data: bytes, path: str, draft_min_side: int | None,
+               cpu_jpeg: bool = False) -> JpegFile | Image.Image | torch.Tensor:
+    """The file in data as a JpegFile if the device decoder takes it, else as the CPU path opens it
+    (for_crop with draft_min_side, or decoded when that is None)."""
+    header = jpeg_header(data)
+    if device_decodable(header) and jpeg_is_complete(data):
+        return JpegFile(data, header.width, header.height, path)
+    if draft_min_side is not None:
+        return for_crop(data, path, draft_min_side, cpu_jpeg)
+    with Image.open(io.BytesIO(data)) as file:
+        return file.convert("RGB")
+
+
+def for_crop(data: bytes, path: str, draft_min_side: int, cpu_jpeg: bool = False) -> Image.Image | torch.Tensor:
+    """The image in data (the file at path) for a crop transform that may decode it at reduced scale.
 
     A JPEG with a shorter side of at least draft_min_side pixels comes back undecoded (header
     parsed, bytes in memory, checked for an end-of-image marker); any other image decoded, RGB:
     with cpu_jpeg, a YCbCr JPEG as a uint8 (H, W, 3) tensor decoded by simplejpeg (data/cpu_jpeg.py).
     """
-    with open(path, "rb") as file:
-        data = file.read()  # one open and one read per file; the decoder works from memory
-    return _opened(data, path, draft_min_side, cpu_jpeg)
-
-
-def open_for_device(path: str, draft_min_side: int | None,
-                    cpu_jpeg: bool = False) -> JpegFile | Image.Image | torch.Tensor:
-    """The file at path as a JpegFile if the device decoder takes it, else as the CPU path opens it
-    (open_for_crop with draft_min_side, or decoded when that is None)."""
-    with open(path, "rb") as file:
-        data = file.read()
-    header = jpeg_header(data)
-    if device_decodable(header) and jpeg_is_complete(data):
-        return JpegFile(data, header.width, header.height, path)
-    if draft_min_side is not None:
-        return _opened(data, path, draft_min_side, cpu_jpeg)
-    with Image.open(io.BytesIO(data)) as file:
-        return file.convert("RGB")
-
-
-def _opened(data: bytes, path: str, draft_min_side: int, cpu_jpeg: bool = False) -> Image.Image | torch.Tensor:
     size = cpu_jpeg_module.ycbcr_size(data) if cpu_jpeg else None
     # beyond Pillow's decompression-bomb limit, Pillow warns or refuses, as without simplejpeg
     if size is not None and min(size) < draft_min_side and size[0] * size[1] <= (Image.MAX_IMAGE_PIXELS or math.inf):
