@@ -212,7 +212,7 @@ def test_the_warning_and_explain_name_the_kind_of_workers_and_offer_threads_for_
     processes = input_bound_warning(0.04, 0.1, workers=4, workers_kind="process", **kwargs)
     assert "with 4 loader worker processes, keeping up" in processes
     assert "loader threads instead of worker processes (data.workers_kind=thread: the same batches at about " \
-           "1/1.10 of the CPU time per image" in processes
+           "1/1.12 of the CPU time per image" in processes
     threads = input_bound_warning(0.04, 0.1, workers=1, workers_kind="thread", **kwargs)
     assert "with 1 loader worker thread, keeping up" in threads and "workers_kind" not in threads
     on_device = input_bound_warning(0.04, 0.1, workers=4, workers_kind="thread", **{**kwargs, "decode": "gpu"})

@@ -25,11 +25,12 @@ PROCESS_WHY = ("on an H100 the device path's decode in the training process retu
 """Why the device path on CUDA may decode better in a process of its own: what was measured on an H100
 (docs/benchmarks.md, benchmarks/decode_overlap.py's probe), not its cause (a device-wide synchronisation, or
 allocations that the driver serialises with the queued work); the process's gain is for a GPU run to measure."""
-PROCESS_TAX = 1.10
+PROCESS_TAX = 1.12
 """CPU time per image of DataLoader worker processes over loader threads on the fast JPEG path: pickling, shared
 memory, collation and the main process's side of the queue (benchmarks/input_threads.py on the 2-core development
-VM with nothing else running, threads / processes in images per CPU-second, the median of three runs:
-docs/profiling.md, "Threads or processes", and its record docs/results/input-threads-2026-11-29-vm-quiet6.json)."""
+VM with nothing else running, threads / processes in images per CPU-second, in the median of three runs by threads
+/ one thread: docs/profiling.md, "Threads or processes", and its record
+docs/results/input-threads-2026-11-29-vm-quiet8.json)."""
 THREADS_FIX = (f"loader threads instead of worker processes (data.workers_kind=thread: the same batches at about "
                f"1/{PROCESS_TAX:.2f} of the CPU time per image, benchmarks/input_threads.py)")
 PROCESS_FIX = f"the device decode in a process of its own (data.device_feed=process: {PROCESS_WHY})"
