@@ -39,6 +39,7 @@ import json
 import multiprocessing
 import os
 import platform
+import queue
 import statistics
 import subprocess
 import sys
@@ -108,37 +109,54 @@ def plain_threads(cfg: DataConfig, *, images: int, workers: int, seed: int) -> d
 
 def separate_processes(cfg: DataConfig, *, images: int, workers: int, seed: int) -> dict:
     """`workers` forked processes, each running one_thread's loop over every workers-th sample, started together:
-    images per CPU-second of them all (the machine's ceiling for that many decoders at once, nothing shared)."""
+    images per CPU-second of them all (the machine's ceiling for that many decoders at once, nothing shared). A
+    process that fails ends the setting at once with its exit code; none is left behind."""
     loader, _, _ = build_loaders(replace(cfg, num_workers=0), rank=0, world_size=1, batch_size=1, seed=seed)
     keys = [(0, index) for index in range(len(loader.dataset))][:images]
     context = multiprocessing.get_context("fork")
-    barrier, results = context.Barrier(workers), context.Queue()
-    running = [context.Process(target=_share, args=(loader.dataset, keys[k::workers], barrier, results))
+    barrier, results = context.Barrier(workers, timeout=SHARE_TIMEOUT_S), context.Queue()
+    running = [context.Process(target=_share, args=(loader.dataset, keys[k::workers], barrier, results), daemon=True)
                for k in range(workers)]
     for process in running:
         process.start()
+    figures, deadline = [], time.monotonic() + SHARE_TIMEOUT_S
     try:
-        figures = [results.get(timeout=1800) for _ in running]
+        while len(figures) < workers:
+            try:
+                figures.append(results.get(timeout=1.0))
+            except queue.Empty:
+                failed = [process.exitcode for process in running if process.exitcode not in (None, 0)]
+                if failed or time.monotonic() > deadline:
+                    raise SystemExit(f"separate processes: a process exited with {failed[0]}" if failed else
+                                     f"separate processes: no result in {SHARE_TIMEOUT_S:.0f} s") from None
     finally:
         for process in running:
-            process.join(timeout=60)
-    failed = [process.exitcode for process in running if process.exitcode != 0]
-    if failed:
-        raise SystemExit(f"separate processes: a process exited with {failed[0]}")
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
     return {"images_per_cpu_s": len(keys) / sum(cpu for cpu, _ in figures),
             "images_per_s": len(keys) / max(wall for _, wall in figures)}
 
 
+SHARE_TIMEOUT_S = 1800.0
+"""The longest a separate process may take to warm, wait for the others or measure its share."""
+
+
 def _share(dataset, keys: list, barrier, results) -> None:
-    """One separate process: warm, wait for the others, then its samples on one intra-op thread."""
-    torch.set_num_threads(1)
-    for key in keys[:8]:
-        dataset[key]
-    barrier.wait()
-    cpu, wall = time.process_time(), time.perf_counter()
-    for key in keys:
-        dataset[key]
-    results.put((time.process_time() - cpu, time.perf_counter() - wall))
+    """One separate process: warm, wait for the others, then its samples on one intra-op thread. On an error the
+    barrier is broken, so that the others stop waiting, and the process exits with 1."""
+    try:
+        torch.set_num_threads(1)
+        for key in keys[:8]:
+            dataset[key]
+        barrier.wait()
+        cpu, wall = time.process_time(), time.perf_counter()
+        for key in keys:
+            dataset[key]
+        results.put((time.process_time() - cpu, time.perf_counter() - wall))
+    except BaseException:
+        barrier.abort()
+        raise
 
 
 def torchdata_threads(cfg: DataConfig, *, batch_size: int, batches: int, seed: int) -> dict | None:

@@ -2,6 +2,8 @@
 allows, and unreadable files still caught (skipped while loading, or one clear line)."""
 
 import io
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -191,7 +193,7 @@ def test_every_path_says_the_bytes_of_the_file_it_read_and_counting_needs_no_sta
     assert source.totals() == (len(files), sum(len(data) for data in files.values()))
 
 
-def test_read_file_gives_every_byte_also_of_an_empty_file(tmp_path):
+def test_read_file_gives_every_byte_also_of_an_empty_file_and_reads_nothing_but_files(tmp_path):
     from dlscale.data.imagefolder import read_file
 
     data = bytes(range(256)) * 4099
@@ -200,3 +202,43 @@ def test_read_file_gives_every_byte_also_of_an_empty_file(tmp_path):
     assert read_file(str(tmp_path / "a")) == data and read_file(str(tmp_path / "empty")) == b""
     with pytest.raises(FileNotFoundError):
         read_file(str(tmp_path / "missing"))
+    os.mkfifo(tmp_path / "fifo")  # no writer: an open that waited for one would never return
+    for other in ("fifo", "."):
+        with pytest.raises(OSError, match="not a regular file"):
+            read_file(str(tmp_path / other))
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs Linux's /proc")
+def test_read_file_reads_on_past_the_size_fstat_gave():
+    """A file longer than fstat said when it was opened (one that grew; /proc's files all say 0) is read to its end."""
+    from dlscale.data.imagefolder import read_file
+
+    with open("/proc/self/cmdline", "rb") as file:
+        whole = file.read()
+    assert os.stat("/proc/self/cmdline").st_size == 0 and len(whole) > 1
+    assert read_file("/proc/self/cmdline") == whole
+
+
+def test_an_unreadable_file_is_named_by_its_path_on_every_path(tmp_path):
+    """Pillow says it cannot identify a BytesIO at some address; the sample's reason says so of the file, the same
+    on every decode path and in every run."""
+    files = {"junk.jpg": b"not an image at all", "empty.jpg": b""}
+    for decode in ("fast", "plain", "gpu"):
+        train, _, _ = imagefolder_sources(_tree(tmp_path / decode, files), decode=decode, image_size=32)
+        for index in range(len(train)):
+            with pytest.raises(BadSample) as caught:
+                train.load(index)
+            assert caught.value.reason == "UnidentifiedImageError: cannot identify image file"
+            assert str(caught.value).startswith(train.path(index))
+
+
+def test_a_file_removed_after_the_scan_is_a_bad_sample_counted_with_no_bytes(tmp_path):
+    """The data set skips a file gone since the folders were listed; counting it must not raise instead."""
+    from dlscale.data.counting import CountingSource
+
+    train, _, _ = imagefolder_sources(_tree(tmp_path, {"a.jpg": _jpeg(_smooth(60, 40))}), image_size=32)
+    source = CountingSource(train, workers=0)
+    os.remove(train.path(0))
+    with pytest.raises(BadSample, match="FileNotFoundError"):
+        source.load(0)
+    assert source.totals() == (1, 0)

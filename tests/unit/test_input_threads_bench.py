@@ -2,7 +2,9 @@
 rounds, its JSON; no speed is asserted (the script measures, docs/profiling.md records)."""
 
 import json
+import multiprocessing
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,27 @@ def test_its_train_runs_take_a_tree_named_relative_to_where_it_was_started(tmp_p
     assert out.returncode == 0, out.stderr
     train = json.loads((tmp_path / "t.json").read_text())["train"]
     assert len(train["runs"]["thread"]) == len(train["runs"]["process"]) == 1
+
+
+def test_a_separate_process_that_fails_ends_the_setting_at_once_and_leaves_no_process(tmp_path, monkeypatch):
+    """One separate process raising while it warms: the others stop waiting at the barrier, the setting says which
+    exit code, and no process is left (a broken barrier, not the 30-minute timeout)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import input_threads
+
+    from dlscale.config import DataConfig
+
+    real = input_threads._share
+
+    def share(dataset, keys, barrier, results):
+        # the share of sample 0 fails while it warms (None has no [:8]); the other waits at the barrier
+        real(dataset, None if keys[0] == (0, 0) else keys, barrier, results)
+
+    monkeypatch.setattr(input_threads, "_share", share)
+    tree = tiny_tree(tmp_path)
+    cfg = DataConfig(name="imagefolder", path=str(tree), image_size=32, decode="fast")
+    started = time.monotonic()
+    with pytest.raises(SystemExit, match="separate processes: a process exited with 1"):
+        input_threads.separate_processes(cfg, images=16, workers=2, seed=0)
+    assert time.monotonic() - started < 120
+    assert multiprocessing.active_children() == []

@@ -67,7 +67,7 @@ class CountingSource:
         finally:
             if self.has_files:
                 row[FILES] += 1
-                row[BYTES] += os.stat(self.source.path(index)).st_size if size is None else size
+                row[BYTES] += _size(self.source.path(index)) if size is None else size
             row[PID] = os.getpid()
 
     def totals(self) -> tuple[int, int]:
@@ -78,6 +78,15 @@ class CountingSource:
         """Processes other than this one that have loaded samples (the current worker of each row)."""
         me = os.getpid()
         return [pid for pid in self.counts[:, PID].tolist() if pid and pid != me]
+
+
+def _size(path: str) -> int:
+    """The size of a file the source could not read or says no size of; 0 where it is gone (removed while the run
+    reads it: the data set skips it as unreadable, and counting it must not raise instead)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def count_reads(loader) -> CountingSource:

@@ -3,7 +3,9 @@
 A source (synthetic, digits, cifar, imagefolder) answers `len(source)` and
 `source.load(index) -> (image, label)`, where image is a PIL image or a uint8 CHW tensor. A source
 whose files can be unreadable raises BadSample from load() (or its transform does, for the fast
-JPEG path, which decodes inside the transform).
+JPEG path, which decodes inside the transform). A source of files may also answer
+`source.load_sized(index) -> (image, label, bytes read)`, which CountingSource counts instead of a
+stat of the file.
 """
 
 from __future__ import annotations
