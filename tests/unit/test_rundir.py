@@ -2,6 +2,7 @@
 files read back the same, a damaged file is one line naming it, and every output path is checked first."""
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -24,7 +25,7 @@ from dlscale.rundir import (
     read_sweep,
     write_json_file,
 )
-from dlscale.rundir.files import read_bounded, read_records
+from dlscale.rundir.files import NotAFile, open_regular, read_bounded, read_records
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "runs-022c5c5"
 ROOT = Path(__file__).parent.parent.parent
@@ -187,6 +188,23 @@ def test_a_folder_read_as_a_file_is_one_line_without_a_dangling_separator(tmp_pa
     with pytest.raises(ConfigError) as raised:
         read_bounded(tmp_path, 100, "")
     assert str(raised.value) == f"{tmp_path}: a folder, not a file"
+
+
+def test_open_regular_opens_files_only_never_waits_for_a_fifo_and_leaves_nothing_open(tmp_path):
+    (tmp_path / "file").write_bytes(b"abc")
+    os.mkfifo(tmp_path / "fifo")  # no writer: a blocking open would never return
+    before = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    for name, kind in (("fifo", "a FIFO"), (".", "a folder")):
+        with pytest.raises(NotAFile) as raised:
+            open_regular(tmp_path / name)
+        assert raised.value.kind == kind and str(raised.value) == f"{kind}, not a file"
+    if before is not None:
+        assert len(os.listdir("/proc/self/fd")) == before
+    fd, facts = open_regular(tmp_path / "file")
+    try:
+        assert facts.st_size == 3 and os.read(fd, 10) == b"abc"
+    finally:
+        os.close(fd)
 
 
 def test_one_line_is_an_errors_text_on_one_line_within_its_limit():

@@ -11,7 +11,6 @@ from __future__ import annotations
 import codecs
 import os
 import pickle
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import numpy as np
 
 from dlscale.data.source import ArraySource
 from dlscale.errors import DataError
+from dlscale.rundir.files import open_regular
 
 try:  # numpy >= 2 (numpy.core is a deprecated alias there)
     from numpy._core import multiarray as _multiarray
@@ -109,10 +109,8 @@ class RestrictedUnpickler(pickle.Unpickler):
 def load_pickle(path: Path) -> dict[str, object]:
     """A CIFAR pickle as a dict with str keys; DataError naming the file if it is not one."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO's open does not wait for a writer
+        fd, _ = open_regular(path)
         with os.fdopen(fd, "rb") as file:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ValueError("not a regular file")
             # latin1 turns Python 2 str into str and keeps numpy's array bytes intact.
             content = RestrictedUnpickler(file, encoding="latin1").load()
     except Exception as err:  # whatever a hostile or broken file raises

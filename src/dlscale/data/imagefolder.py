@@ -28,7 +28,6 @@ import errno
 import io
 import math
 import os
-import stat
 import warnings
 from pathlib import Path
 
@@ -42,6 +41,7 @@ from dlscale.data.encoded import JpegFile
 from dlscale.data.jpeg import device_decodable, jpeg_header, jpeg_is_complete
 from dlscale.data.source import BadSample
 from dlscale.errors import ConfigError, DataError
+from dlscale.rundir.files import open_regular
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
 LAYOUT = "train/<class>/*.JPEG, val/<class>/*.JPEG"
@@ -166,11 +166,8 @@ def read_file(path: str) -> bytes:
     makes 9 system calls, each letting the GIL go for another loader thread to take while this one waits for it
     back (data.workers_kind=thread). The read asks for one byte more than fstat's size, so that a file that grew
     since is read on to its end; a FIFO or a device is never read (its open does not wait for a writer)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd, facts = open_regular(path)
     try:
-        facts = os.fstat(fd)
-        if not stat.S_ISREG(facts.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
         data = os.read(fd, facts.st_size + 1)
         if len(data) <= facts.st_size:  # a short read of a regular file: its end
             return data

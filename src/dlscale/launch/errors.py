@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import time
 from pathlib import Path
 
 from dlscale.errors import one_line
+from dlscale.rundir.files import open_regular
 
 PEER_FAILURE_MESSAGES = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing",
                          "NCCL communicator was aborted", "Broken pipe")
@@ -30,13 +30,10 @@ def tail_text(path: str | os.PathLike, limit: int = TAIL_BYTES) -> str:
     """The last `limit` bytes of a log as text; "" when there is no such regular file (a FIFO or a device is never
     read: it could wait or never end)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd, facts = open_regular(path)
     except OSError:
         return ""
     with os.fdopen(fd, "rb") as file:
-        facts = os.fstat(fd)
-        if not stat.S_ISREG(facts.st_mode):
-            return ""
         file.seek(max(0, facts.st_size - limit))
         return file.read(limit).decode(errors="replace")
 

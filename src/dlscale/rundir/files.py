@@ -62,21 +62,42 @@ RECORDS_LIMIT_BYTES = 1 << 30
 ImageNet's 90 epochs on 256 GPUs (450,000 records) holds a quarter of it."""
 
 
+class NotAFile(OSError):
+    """What open_regular raises for a folder, a FIFO, a device or a socket: `kind` names it ("a FIFO")."""
+
+    def __init__(self, kind: str):
+        super().__init__(errno.EINVAL, f"{kind}, not a file")
+        self.kind = kind
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def open_regular(path: str | os.PathLike) -> tuple[int, os.stat_result]:
+    """A descriptor for reading the regular file at path, and its fstat; NotAFile for anything else (the descriptor
+    closed), the OSError of the open for a file that cannot be opened. Opened non-blocking, so that a FIFO's open
+    does not wait for a writer: the descriptor's reads do not block on a regular file either way."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    facts = os.fstat(fd)
+    if not stat.S_ISREG(facts.st_mode):
+        os.close(fd)
+        raise NotAFile(_file_type(facts.st_mode))
+    return fd, facts
+
+
 def read_bounded(path: str | os.PathLike, limit: int, fix: str) -> bytes:
     """The bytes of a regular file of at most `limit` bytes; one line naming the file and `fix` for anything else:
     a FIFO or a device (a link to /dev/zero) is never read, a larger file never read whole. FileNotFoundError is
     the caller's to answer."""
     then = f"; {fix}" if fix else ""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO's open does not wait for a writer
+        fd, _ = open_regular(path)
     except FileNotFoundError:
         raise
+    except NotAFile as error:
+        raise ConfigError(f"{path}: {error.kind}, not a file{then}") from None
     except OSError as error:
         raise ConfigError(f"{path}: cannot be read ({error.strerror or error}){then}") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):  # before fdopen, which refuses a folder with a bare IsADirectoryError
-        os.close(fd)
-        raise ConfigError(f"{path}: {_file_type(mode)}, not a file{then}")
     with os.fdopen(fd, "rb") as file:
         try:
             data = file.read(limit + 1)
@@ -97,11 +118,12 @@ def _size_text(size: int) -> str:
 
 
 def _file_type(mode: int) -> str:
+    """What a file that is not a regular one is: "a folder", "a FIFO", ..."""
     for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return name
-    return "not a regular file"
+    return "not a regular file"  # no other kind of file exists on POSIX
 
 
 def parse_json(text: str | bytes) -> Any:
