@@ -67,18 +67,25 @@ def one_thread(cfg: DataConfig, *, images: int, seed: int) -> dict:
     """ImageDataset's samples one after another in this process on one intra-op thread: the per-core baseline."""
     loader, _, _ = build_loaders(replace(cfg, num_workers=0), rank=0, world_size=1, batch_size=1, seed=seed)
     keys = [(0, index) for index in range(len(loader.dataset))][:images]
-    dataset, threads = loader.dataset, torch.get_num_threads()
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for key in keys[:8]:  # warm
-            dataset[key]
-        cpu, wall = time.process_time(), time.perf_counter()
-        for key in keys:
-            dataset[key]
-        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        cpu, wall = _timed(loader.dataset, keys)
     finally:
         torch.set_num_threads(threads)
     return {"images_per_cpu_s": len(keys) / cpu, "images_per_s": len(keys) / wall}
+
+
+def _timed(dataset, keys: list, ready=lambda: None) -> tuple[float, float]:
+    """The samples of `keys` one after another, after 8 untimed ones and `ready()`: (CPU seconds of this process,
+    wall seconds)."""
+    for key in keys[:8]:  # warm
+        dataset[key]
+    ready()
+    cpu, wall = time.process_time(), time.perf_counter()
+    for key in keys:
+        dataset[key]
+    return time.process_time() - cpu, time.perf_counter() - wall
 
 
 def plain_threads(cfg: DataConfig, *, images: int, workers: int, seed: int) -> dict:
@@ -147,13 +154,7 @@ def _share(dataset, keys: list, barrier, results) -> None:
     barrier is broken, so that the others stop waiting, and the process exits with 1."""
     try:
         torch.set_num_threads(1)
-        for key in keys[:8]:
-            dataset[key]
-        barrier.wait()
-        cpu, wall = time.process_time(), time.perf_counter()
-        for key in keys:
-            dataset[key]
-        results.put((time.process_time() - cpu, time.perf_counter() - wall))
+        results.put(_timed(dataset, keys, ready=barrier.wait))
     except BaseException:
         barrier.abort()
         raise
