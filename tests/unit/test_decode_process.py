@@ -123,6 +123,11 @@ def test_a_decode_process_that_stops_answering_is_named_and_a_stopping_consumer_
         loader.sampler.set_epoch(0)
         batches = iter(DevicePrefetcher(loader, "cpu", process=process))
         next(batches)
+        # On the CPU a slot is handed over as a file descriptor that its sender must still pass on when the message
+        # is read (a CUDA IPC handle needs no such answer): the process is stopped once every slot has arrived.
+        every_slot = time.monotonic() + 120
+        while process.slots_received < min(process.ahead, len(loader)) and time.monotonic() < every_slot:
+            time.sleep(0.01)
         os.kill(process.pids()[0], signal.SIGSTOP)  # alive, but answering nothing
         started = time.monotonic()
         batches.close()  # a preemption: the thread waiting for the decode process ends with the epoch

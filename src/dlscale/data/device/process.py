@@ -16,7 +16,10 @@ Each slot is sent once, when the decode process makes it (torch.multiprocessing:
 receiver keeps it mapped until close: a batch shares, opens, frees and synchronises nothing in the
 training process, and nothing grows with the batches in the decode process (torch wraps a CUDA tensor's
 memory anew each time it is sent). On the CPU the same code runs with the Pillow decoder and shared
-memory in place of CUDA IPC: what the tests check against the in-process stage.
+memory in place of CUDA IPC: what the tests check against the in-process stage. One difference: a shared-memory
+slot travels as a file descriptor that the decode process hands over when the receiver reads the message, so a
+decode process that stops answering while a slot is on its way holds the receiver (a CUDA IPC handle is opened
+without it).
 
 Rows the device decoder refuses are decoded by the CPU path in the decode process, and counted there
 as in-process (DecodeCounts come back with each batch). An error there is raised in the receiver; the
