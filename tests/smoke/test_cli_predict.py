@@ -357,6 +357,19 @@ def test_a_runs_modelled_fixed_part_takes_the_stack_given_and_a_measured_one_ref
         assert out.returncode == 2 and len(lines) == 1 and what in lines[0] and "drop them" in lines[0], out.stderr
 
 
+def test_a_references_fixed_part_that_is_not_modelled_refuses_a_stack(tmp_path):
+    """--execution and --framework change a modelled fixed part only: a series fitted over its published batch sizes
+    and a figure on a device with a shipped curve (H100) have none for them to change, and say so naming the flag."""
+    for figure, flag, what in (("mlperf:h100_strong", ("--execution", "eager"), "fitted to its published steps"),
+                               ("rate=1000,devices=1,batch=256,device=H100", ("--framework", "mxnet"),
+                                "measured (2.63 ms), not modelled")):
+        out = dlscale_here("predict", "--from-reference", figure, "--platform", "dgx-h100", "--gpus", "8",
+                           "--no-run-dir", *flag, cwd=tmp_path)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1, out.stderr
+        assert f"{' '.join(flag)}: " in lines[0] and what in lines[0] and "drop them" in lines[0], out.stderr
+
+
 def test_both_rates_and_the_fixed_parts_range(tmp_path):
     out = dlscale_here("predict", "--from-reference", "rate=1000,devices=1,batch=256", "--platform", "dgx-a100",
                        "--gpus", "1,8", "--batch-size", "32", "--epochs", "90", "--eval-every", "4", "--no-run-dir",

@@ -176,6 +176,7 @@ def inputs_from_args(args: argparse.Namespace) -> Inputs:
     setting = own or Setting(strategy, net, args.grad_bytes or (figure.grad_bytes if figure else 4),
                              "the command's (dlscale documents none of this reference)", documented=False, kind=kind)
     workload, spread, spread_source, said = _workload(args, figure, setting)
+    _check_stack(args, workload)
     if args.grad_bytes:
         workload = replace(workload, grad_bytes_per_element=args.grad_bytes)
     if args.step_overhead_ms is not None:
@@ -193,6 +194,28 @@ def inputs_from_args(args: argparse.Namespace) -> Inputs:
         notes["scaling"] = (f"strong scaling at the reference's global batch {global_batch}, which every point of "
                             f"{figure.spec} kept (--batch-size B predicts weak scaling instead)")
     return Inputs(workload, net, cores, kind, strategy, (spread, spread_source), global_batch, {**notes, **said})
+
+
+def _check_stack(args: argparse.Namespace, workload: Workload) -> None:
+    """--execution and --framework change a modelled fixed part only: refused where the compute figure's fixed part
+    is measured, fitted to published steps or unknown, which they would leave as it is."""
+    given = " ".join(f"{flag} {value}" for flag, value in (("--execution", args.execution),
+                                                            ("--framework", args.framework)) if value)
+    step = workload.step_time
+    if not given or step.fixed_kind == "modelled":
+        return
+    if args.step_curve:
+        whose = "the fixed part --step-curve gives"
+    else:
+        whose = f"the fixed part of {args.from_run or args.from_reference or 'the --peak-tflops device'}"
+    if not step.fixed_known:
+        what = "not modelled for its device"
+    elif len(step.points) >= 2:
+        what = "measured at its batch sizes" if step.fixed_kind == "measured" else "fitted to its published steps"
+    else:
+        what = f"{step.fixed_kind} ({1e3 * step.fixed_s:.2f} ms), not modelled"
+    raise ConfigError(f"{given}: --execution and --framework choose the stack a fixed part is modelled with; {whose} "
+                      f"is {what}: drop them")
 
 
 def _figure(args: argparse.Namespace) -> inputs.ReferenceFigure:

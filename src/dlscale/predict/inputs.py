@@ -48,14 +48,7 @@ def workload_from_run(path: str | Path, fixed: Fixed | None = None, *, execution
              "num_classes": int(summary.get("num_classes") or 1000), "width": int(summary.get("width") or 64)}
     asked = {"execution": execution, "framework": framework}
     stack = replace(stack_of(summary), **{key: value for key, value in asked.items() if value})
-    whose = (f"the fixed part of {path}" if fixed is None or summary.get("batch_curve") else
-             "the fixed part --step-curve gives")
     fixed = fixed or fixed_for_device(summary.get("device_name"), summary.get("precision"), stack, model or "resnet50")
-    if any(asked.values()) and (summary.get("batch_curve") or fixed.kind != "modelled"):
-        what = ("measured at its batch sizes" if summary.get("batch_curve") else
-                {"unknown": "not modelled for its device"}.get(fixed.kind, f"{fixed.kind}, not modelled"))
-        raise ConfigError(f"--execution and --framework choose the stack a fixed part is modelled with; {whose} is "
-                          f"{what}: drop them")
     if summary["kind"] == "bench":
         if int(summary["world_size"]) != 1:
             raise ConfigError(f"{path} ran on {summary['world_size']} ranks: its step includes communication; "
