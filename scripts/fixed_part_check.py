@@ -12,7 +12,7 @@ of the fixed part's check is what it printed.
 
 from __future__ import annotations
 
-from dlscale.predict.compute import device_curve, fit_fixed_per_image, published_batch, published_rate
+from dlscale.predict.compute import device_curve, fit_fixed_per_image, published_batch, published_step
 from dlscale.predict.fixed import Stack, floor, stack_of
 from dlscale.predict.validate import CASES, anchored_step, case_network, case_reference, case_terms
 
@@ -29,7 +29,7 @@ def series_fits(case) -> list[tuple[str, str, float]]:
         if len({published_batch(series, p) for p in points}) < 2:
             continue
         batches = [published_batch(series, p) for p in points]
-        steps = [(b, anchored_step(case, p, b, b * p["devices"] / published_rate(series, p), terms, net))
+        steps = [(b, anchored_step(case, p, b, published_step(series, p), terms, net))
                  for b, p in zip(batches, points, strict=True)]
         where = ", ".join(f"{p['devices']} at {published_batch(series, p)}" for p in points)
         fits.append((program or "one program", where, fit_fixed_per_image(steps)[0]))

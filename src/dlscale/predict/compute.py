@@ -212,6 +212,12 @@ def published_batch(series: RefSeries, point: dict) -> int:
     return int(point.get("batch_per_device") or series.meta["batch_per_device"])
 
 
+def published_step(series: RefSeries, point: dict) -> float:
+    """Seconds per step of a published point: its batch per device x devices / its rate, its run's communication
+    in."""
+    return published_batch(series, point) * point["devices"] / published_rate(series, point)
+
+
 def published_steps(series: RefSeries) -> dict[str | None, list[tuple[int, float]]]:
     """(batch, seconds per step) of each point of a series that publishes its rate, devices and batch, per step
     program (a point's `program`; None where it names none): batch x devices / rate, its run's communication in."""
@@ -219,8 +225,7 @@ def published_steps(series: RefSeries) -> dict[str | None, list[tuple[int, float
     for point in series.points:
         batched = point.get("batch_per_device") or series.meta.get("batch_per_device")
         if point.get("devices") and batched and (series.value(point, "img_per_s") or point.get("epoch_time_s")):
-            batch = published_batch(series, point)
-            step = (batch, batch * point["devices"] / published_rate(series, point))
+            step = (published_batch(series, point), published_step(series, point))
             programs.setdefault(point.get("program"), []).append(step)
     return programs
 

@@ -54,7 +54,8 @@ class Platform:
 
     def __post_init__(self) -> None:
         given = (("kind", KINDS, "its entry in references/platforms.json"),
-                 ("transport", TRANSPORTS, "its entry in references/platforms.json, or --transport"))
+                 ("transport", TRANSPORTS, "its entry in references/platforms.json, or a reference series' "
+                                           "transport field"))
         for name, choices, where in given:
             if getattr(self, name) not in choices:
                 raise ConfigError(f"platform {self.id}: {name}={shown(getattr(self, name))}; choose one of "

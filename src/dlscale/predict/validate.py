@@ -33,6 +33,7 @@ from dlscale.predict.compute import (
     from_points,
     published_batch,
     published_rate,
+    published_step,
 )
 from dlscale.predict.fixed import device_key, stack_of
 from dlscale.predict.inputs import reference_spread
@@ -210,8 +211,7 @@ def case_workload(case: Case, terms: Terms, predicted: str | None = None,
     net = case_network(case)
     steps, fed = [], []
     for pid, batch, p in usable:
-        step = batch * p["devices"] / published_rate(series, p)
-        steps.append((batch, anchored_step(case, p, batch, step, terms, net)))
+        steps.append((batch, anchored_step(case, p, batch, published_step(series, p), terms, net)))
         fed.append(pid)
     ref = case_reference(case)
     device = series.meta.get("device") or ref.hardware.get("device")
@@ -268,8 +268,7 @@ def stack_fixed(case: Case, predicted: str | None = None, program: str | None = 
         return None, []
     other, usable = best
     them, terms, net = case_reference(other).get(other.series), case_terms(other), case_network(other)
-    steps = [(b, anchored_step(other, p, b, b * p["devices"] / published_rate(them, p), terms, net))
-             for _, b, p in usable]
+    steps = [(b, anchored_step(other, p, b, published_step(them, p), terms, net)) for _, b, p in usable]
     t0, _ = fit_fixed_per_image(steps)
     fed = [pid for pid, _, _ in usable]
     return Fixed(t0, f"{1e3 * t0:.2f} ms, fitted to {', '.join(fed)} (the same {device} and {stack}; their own "
