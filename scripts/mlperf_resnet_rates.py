@@ -35,7 +35,8 @@ from dlscale.metrics.cost import IMAGENET_TRAIN_IMAGES
 class Run:
     global_batch: int | None
     img_per_s: float | None
-    """Epochs x images / training time over the blocks after the first."""
+    """Epochs x images / training time (evaluations out) over the blocks after the first; over every block where a
+    run has two or fewer."""
     time_to_train_s: float | None
     """run_stop - run_start; None where the log has no run_stop (the run did not finish)."""
     eval_s: float
