@@ -219,6 +219,18 @@ def test_read_file_reads_on_past_the_size_fstat_gave():
     assert read_file("/proc/self/cmdline") == whole
 
 
+def test_read_file_reads_on_after_a_short_read(tmp_path, monkeypatch):
+    """A read may return fewer bytes than asked before the end (Linux gives at most 2 GiB less 4 KiB per read; some
+    network file systems less): the file is read on to its end, not cut there."""
+    from dlscale.data import imagefolder
+
+    data = bytes(range(256)) * 40
+    (tmp_path / "a").write_bytes(data)
+    read = os.read
+    monkeypatch.setattr(imagefolder.os, "read", lambda fd, count: read(fd, min(count, 1000)))
+    assert imagefolder.read_file(str(tmp_path / "a")) == data
+
+
 def test_an_unreadable_file_is_named_by_its_path_on_every_path(tmp_path):
     """Pillow says it cannot identify a BytesIO at some address; the sample's reason says so of the file, the same
     on every decode path and in every run."""

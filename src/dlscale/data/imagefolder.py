@@ -162,14 +162,15 @@ class ImageFolderSource:
 
 
 def read_file(path: str) -> bytes:
-    """The bytes of the regular file at path, in one open, fstat, read and close where Python's open().read()
-    makes 9 system calls, each letting the GIL go for another loader thread to take while this one waits for it
-    back (data.workers_kind=thread). The read asks for one byte more than fstat's size, so that a file that grew
-    since is read on to its end; a FIFO or a device is never read (its open does not wait for a writer)."""
+    """The bytes of the regular file at path, in one open, fstat, read and close, where Python's open().read() makes
+    several more system calls, each letting the GIL go for another loader thread to take while this one waits for it
+    back (data.workers_kind=thread). One read of fstat's size and a byte more ends at the file's end; a file that
+    grew since, or a read cut short (Linux reads at most 2 GiB at once; some network file systems less), is read on
+    to its end. A FIFO or a device is never read (its open does not wait for a writer)."""
     fd, facts = open_regular(path)
     try:
         data = os.read(fd, facts.st_size + 1)
-        if len(data) <= facts.st_size:  # a short read of a regular file: its end
+        if len(data) == facts.st_size:
             return data
         chunks = [data]
         while chunk := os.read(fd, 1 << 20):
