@@ -59,6 +59,7 @@ def test_sweep_reports_rates_bytes_and_files_that_match_the_tree(tmp_path):
     rows = summary["settings"]
     assert [(row["workers"], row["workers_kind"]) for row in rows] == [(0, "main"), (2, "thread"), (2, "process")]
     assert {row["cpu_decoder"] for row in rows} == {cpu_jpeg.name("auto")}  # data.cpu_decoder as it ran
+    assert summary["cpu_decoder"] == "auto"  # as asked
     assert rows[0]["speedup"] == 1.0
     for row in rows:
         assert row["images"] == files and row["files_opened"] == files and row["file_bytes"] == size
@@ -95,6 +96,17 @@ def test_plain_decode_and_copy_to_device_in_process(tmp_path):
     assert loader.dataset.source.draft_min_side is None  # every file decoded while loading
     row = loader_bench.measure_setting(cfg, batch_size=4, batches=4, warmup=0, device=torch.device("cpu"))
     assert (row["files_opened"], row["file_bytes"], row["images"]) == (files, size, files)
+
+
+def test_a_cpu_decoder_that_does_not_import_is_refused_naming_the_flag(tmp_path, monkeypatch, capsys):
+    _tree(tmp_path / "data")
+    monkeypatch.setattr(cpu_jpeg, "simplejpeg", None)
+    code = cli.main(["loader", "--data", str(tmp_path / "data"), "--workers", "0", "--cpu-decoder", "simplejpeg",
+                     "--out", str(tmp_path / "run")])
+    stderr = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(stderr) == 1, stderr
+    assert "--cpu-decoder simplejpeg: simplejpeg does not import here" in stderr[0]
+    assert not (tmp_path / "run").exists()  # refused before the run directory is made
 
 
 @pytest.mark.parametrize("args,message", [

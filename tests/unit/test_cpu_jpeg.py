@@ -106,10 +106,26 @@ def test_a_decoder_that_cannot_be_had_is_one_line(tmp_path, monkeypatch):
         DataConfig(name="imagefolder", cpu_decoder="libjpeg")
     monkeypatch.setattr(cpu_jpeg, "simplejpeg", None)
     root = _tree(tmp_path)
-    with pytest.raises(ConfigError, match="simplejpeg does not import here"):
+    with pytest.raises(ConfigError, match="^data.cpu_decoder=simplejpeg: simplejpeg does not import here"):
         build_loaders(_cfg(root, "simplejpeg"), rank=0, world_size=1, batch_size=2, seed=0)
-    train, _, _ = build_loaders(replace(_cfg(root, "auto")), rank=0, world_size=1, batch_size=2, seed=0)
+    with pytest.raises(ConfigError, match="^--cpu-decoder simplejpeg: simplejpeg does not import here.* "
+                                          "--cpu-decoder auto "):
+        cpu_jpeg.resolve("simplejpeg", "--cpu-decoder")
+    train, _, info = build_loaders(_cfg(root, "auto"), rank=0, world_size=1, batch_size=2, seed=0)
     assert not train.dataset.source.cpu_jpeg and cpu_jpeg.name("auto") == "pillow"
+    assert info.cpu_decoder == "pillow"
+
+
+def test_the_decoder_that_ran_is_the_one_recorded(tmp_path):
+    """DatasetInfo.cpu_decoder (the train summary's and dlscale loader's rows) names the decoder each choice ran, and
+    none where the plain path decodes every image with Pillow whole."""
+    root = _tree(tmp_path)
+    for choice, named in (("pillow", "pillow"), ("simplejpeg", "simplejpeg"), ("auto", "simplejpeg")):
+        _, _, info = build_loaders(_cfg(root, choice), rank=0, world_size=1, batch_size=2, seed=0)
+        assert info.cpu_decoder == named, choice
+    _, _, info = build_loaders(replace(_cfg(root, "simplejpeg"), decode="plain"), rank=0, world_size=1, batch_size=2,
+                               seed=0)
+    assert info.cpu_decoder is None
 
 
 def test_an_image_over_pillows_decompression_bomb_limit_is_refused_as_pillow_refuses_it(tmp_path, monkeypatch):

@@ -71,6 +71,9 @@ def add_parser(subparsers) -> None:
 def _check(args: argparse.Namespace) -> torch.device | None:
     import torch  # torch and what runs on it: loaded when the command runs, not for --help
 
+    from dlscale.data import cpu_jpeg
+
+    cpu_jpeg.resolve(args.cpu_decoder, "--cpu-decoder")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise DeviceError("--device cuda but no CUDA device is visible; use --device cpu or none")
     _check_memory(args)
@@ -148,6 +151,7 @@ def _measure(args: argparse.Namespace, cfg: DataConfig, workers: list[int],
              device: torch.device | None) -> tuple[list[dict], str]:
     """Every worker count's row, and the table of them."""
     from dlscale.bench import loader as loader_bench
+    from dlscale.data import cpu_jpeg
     from dlscale.data.transforms import pillow_build
 
     if args.prewarm and args.data:
@@ -155,7 +159,9 @@ def _measure(args: argparse.Namespace, cfg: DataConfig, workers: list[int],
     cores = available_cores()
     print(f"{args.dataset} {args.data or ''}: batch {args.batch_size}, {args.batches} timed batches per setting, "
           f"workers as {' and '.join('processes' if k == 'process' else 'threads' for k in _kinds(args))}, "
-          f"decode {_said(cfg.decode, device, cfg.device_decode_share, cfg.decoder)}, {pillow_build()}, {cores} cores",
+          f"decode {_said(cfg.decode, device, cfg.device_decode_share, cfg.decoder)}, "
+          f"{f'full-scale JPEGs by {cpu_jpeg.name(cfg.cpu_decoder)}, ' if _draft_path(args, cfg) else ''}"
+          f"{pillow_build()}, {cores} cores",
           flush=True)
     if max(workers) > cores:
         print(f"note: settings of more than {cores} workers oversubscribe this machine's {cores} cores", flush=True)
@@ -181,6 +187,11 @@ def _measure(args: argparse.Namespace, cfg: DataConfig, workers: list[int],
     if args.repeats > 1:
         print(f"median of {args.repeats} runs per setting:\n{table}", flush=True)
     return rows, table
+
+
+def _draft_path(args: argparse.Namespace, cfg: DataConfig) -> bool:
+    """Whether the workers decode JPEGs at reduced scale where they can, and so data.cpu_decoder's at full scale."""
+    return args.dataset == "imagefolder" and cfg.decode != "plain"
 
 
 def _prewarm(root: Path) -> None:
@@ -214,6 +225,7 @@ def _write(out: RunDir, args, cfg: DataConfig, device, rows: list[dict], table: 
     settings = {"dataset": args.dataset, "data": args.data, "batch_size": args.batch_size, "batches": args.batches,
                 "repeats": args.repeats, "warmup_batches": args.warmup_batches, "image_size": args.image_size,
                 "decode": cfg.decode, "decode_asked": args.decode, "decoder": args.decoder,
+                "cpu_decoder": args.cpu_decoder,
                 "device_decode_share": cfg.device_decode_share,
                 "device": args.device, "prewarm": args.prewarm, "workers": [row["workers"] for row in rows],
                 "workers_kinds": _kinds(args)}

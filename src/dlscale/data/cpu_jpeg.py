@@ -17,15 +17,17 @@ from dlscale.errors import ConfigError
 
 try:
     import simplejpeg
-except ImportError:  # an optional speed-up: Pillow decodes without it
+except ImportError:  # a dependency of the package, missing where dlscale runs from its source tree: Pillow decodes
     simplejpeg = None
 
 
-def resolve(choice: str) -> bool:
-    """Whether data.cpu_decoder=`choice` decodes with simplejpeg here."""
+def resolve(choice: str, flag: str = "data.cpu_decoder") -> bool:
+    """Whether data.cpu_decoder=`choice` decodes with simplejpeg here; `flag`: what the user set it with, for the
+    error where it cannot."""
     if choice == "simplejpeg" and simplejpeg is None:
-        raise ConfigError("data.cpu_decoder=simplejpeg: simplejpeg does not import here; `pip install simplejpeg`, "
-                          "or use data.cpu_decoder=auto (Pillow where it is missing)")
+        said = " " if flag.startswith("--") else "="
+        raise ConfigError(f"{flag}{said}simplejpeg: simplejpeg does not import here; `pip install simplejpeg`, "
+                          f"or use {flag}{said}auto (Pillow where it is missing)")
     return choice != "pillow" and simplejpeg is not None
 
 

@@ -138,6 +138,11 @@ class ImageFolderSource:
         share = self.device_share
         return share >= 1 or math.floor((index + 1) * share) > math.floor(index * share)
 
+    @property
+    def cpu_decoder(self) -> str | None:
+        """Who decodes the JPEGs the fast path decodes at full scale: "simplejpeg" or "pillow"; None off that path."""
+        return None if self.draft_min_side is None else "simplejpeg" if self.cpu_jpeg else "pillow"
+
     def load(self, index: int) -> tuple[Image.Image | JpegFile | torch.Tensor, int]:
         image, label, _ = self.load_sized(index)
         return image, label

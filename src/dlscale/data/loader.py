@@ -123,8 +123,7 @@ def _build_imagefolder(cfg: DataConfig) -> _Built:
     info = DatasetInfo(name=cfg.name, num_classes=len(class_names), mean=IMAGENET_MEAN, std=IMAGENET_STD,
                        train_size=len(train), val_size=len(val), image_size=size, val_image_size=val_size,
                        class_names=class_names, decode=cfg.decode,
-                       cpu_decoder=None if train.draft_min_side is None else
-                       "simplejpeg" if train.cpu_jpeg else "pillow")
+                       cpu_decoder=train.cpu_decoder)
     val_transform = T.imagenet_val_transform(val_size, cfg.val_resize)
     if cfg.decode != "gpu":
         return _Built(train, val, T.imagenet_train_transform(size, cfg.decode), val_transform, info)
