@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import statistics
 import sys
 import tempfile
@@ -30,8 +31,7 @@ from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 
-from input_threads import _git_sha, jpeg_tree, loader_arguments, one_thread, train_once
-from PIL import Image
+from input_threads import jpeg_tree, loader_arguments, one_thread, short_git_sha, train_rounds, tree_shape
 
 from dlscale.bench.loader import measure_setting
 from dlscale.config import DataConfig
@@ -39,14 +39,6 @@ from dlscale.data.transforms import pillow_build
 
 DECODERS = ("pillow", "simplejpeg")
 SETTINGS = ("one thread", "threads", "processes")
-
-
-def tree_shape(tree: Path) -> dict:
-    """The training files' count and mean size, and the first one's pixels: what the figures were measured on."""
-    files = sorted((tree / "train").glob("*/*"))
-    with Image.open(files[0]) as first:
-        return {"files": len(files), "mean_bytes": sum(f.stat().st_size for f in files) / len(files),
-                "first_size": list(first.size)}
 
 
 def measure(cfg: DataConfig, setting: str, *, workers: int, batch_size: int, batches: int, seed: int) -> dict:
@@ -80,22 +72,6 @@ def ratios(rounds: list[dict[str, dict]]) -> dict[str, float]:
     return found
 
 
-def train_rounds(tree: Path, scratch: Path, rounds: int, *, workers: int, size: int, steps: int) -> dict:
-    out = scratch / "train"
-    out.mkdir()
-    runs: dict[str, list[dict]] = {decoder: [] for decoder in DECODERS}
-    sets = (f"data.image_size={size}", f"max_steps_per_epoch={steps}")
-    for k in range(rounds):
-        for decoder in DECODERS if k % 2 == 0 else DECODERS[::-1]:
-            runs[decoder].append(train_once(tree, out, "thread", workers, (*sets, f"data.cpu_decoder={decoder}")))
-            said = runs[decoder][-1]
-            print(f"train, {decoder}: {said['data_ms_per_step']:.1f} ms data wait of a {said['step_ms']:.1f} ms step, "
-                  f"{said['img_per_s']:.1f} img/s", flush=True)
-    within = [s["img_per_s"] / p["img_per_s"] for s, p in zip(runs["simplejpeg"], runs["pillow"], strict=True)]
-    print(f"train: simplejpeg / pillow, img/s: {statistics.median(within):.3f}", flush=True)
-    return {"runs": runs, "simplejpeg / pillow, img/s": statistics.median(within)}
-
-
 def main(argv: list[str] | None = None) -> int:
     p = loader_arguments(__doc__, rounds=6)
     p.add_argument("--train-rounds", type=int, default=0, help="dlscale train runs per decoder (0: none)")
@@ -113,16 +89,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {k + 1} (load {os.getloadavg()[0]:.1f})", flush=True)
             rounds.append(one_round(cfg, k, workers=args.workers, batch_size=args.batch_size, batches=args.batches))
         result = {"command": " ".join(["python", "benchmarks/cpu_jpeg.py", *(argv or sys.argv[1:])]),
-                  "date": time.strftime("%Y-%m-%d"), "git_sha": _git_sha(), "load_start": load_start,
+                  "date": time.strftime("%Y-%m-%d"), "git_sha": short_git_sha(), "load_start": load_start,
                   "setup": {"workers": args.workers, "batch_size": args.batch_size, "batches": args.batches,
                             "crop": args.crop, "pillow": pillow_build(), "simplejpeg": version("simplejpeg"),
-                            "torch": version("torch"), "cores": os.cpu_count(), "tree": tree_shape(tree)},
+                            "torch": version("torch"), "cpu": platform.processor() or platform.machine(),
+                            "cores": os.cpu_count(), "tree": tree_shape(tree)},
                   "rounds": rounds, "ratios": ratios(rounds)}
         for name, value in result["ratios"].items():
             print(f"{name:>48}: {value:.3f}", flush=True)
         if args.train_rounds:
-            result["train"] = train_rounds(tree, Path(scratch), args.train_rounds, workers=args.workers,
-                                           size=args.train_size, steps=args.train_steps)
+            sets = (f"data.image_size={args.train_size}", f"max_steps_per_epoch={args.train_steps}")
+            result["train"] = train_rounds(tree, Path(scratch), args.train_rounds,
+                                           {d: ("thread", (*sets, f"data.cpu_decoder={d}")) for d in DECODERS},
+                                           workers=args.workers, ratio=("simplejpeg / pillow, img/s", "simplejpeg",
+                                                                        "pillow"))
         result["load_end"] = os.getloadavg()[0]
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

@@ -23,9 +23,10 @@ split of a JPEG tree through the fast decode path (FastRandomResizedCrop to --cr
 
 Images per CPU-second count the CPU time of this process and of its worker processes (/proc), so other load on the
 machine counts less than in wall time. Ratios are taken within a round and their median over rounds is reported:
-threads / one thread and processes / one thread per CPU-second (goal for threads: >= 0.95), threads / separate
-processes (what the pipeline and the GIL cost beyond the machine's own share), and --workers threads / 1 thread in
-wall time (goal: >= 1.8x with 2 threads on a quiet machine).
+threads / one thread and processes / one thread per CPU-second (goal for threads: >= 0.95), 1 thread / one thread
+per CPU-second (what the pipeline costs a single thread), threads / separate processes (what the pipeline and the GIL
+cost beyond the machine's own share), and --workers threads / 1 thread in wall time (goal: >= 1.8x with 2 threads on
+a quiet machine).
 
 --train-rounds N also runs `dlscale train` (ResNet-18 of width 16 at 64 px, batch 32, one epoch, --workers loader
 workers) N times with threads and N times with processes, alternated, and reports the data wait per step (the log
@@ -50,15 +51,18 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from PIL import Image
 
 from dlscale.bench.loader import measure_setting
 from dlscale.config import DataConfig
+from dlscale.config.data import CPU_DECODERS
 from dlscale.data import build_loaders
 from dlscale.data.cpu_jpeg import name as cpu_decoder_name
 from dlscale.data.dataset import collate_samples
 from dlscale.data.jpeg_tree import write_tree
 from dlscale.data.transforms import pillow_build
 from dlscale.metrics.proc_io import sum_counters
+from dlscale.metrics.provenance import git_dirty, git_sha, package_version
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -141,6 +145,7 @@ def separate_processes(cfg: DataConfig, *, images: int, workers: int, seed: int)
             process.join(timeout=10)
             if process.is_alive():
                 process.kill()
+                process.join()
     return {"images_per_cpu_s": len(keys) / sum(cpu for cpu, _ in figures),
             "images_per_s": len(keys) / max(wall for _, wall in figures)}
 
@@ -225,6 +230,7 @@ def ratios(rounds: list[dict[str, dict]]) -> dict[str, float]:
            "threads / processes, img per CPU-s": median("threads", "processes", "images_per_cpu_s"),
            "threads / processes, img/s": median("threads", "processes", "images_per_s"),
            "threads / 1 thread, img/s": median("threads", "1 thread", "images_per_s"),
+           "1 thread / one thread, img per CPU-s": median("1 thread", "one thread", "images_per_cpu_s"),
            "torchdata / threads, img per CPU-s": median("torchdata", "threads", "images_per_cpu_s"),
            "torchdata / threads, img/s": median("torchdata", "threads", "images_per_s")}
     return {name: value for name, value in out.items() if value is not None}
@@ -233,19 +239,19 @@ def ratios(rounds: list[dict[str, dict]]) -> dict[str, float]:
 def train_once(tree: Path, out: Path, kind: str, workers: int, sets: tuple[str, ...] = ()) -> dict:
     """One epoch of `dlscale train` with `workers` loader workers of `kind` (and `sets`, more --set values after
     the defaults here): the data wait and step per log window."""
+    name = f"{kind}-{time.monotonic_ns()}"
     argv = [sys.executable, "-m", "dlscale", "train", "--config", "cpu:default", "--data", str(tree.resolve()),
             "--set", "data.name=imagefolder", "--set", "model.name=resnet18", "--set", "model.width=16",
             "--set", "data.image_size=64", "--set", "global_batch_size=32", "--set", "schedule.epochs=1",
             "--set", "schedule.warmup_epochs=0", "--set", "log_every=5", "--set", "checkpoint.enabled=false",
             "--set", f"data.num_workers={workers}", "--set", f"data.workers_kind={kind}",
             *(word for value in sets for word in ("--set", value)),
-            "--output-dir", str(out), "--name", f"{kind}-{time.monotonic_ns()}"]
+            "--output-dir", str(out), "--name", name]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     done = subprocess.run(argv, cwd=out, env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise SystemExit(f"dlscale train with {kind} workers failed:\n{done.stderr[-2000:]}")
-    run = max(out.iterdir(), key=lambda path: path.stat().st_mtime)
-    windows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    windows = [json.loads(line) for line in (out / name / "metrics.jsonl").read_text().splitlines()]
     steady = [w for w in windows if w.get("record", "train") == "train" and w.get("iteration", 0) > 5]
     return {"data_ms_per_step": statistics.fmean(w["data_time_ms"] for w in steady),
             "step_ms": statistics.fmean(w["step_time_ms"] for w in steady),
@@ -274,10 +280,46 @@ def jpeg_tree(data: Path | None, scratch: str) -> Path:
     return tree
 
 
+def tree_shape(tree: Path) -> dict:
+    """The training files' count and mean size, and the first one's pixels: what the figures were measured on."""
+    files = sorted((tree / "train").glob("*/*"))
+    with Image.open(files[0]) as first:
+        return {"files": len(files), "mean_bytes": sum(f.stat().st_size for f in files) / len(files),
+                "first_size": list(first.size)}
+
+
+def short_git_sha() -> str | None:
+    """The checkout's short sha, with "-dirty" where tracked files have local changes; None outside a checkout."""
+    sha = git_sha()
+    return None if sha is None else sha[:7] + ("-dirty" if git_dirty() else "")
+
+
+def train_rounds(tree: Path, scratch: Path, rounds: int, settings: dict[str, tuple[str, tuple[str, ...]]], *,
+                 workers: int, ratio: tuple[str, str, str]) -> dict:
+    """`rounds` runs of train_once per setting (name: its workers' kind and more --set values), the first setting
+    first in even rounds and last in odd ones; ratio (name, top, bottom): the median of top's img/s over bottom's
+    within each round."""
+    out = scratch / "train"
+    out.mkdir()
+    runs: dict[str, list[dict]] = {name: [] for name in settings}
+    for k in range(rounds):
+        for name in list(settings) if k % 2 == 0 else list(settings)[::-1]:
+            kind, sets = settings[name]
+            runs[name].append(train_once(tree, out, kind, workers, sets))
+            said = runs[name][-1]
+            print(f"train, {name}: {said['data_ms_per_step']:.1f} ms data wait of a {said['step_ms']:.1f} ms step, "
+                  f"{said['img_per_s']:.1f} img/s", flush=True)
+    named, top, bottom = ratio
+    within = [t["img_per_s"] / b["img_per_s"] for t, b in zip(runs[top], runs[bottom], strict=True)]
+    print(f"train: {named}: {statistics.median(within):.3f}", flush=True)
+    return {"runs": runs, named: statistics.median(within)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = loader_arguments(__doc__, rounds=5)
     p.add_argument("--train-rounds", type=int, default=0, help="dlscale train runs per kind (0: none)")
-    p.add_argument("--cpu-decoder", default="auto", help="data.cpu_decoder of every setting (auto)")
+    p.add_argument("--cpu-decoder", choices=CPU_DECODERS, default="auto",
+                   help="data.cpu_decoder of every setting (auto)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch:
         tree = jpeg_tree(args.data, scratch)
@@ -285,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                          cpu_decoder=args.cpu_decoder)
         load_start = os.getloadavg()[0]
         print(f"{tree}: {args.workers} workers, batch {args.batch_size}, {args.batches} batches per setting, "
-              f"{args.crop} px, {pillow_build()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)
+              f"{args.crop} px, {pillow_build()}, {os.cpu_count()} cores, load {load_start:.1f}", flush=True)
         names = ["one thread", "threads", "processes", "1 thread", "plain threads", "separate processes", "torchdata"]
         rounds = []
         for k in range(args.rounds):
@@ -294,43 +336,25 @@ def main(argv: list[str] | None = None) -> int:
             rounds.append(loader_round(cfg, order, workers=args.workers, batch_size=args.batch_size,
                                        batches=args.batches, seed=k))
         result = {"command": " ".join(["python", "benchmarks/input_threads.py", *(argv or sys.argv[1:])]),
-                  "date": time.strftime("%Y-%m-%d"), "git_sha": _git_sha(), "load_start": load_start,
+                  "date": time.strftime("%Y-%m-%d"), "git_sha": short_git_sha(), "load_start": load_start,
                   "setup": {"workers": args.workers, "batch_size": args.batch_size, "batches": args.batches,
                             "crop": args.crop, "pillow": pillow_build(), "torch": torch.__version__,
                             "cpu_decoder": cpu_decoder_name(args.cpu_decoder),
-                            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+                            "simplejpeg": package_version("simplejpeg"),
+                            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                            "tree": tree_shape(tree)},
                   "rounds": rounds, "ratios": ratios(rounds)}
         for name, value in result["ratios"].items():
             print(f"{name:>48}: {value:.3f}", flush=True)
         if args.train_rounds:
-            result["train"] = train_rounds(tree, Path(scratch), args.train_rounds, args.workers)
+            result["train"] = train_rounds(tree, Path(scratch), args.train_rounds,
+                                           {"thread": ("thread", ()), "process": ("process", ())},
+                                           workers=args.workers, ratio=("threads / processes, img/s", "thread",
+                                                                        "process"))
         result["load_end"] = os.getloadavg()[0]
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0
-
-
-def _git_sha() -> str | None:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
-    return (done.stdout.strip() + ("-dirty" if dirty else "")) if done.returncode == 0 else None
-
-
-def train_rounds(tree: Path, scratch: Path, rounds: int, workers: int) -> dict:
-    out = scratch / "train"
-    out.mkdir()
-    runs: dict[str, list[dict]] = {"thread": [], "process": []}
-    for k in range(rounds):
-        for kind in (("thread", "process") if k % 2 == 0 else ("process", "thread")):
-            runs[kind].append(train_once(tree, out, kind, workers))
-            said = runs[kind][-1]
-            kinds = f"{kind}es" if kind == "process" else f"{kind}s"
-            print(f"train, {workers} {kinds}: {said['data_ms_per_step']:.1f} ms data wait of a {said['step_ms']:.1f} "
-                  f"ms step, {said['img_per_s']:.1f} img/s", flush=True)
-    ratio = [t["img_per_s"] / p["img_per_s"] for t, p in zip(runs["thread"], runs["process"], strict=True)]
-    print(f"train: threads / processes, img/s: {statistics.median(ratio):.3f}", flush=True)
-    return {"runs": runs, "threads / processes, img/s": statistics.median(ratio)}
 
 
 if __name__ == "__main__":

@@ -1,14 +1,17 @@
-"""Install the wheels the GPU machine lacks (nvImageCodec and its nvJPEG: it has no package registry) into a folder
-of their own, and say whether nvImageCodec then decodes on the device and which of its backends takes a region:
+"""Install the wheels the GPU machine lacks (it has no package registry: nvImageCodec and its nvJPEG, and simplejpeg,
+the CPU path's JPEG decoder) into a folder of their own, and say whether nvImageCodec then decodes on the device and
+which of its backends takes a region:
 
     PYTHONPATH=src python3 benchmarks/gpu_campaign/wheels.py --wheels .whl --target DIR --device cuda --json OUT
 
-`pip install --no-deps --no-index --target DIR` of every *.whl in --wheels (scripts/gpu-wheels.sh downloads them on a
-machine with a registry); the campaign then puts DIR first on its commands' PYTHONPATH. OUT (JSON) holds the
-install's command, exit status, seconds and output's end, the packages' versions, and `unavailable`: why
-nvImageCodec cannot decode the device path here (None where it can). Where it cannot, this exits 1 after writing
-OUT: the campaign records that and skips the nvImageCodec rows with the reason. With no wheel in --wheels nothing
-is installed and the check asks the environment's own nvImageCodec (the CPU rehearsal's venv has one).
+`pip install --no-deps --no-index --target DIR` of the *.whl in --wheels (scripts/gpu-wheels.sh downloads them on a
+machine with a registry): nvImageCodec's and nvJPEG's in one call, simplejpeg's in a call of its own, so that a
+simplejpeg wheel pip refuses costs only simplejpeg (the CPU path then decodes with Pillow). The campaign then puts
+DIR first on its commands' PYTHONPATH. OUT (JSON) holds each install's command, exit status, seconds and output's
+end (`install`, `install_simplejpeg`), the packages' versions, and `unavailable`: why nvImageCodec cannot decode the
+device path here (None where it can). Where it cannot, this exits 1 after writing OUT: the campaign records that and
+skips the nvImageCodec rows with the reason. With no wheel in --wheels nothing is installed and the check asks the
+environment's own nvImageCodec (the CPU rehearsal's venv has one).
 """
 
 from __future__ import annotations
@@ -86,22 +89,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, required=True)
     args = p.parse_args(argv)
     wheels = sorted(args.wheels.glob("*.whl")) if args.wheels.is_dir() else []
-    record: dict = {"wheels": [w.name for w in wheels], "target": None, "install": None}
-    if wheels:
-        record["install"] = install(wheels, args.target)
-        if record["install"]["returncode"] == 0:
-            record["target"] = str(args.target)
-            sys.path.insert(0, str(args.target))
-            importlib.invalidate_caches()
+    simplejpeg = [w for w in wheels if w.name.startswith("simplejpeg-")]
+    nvimgcodec = [w for w in wheels if w not in simplejpeg]
+    record: dict = {"wheels": [w.name for w in wheels], "target": None, "install": None, "install_simplejpeg": None}
+    if nvimgcodec:
+        record["install"] = install(nvimgcodec, args.target)
+    if simplejpeg:
+        record["install_simplejpeg"] = install(simplejpeg, args.target)
+        if record["install_simplejpeg"]["returncode"] != 0:
+            print(f"pip could not install {', '.join(w.name for w in simplejpeg)} (exit "
+                  f"{record['install_simplejpeg']['returncode']}): the CPU path decodes with Pillow", flush=True)
+    if any(done and done["returncode"] == 0 for done in (record["install"], record["install_simplejpeg"])):
+        record["target"] = str(args.target)
+        sys.path.insert(0, str(args.target))
+        importlib.invalidate_caches()
     record["versions"] = versions()
     try:
         record.update(check(args.device))
     except Exception as error:  # noqa: BLE001 - recorded: the campaign goes on without the nvImageCodec rows
         record["unavailable"] = f"the check failed: {type(error).__name__}: {' '.join(str(error).split())[:300]}"
-    if record["unavailable"] and not wheels:
-        record["unavailable"] += f" (no wheel in {args.wheels}: scripts/gpu-wheels.sh downloads them)"
-    elif record["unavailable"] and record["target"] is None:
-        record["unavailable"] += f" (pip could not install {', '.join(record['wheels'])}: exit " \
+    if record["unavailable"] and not nvimgcodec:
+        record["unavailable"] += f" (no wheel in {args.wheels} for nvImageCodec: scripts/gpu-wheels.sh downloads them)"
+    elif record["unavailable"] and record["install"]["returncode"] != 0:
+        record["unavailable"] += f" (pip could not install {', '.join(w.name for w in nvimgcodec)}: exit " \
                                  f"{record['install']['returncode']})"
     args.json.write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(record, indent=2), flush=True)

@@ -30,3 +30,21 @@ def test_it_measures_both_decoders_in_every_setting_and_takes_their_ratios_withi
     within = [r["threads, simplejpeg"]["images_per_s"] / r["threads, pillow"]["images_per_s"] for r in result["rounds"]]
     assert result["ratios"]["threads: simplejpeg / pillow, img/s"] == pytest.approx(statistics.median(within))
     assert "one thread: simplejpeg / pillow, img per CPU-s" in out.stdout
+    assert {"simplejpeg", "tree", "cpu"} <= set(result["setup"]) and result["setup"]["tree"]["files"] == 64
+
+
+@pytest.mark.slow
+def test_its_train_runs_alternate_the_decoders_and_take_their_ratio(tmp_path):
+    made = run_process([sys.executable, "-m", "dlscale", "data", "make-jpegs", str(tmp_path / "jpegs"), "--train",
+                        "320", "--val", "4", "--classes", "2", "--unique", "4", "--size", "96x72", "--processes", "1"],
+                       ROOT)
+    assert made.returncode == 0, made.stderr
+    out = run_process([sys.executable, "benchmarks/cpu_jpeg.py", "--data", str(tmp_path / "jpegs"), "--rounds", "1",
+                       "--batches", "2", "--batch-size", "8", "--crop", "32", "--train-rounds", "1", "--train-size",
+                       "32", "--train-steps", "10", "--json", str(tmp_path / "c.json")], ROOT)
+    assert out.returncode == 0, out.stderr
+    train = json.loads((tmp_path / "c.json").read_text())["train"]
+    assert set(train) == {"runs", "simplejpeg / pillow, img/s"}  # as docs/results/cpu-jpeg-*.json hold it
+    assert list(train["runs"]) == ["pillow", "simplejpeg"] and all(len(r) == 1 for r in train["runs"].values())
+    assert train["simplejpeg / pillow, img/s"] == pytest.approx(train["runs"]["simplejpeg"][0]["img_per_s"]
+                                                                / train["runs"]["pillow"][0]["img_per_s"])

@@ -360,3 +360,31 @@ def test_each_command_is_written_as_it_ends_and_a_stopped_campaign_keeps_them(tm
     ctx.on_record = saved.append
     runner.run_stage(P.Stage("demo", "demo", 60.0, [first, never]), ctx)
     assert [[r["name"] for r in partial["runs"]] for partial in saved] == [["first"], ["first", "third"]]
+
+
+def test_a_simplejpeg_wheel_pip_refuses_costs_only_simplejpeg(tmp_path, monkeypatch):
+    """simplejpeg's wheel goes in a pip call of its own: where pip refuses it, nvImageCodec's wheels still install,
+    the folder is still recorded, the failure is reported and the exit is the check's."""
+    (tmp_path / "whl").mkdir()
+    names = ["nvidia_nvimgcodec_cu13-0.9.0.20-py3-none-manylinux_2_28_x86_64.whl",
+             "nvidia_nvjpeg-13.0.2.28-py3-none-manylinux2014_x86_64.whl",
+             "simplejpeg-1.9.0-cp312-cp312-manylinux_2_17_x86_64.whl"]
+    for name in names:
+        (tmp_path / "whl" / name).write_bytes(b"junk")
+    calls = []
+
+    def install(found, target):
+        calls.append([w.name for w in found])
+        return {"command": "pip", "returncode": 1 if found[0].name.startswith("simplejpeg-") else 0, "seconds": 0.0,
+                "output": ""}
+
+    monkeypatch.setattr(wheels, "install", install)
+    monkeypatch.setattr(wheels, "check", lambda device: {"unavailable": None})
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    out = tmp_path / "wheels.json"
+    code = wheels.main(["--wheels", str(tmp_path / "whl"), "--target", str(tmp_path / "site"), "--device", "cpu",
+                        "--json", str(out)])
+    record = json.loads(out.read_text())
+    assert calls == [names[:2], names[2:]]
+    assert code == 0 and record["install"]["returncode"] == 0 and record["install_simplejpeg"]["returncode"] == 1
+    assert record["target"] == str(tmp_path / "site") and record["unavailable"] is None

@@ -38,6 +38,11 @@ def test_it_measures_threads_processes_and_one_thread_and_takes_their_ratios_wit
     assert result["ratios"]["threads / processes, img per CPU-s"] == pytest.approx(sorted(within)[0] / 2
                                                                                  + sorted(within)[1] / 2)
     assert first["threads"]["images_per_s"] > 0 and "threads / one thread, img per CPU-s" in out.stdout
+    pipeline = result["ratios"]["1 thread / one thread, img per CPU-s"]
+    assert isinstance(pipeline, float) and pipeline > 0
+    assert {"simplejpeg", "tree", "cpu", "cpu_decoder"} <= set(result["setup"])
+    assert result["setup"]["tree"]["files"] == 64 and result["setup"]["tree"]["first_size"] == [96, 72]
+    assert result["git_sha"] is None or len(result["git_sha"].removesuffix("-dirty")) == 7
 
 
 @pytest.mark.slow
@@ -53,6 +58,7 @@ def test_its_train_runs_take_a_tree_named_relative_to_where_it_was_started(tmp_p
     assert out.returncode == 0, out.stderr
     train = json.loads((tmp_path / "t.json").read_text())["train"]
     assert len(train["runs"]["thread"]) == len(train["runs"]["process"]) == 1
+    assert set(train) == {"runs", "threads / processes, img/s"}  # as docs/results/input-threads-*.json hold it
 
 
 def test_a_separate_process_that_fails_ends_the_setting_at_once_and_leaves_no_process(tmp_path, monkeypatch):
