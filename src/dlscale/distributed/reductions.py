@@ -102,21 +102,22 @@ def broadcast_from_main(value: Any) -> Any:
     return box[0]
 
 
-def on_main(is_main: bool, action: Callable[[], T]) -> T | None:
-    """`action()` on rank 0 (None elsewhere); a DlscaleError it raises is raised on every rank, so that no rank
-    waits in a collective for a rank 0 that has stopped (a run directory it could not claim, an output it could
-    not write)."""
+def on_main(is_main: bool, action: Callable[[], T], *, share: bool = False) -> T | None:
+    """`action()` on rank 0 (None elsewhere; with `share`, rank 0's result on every rank, in the same collective); a
+    DlscaleError it raises is raised on every rank, so that no rank waits in a collective for a rank 0 that has
+    stopped (a run directory it could not claim, an output it could not write)."""
     result, error = None, None
     if is_main:
         try:
             result = action()
         except DlscaleError as raised:
             error = raised
-    found = broadcast_from_main(None if error is None else (type(error).__name__, str(error)))
+    said = None if error is None else (type(error).__name__, str(error))
+    shared, found = broadcast_from_main((result if share else None, said))
     if found is not None:
         kind, message = found
         raise error or _ERRORS.get(kind, DlscaleError)(message)
-    return result
+    return shared if share else result
 
 
 _ERRORS = {kind.__name__: kind for kind in (ConfigError, StorageError, DataError, DeviceError)}

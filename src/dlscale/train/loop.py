@@ -24,7 +24,7 @@ from dlscale.config.sections import TrainConfig
 from dlscale.data import DatasetInfo, build_loaders
 from dlscale.data.counting import ReadMeter, count_reads
 from dlscale.data.device import DeviceFeed, DeviceNormalizer, for_device
-from dlscale.distributed import DistEnv, broadcast_from_main, init_process_group, on_main, select_device, sum_over_ranks
+from dlscale.distributed import DistEnv, init_process_group, on_main, select_device, sum_over_ranks
 from dlscale.errors import ConfigError
 from dlscale.metrics.compile import CompileWatch, counting_replays, timed_first_step
 from dlscale.metrics.compile import describe as describe_compile
@@ -140,7 +140,7 @@ def _claim(run_dir: RunDir, env: DistEnv, raport_file: str | None) -> RunDir | N
 
 def _finished(run_dir: RunDir, cfg: TrainConfig, env: DistEnv) -> tuple[str, dict] | None:
     """Rank 0's finished() on every rank; its refusal of the settings raised on every rank."""
-    return broadcast_from_main(on_main(env.is_main, lambda: finished(run_dir.path, cfg, env.world_size)))
+    return on_main(env.is_main, lambda: finished(run_dir.path, cfg, env.world_size), share=True)
 
 
 def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, preemption: PreemptionHandler, *,
