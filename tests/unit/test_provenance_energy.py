@@ -91,6 +91,7 @@ def test_energy_comes_from_the_counter_where_the_gpu_has_one():
     result = meter.stop()
     assert result["method"] == "energy counter"
     assert result["energy_j"] == pytest.approx(2500.0) and result["avg_power_w"] == pytest.approx(250.0)
+    assert meter.stop() is None and not meter._thread.is_alive()  # a second stop (a run's finally) does nothing
 
 
 def test_energy_from_power_samples_without_a_counter():

@@ -229,18 +229,20 @@ def run_bench(
         bar.update(advance=cfg.num_batches_per_iter, status=status, redraw=True)
 
     # The bar (rank 0, on a terminal) is redrawn between steps only, never inside a timed iteration.
-    with ProgressDisplay(enabled=env.is_main) as bar, _out_of_memory_hint(cfg, device), counting_replays(compiling):
-        if graphed:
-            step = capture_train_step(parts, *next_batch())
-        bar.start("warm-up", cfg.num_warmup_batches)
-        started = clock()
-        rates = measure(
-            step, next_batch, batch_size=cfg.batch_size, num_warmup_batches=cfg.num_warmup_batches,
-            num_batches_per_iter=cfg.num_batches_per_iter, num_iters=cfg.num_iters, clock=clock,
-            sync=sync, on_warmup_step=lambda: bar.update(advance=1),
-            on_warmup_done=warmup_done, on_iter=iteration_done, forward_timer=forward,
-        )
-    measured = meter.stop() if meter else None
+    try:
+        with ProgressDisplay(enabled=env.is_main) as bar, _out_of_memory_hint(cfg, device), counting_replays(compiling):
+            if graphed:
+                step = capture_train_step(parts, *next_batch())
+            bar.start("warm-up", cfg.num_warmup_batches)
+            started = clock()
+            rates = measure(
+                step, next_batch, batch_size=cfg.batch_size, num_warmup_batches=cfg.num_warmup_batches,
+                num_batches_per_iter=cfg.num_batches_per_iter, num_iters=cfg.num_iters, clock=clock,
+                sync=sync, on_warmup_step=lambda: bar.update(advance=1),
+                on_warmup_done=warmup_done, on_iter=iteration_done, forward_timer=forward,
+            )
+    finally:  # the meter's sampling thread ends also where the steps raised (out of memory)
+        measured = meter.stop() if meter else None
     host_load = host.finish()  # rank 0's: the load at the end, its CPU time over the timed iterations
     summary = summarize(gather_rates(rates, device))
     summary["host_load"] = host_load

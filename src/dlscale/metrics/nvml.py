@@ -128,6 +128,8 @@ class EnergyMeter:
         return self
 
     def stop(self) -> dict | None:
+        """The energy since start(), and the sampling thread ended; None where it was not running (stopped
+        already: a second stop, in a finally after the first, does nothing)."""
         if self._start is None:
             return None
         self._done.set()
@@ -135,6 +137,7 @@ class EnergyMeter:
             self._thread.join()
         self._sample()
         (t0, e0), t1, e1 = self._start, self.clock(), self._energy_j()
+        self._start = None
         seconds = max(t1 - t0, 1e-9)
         if e0 is not None and e1 is not None and e1 >= e0:
             energy, method = e1 - e0, "energy counter"

@@ -154,6 +154,7 @@ def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, 
                                                              "host_load": host.at_start()})
     run.records = Records(run_dir, enabled=env.is_main, resume_step=progress.step, raport_file=raport_file,
                           steps_per_epoch=run.plan.steps_per_epoch, epochs=run.plan.epochs, tracking=tracking)
+    meter = None
     try:  # from here the records are closed (TensorBoard's writer and the thread hook it set) whatever raises
         run.records.parameters({**convnets_parameters(cfg, run.plan, env, run.info, raport_file=raport_file,
                                                       workspace=run_dir.path,
@@ -181,6 +182,8 @@ def _fit(cfg: TrainConfig, env: DistEnv, device: torch.device, run_dir: RunDir, 
         run.records.summary(summary)
         return summary
     finally:
+        if meter:
+            meter.stop()  # its sampling thread, where the training raised before the summary stopped it
         run.records.close()
         run.feed.close()  # the decode process, if the feed started one
 
