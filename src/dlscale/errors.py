@@ -44,6 +44,12 @@ def one_line(text: object, limit: int) -> str:
     return " ".join(str(text).split())[:limit]
 
 
+def line_of(text: object, limit: int, *, last: bool = False) -> str:
+    """The first line of `text` that is not blank (the last with `last`), one_line'd; "" where there is none."""
+    lines = [line for line in str(text).splitlines() if line.strip()]
+    return one_line(lines[-1 if last else 0], limit) if lines else ""
+
+
 def too_many_digits(error: BaseException) -> str | None:
     """What the user reads for the ValueError Python raises on a whole number of more digits than it converts
     (a JSON or YAML number of 5,000 digits; sys.get_int_max_str_digits); None for any other error."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.errors import ConfigError, DlscaleError, StorageError, one_line
+from dlscale.errors import ConfigError, DlscaleError, StorageError, line_of, one_line
 from dlscale.rundir import (
     FIGURES,
     FILES,
@@ -212,6 +212,13 @@ def test_one_line_is_an_errors_text_on_one_line_within_its_limit():
     assert one_line(error, 200) == "first line second line"
     assert one_line(error, 10) == "first line"
     assert one_line("  \n ", 50) == ""
+
+
+def test_line_of_is_the_first_or_last_line_that_is_not_blank():
+    said = "\n  \nTraceback (most recent call last):\n  File x\nValueError:  bad   value\n\t\n"
+    assert line_of(said, 200) == "Traceback (most recent call last):"
+    assert line_of(said, 200, last=True) == "ValueError: bad value" and line_of(said, 10, last=True) == "ValueError"
+    assert line_of(OSError(""), 50) == line_of(" \n", 50, last=True) == ""
 
 
 def test_a_damaged_sweep_is_one_line(tmp_path):

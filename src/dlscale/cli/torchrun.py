@@ -22,7 +22,7 @@ import socket
 import sys
 from pathlib import Path
 
-from dlscale.errors import ConfigError, one_line, shown
+from dlscale.errors import ConfigError, line_of, shown
 from dlscale.launch.errors import last_line
 from dlscale.launch.local import check_local_ranks, children, send_signal
 
@@ -121,8 +121,7 @@ def _check_rendezvous_host(args: argparse.Namespace) -> None:
 
 
 def _first_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return (lines[0] if lines else type(error).__name__)[:300]
+    return line_of(error, 300) or type(error).__name__
 
 
 def _cause(failure, log_dir: str | None) -> str:
@@ -133,9 +132,9 @@ def _cause(failure, log_dir: str | None) -> str:
         message = failure.message
         if isinstance(message, dict):
             message = message.get("message", "")
-        lines = [line for line in str(message).splitlines() if line.strip()]
-        if lines:
-            return one_line(lines[-1], 500)
+        said = line_of(message, 500, last=True)
+        if said:
+            return said
     signal_name = f" ({failure.signal_name()})" if failure.exitcode < 0 else ""
     kept = sorted(Path(log_dir).glob(f"*/attempt_*/{failure.local_rank}/stderr.log"), key=os.path.getmtime) \
         if log_dir else []

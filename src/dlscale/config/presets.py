@@ -24,7 +24,7 @@ from typing import Any, Literal
 import yaml
 
 from dlscale.config.sections import TrainConfig
-from dlscale.errors import ConfigError, one_line, shown, too_many_digits
+from dlscale.errors import ConfigError, line_of, shown, too_many_digits
 from dlscale.rundir.files import is_file, read_bounded
 
 # ----------------------------------------------------------------------------- presets
@@ -50,8 +50,7 @@ def read_yaml(text: str, where: str) -> Any:
     try:
         data = yaml.safe_load(text)
     except (yaml.YAMLError, ValueError, RecursionError) as error:  # ValueError: an integer of 5,000 digits
-        said = str(error)
-        why = too_many_digits(error) or (one_line(said.splitlines()[0], 120) if said else type(error).__name__)
+        why = too_many_digits(error) or line_of(error, 120) or type(error).__name__
         raise ConfigError(f"{where} is not YAML dlscale reads ({why})") from None
     _count_values(data, where, [0])
     return data

@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from dlscale.errors import one_line
+from dlscale.errors import line_of
 from dlscale.rundir.files import open_regular
 
 PEER_FAILURE_MESSAGES = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing",
@@ -41,8 +41,7 @@ def tail_text(path: str | os.PathLike, limit: int = TAIL_BYTES) -> str:
 def last_line(path: Path) -> str:
     """The last line of a log that is not blank (a failed worker's stderr), from its end only; "" when there is no
     such regular file."""
-    lines = [line for line in tail_text(path).splitlines() if line.strip()]
-    return one_line(lines[-1], 500) if lines else ""
+    return line_of(tail_text(path), 500, last=True)
 
 
 def record_error_for_launcher(line: str) -> None:
