@@ -226,11 +226,8 @@ class DataConfig:
                               "--download (`dlscale data make-jpegs` writes a JPEG tree to try imagefolder)")
 
     def workers_kind_on(self, device_type: str | None) -> str:
-        """workers_kind resolved for a model on `device_type` (None: not known, as on the CPU): "thread" or
-        "process"; "auto" takes threads for imagefolder on CUDA, processes elsewhere."""
-        if self.workers_kind != "auto":
-            return self.workers_kind
-        return "thread" if self.name == "imagefolder" and device_type == "cuda" else "process"
+        """workers_kind resolved for a model on `device_type` (workers_kind_for)."""
+        return workers_kind_for(self.name, self.workers_kind, device_type)
 
     @property
     def worker_threads(self) -> bool:
@@ -246,3 +243,11 @@ class DataConfig:
         feed = "thread" if self.device_feed == "process" and not on_device else self.device_feed
         return replace(self, decode=decode, device_decode_share=self.device_decode_share if on_device else 1.0,
                        device_feed=feed)
+
+
+def workers_kind_for(name: str | None, kind: str, device_type: str | None) -> str:
+    """data.workers_kind `kind` of data set `name` resolved for a model on `device_type` (None: not known, as on the
+    CPU): "thread" or "process"; "auto" takes threads for imagefolder on CUDA, processes elsewhere."""
+    if kind != "auto":
+        return kind
+    return "thread" if name == "imagefolder" and device_type == "cuda" else "process"

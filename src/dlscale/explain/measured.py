@@ -7,7 +7,7 @@ import math
 import statistics
 from dataclasses import replace
 
-from dlscale.config.data import DATASET_NAMES, DataConfig
+from dlscale.config.data import workers_kind_for
 from dlscale.errors import DlscaleError
 from dlscale.explain.context import Context, Result
 from dlscale.explain.findings import Effect, Finding, RuledOut
@@ -87,9 +87,7 @@ def _workers_kind(run) -> str:
     processes."""
     kind = run.summary.get("workers_kind") or run.data_settings.get("workers_kind")
     if kind == "auto":
-        name = run.data_settings.get("name")
-        data = DataConfig(name=name if name in DATASET_NAMES else "synthetic")
-        return data.workers_kind_on(run.summary.get("device"))
+        return workers_kind_for(run.data_settings.get("name"), kind, run.summary.get("device"))
     return kind if kind in ("thread", "process") else "process"
 
 
