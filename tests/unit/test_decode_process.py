@@ -128,6 +128,7 @@ def test_a_decode_process_that_stops_answering_is_named_and_a_stopping_consumer_
         every_slot = time.monotonic() + 120
         while process.slots_received < min(process.ahead, len(loader)) and time.monotonic() < every_slot:
             time.sleep(0.01)
+        assert process.slots_received >= min(process.ahead, len(loader)), "the slots never all arrived"
         os.kill(process.pids()[0], signal.SIGSTOP)  # alive, but answering nothing
         started = time.monotonic()
         batches.close()  # a preemption: the thread waiting for the decode process ends with the epoch
