@@ -35,11 +35,8 @@ def test_it_measures_both_decoders_in_every_setting_and_takes_their_ratios_withi
 
 @pytest.mark.slow
 def test_its_train_runs_alternate_the_decoders_and_take_their_ratio(tmp_path):
-    made = run_process([sys.executable, "-m", "dlscale", "data", "make-jpegs", str(tmp_path / "jpegs"), "--train",
-                        "320", "--val", "4", "--classes", "2", "--unique", "4", "--size", "96x72", "--processes", "1"],
-                       ROOT)
-    assert made.returncode == 0, made.stderr
-    out = run_process([sys.executable, "benchmarks/cpu_jpeg.py", "--data", str(tmp_path / "jpegs"), "--rounds", "1",
+    out = run_process([sys.executable, "benchmarks/cpu_jpeg.py", "--data", str(tiny_tree(tmp_path, train=320)),
+                       "--rounds", "1",
                        "--batches", "2", "--batch-size", "8", "--crop", "32", "--train-rounds", "1", "--train-size",
                        "32", "--train-steps", "10", "--json", str(tmp_path / "c.json")], ROOT)
     assert out.returncode == 0, out.stderr

@@ -13,10 +13,12 @@ from commands import run_process
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def tiny_tree(root: Path) -> Path:
-    """dlscale data make-jpegs' tree at 64 files of 96 x 72: a benchmark's run in seconds."""
-    made = run_process([sys.executable, "-m", "dlscale", "data", "make-jpegs", str(root / "jpegs"), "--train", "64",
-                        "--val", "4", "--classes", "2", "--unique", "4", "--size", "96x72", "--processes", "1"], ROOT)
+def tiny_tree(root: Path, train: int = 64) -> Path:
+    """dlscale data make-jpegs' tree at `train` files of 96 x 72 (64: a benchmark's run in seconds; a train run's
+    epoch needs more)."""
+    made = run_process([sys.executable, "-m", "dlscale", "data", "make-jpegs", str(root / "jpegs"), "--train",
+                        str(train), "--val", "4", "--classes", "2", "--unique", "4", "--size", "96x72", "--processes",
+                        "1"], ROOT)
     assert made.returncode == 0, made.stderr
     return root / "jpegs"
 
@@ -48,10 +50,7 @@ def test_it_measures_threads_processes_and_one_thread_and_takes_their_ratios_wit
 @pytest.mark.slow
 def test_its_train_runs_take_a_tree_named_relative_to_where_it_was_started(tmp_path):
     """dlscale train runs in a scratch folder: a --data given relative to the caller's folder still names the tree."""
-    made = run_process([sys.executable, "-m", "dlscale", "data", "make-jpegs", str(tmp_path / "jpegs"), "--train",
-                        "320", "--val", "4", "--classes", "2", "--unique", "4", "--size", "96x72", "--processes", "1"],
-                       ROOT)
-    assert made.returncode == 0, made.stderr
+    tiny_tree(tmp_path, train=320)
     out = run_process([sys.executable, ROOT / "benchmarks/input_threads.py", "--data", "jpegs", "--rounds", "1",
                        "--batches", "2", "--batch-size", "8", "--crop", "32", "--train-rounds", "1", "--json",
                        "t.json"], tmp_path)
